@@ -7,20 +7,29 @@ there. An explicit ``NUMBA_ENABLE_CUDASIM`` in the environment always wins.
 
 from __future__ import annotations
 
-import ctypes
 import os
+import subprocess
+import sys
 
 import pytest
 
 
 def _cuda_driver_present() -> bool:
-    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll", "libcuda.dylib"):
-        try:
-            ctypes.CDLL(name)
-        except OSError:
-            continue
-        return True
-    return False
+    """Whether a working CUDA driver and device are present.
+
+    Asked in a child process: numba.cuda decides between the simulator and the real target
+    once, on first import, so this process must not import it before the choice is made.
+    A loadable ``libcuda`` alone is not enough (toolkits ship a stub).
+    """
+    probe = "from numba import cuda; print(cuda.is_available())"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.stdout.strip().endswith("True")
 
 
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
@@ -47,6 +56,10 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("filterwarnings", "error::smartarray.errors.SmartArrayWarning")
 
 
 def pytest_report_header(config):

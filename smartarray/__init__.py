@@ -1,0 +1,52 @@
+"""smartarray: arrays with a host and a device copy, kept coherent down to byte ranges.
+
+The low-level primitives have the signatures of numba.cuda's reference pages; every byte
+they move is counted (:func:`stats`, :func:`trace`).
+"""
+
+from ._version import __version__
+from .errors import (
+    CoherenceError,
+    RegistrationError,
+    SmartArrayError,
+    SmartArrayWarning,
+    TransferError,
+)
+from .memory import (
+    deregister,
+    device_array,
+    device_array_like,
+    mapped,
+    mapped_array,
+    pinned,
+    pinned_array,
+    register,
+    stream,
+    to_device,
+)
+from .stats import Trace, TransferEvent, TransferStats, reset_stats, stats, trace
+
+__all__ = [
+    "CoherenceError",
+    "RegistrationError",
+    "SmartArrayError",
+    "SmartArrayWarning",
+    "Trace",
+    "TransferError",
+    "TransferEvent",
+    "TransferStats",
+    "__version__",
+    "deregister",
+    "device_array",
+    "device_array_like",
+    "mapped",
+    "mapped_array",
+    "pinned",
+    "pinned_array",
+    "register",
+    "reset_stats",
+    "stats",
+    "stream",
+    "to_device",
+    "trace",
+]

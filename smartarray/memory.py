@@ -1,0 +1,878 @@
+"""The low-level memory primitives, with the signatures of numba.cuda's reference pages.
+
+This is the only module that allocates device or page-locked memory or copies bytes
+between host and device, and every copy it makes is counted in :mod:`smartarray.stats`.
+
+The device objects returned are Numba's own (``DeviceNDArray``, ``DeviceRecord``,
+``MappedNDArray``; ``FakeCUDAArray`` on the simulator), so every kernel takes them. They
+are re-classed into thin subclasses whose copying methods report to the counters; views
+made from them (indexing, ``reshape``, ``ravel``, ``split``, ...) stay counted.
+
+The numba CUDA simulator differs from a GPU in ways this module hides, so that code above
+it behaves the same on both:
+
+- it has no ``cuda.mapped``: :func:`mapped` aliases the host array instead (exactly what
+  a mapping does, minus the hardware);
+- its ``pinned()`` takes one array and its ``pinned_array`` is ordinary memory: page-locking
+  is recorded but emulated;
+- its ``to_device(to=d)`` returns ``None`` and its ``to_device(copy=False)`` copies anyway;
+- its ``mapped_array`` returns a fake device array, not an ``ndarray``: :func:`mapped_array`
+  returns an ``ndarray`` subclass with the ``MappedNDArray`` methods;
+- ``np.asarray`` of a simulated device array aliases device memory (a GPU copies): the
+  counted subclass makes ``__array__`` copy, as on a GPU;
+- ``split`` returns a list there and a generator on a GPU: :meth:`split` returns a list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import cuda
+
+from .errors import RegistrationError
+from .stats import record as _record
+
+__all__ = [
+    "SIMULATOR",
+    "deregister",
+    "device_array",
+    "device_array_like",
+    "mapped",
+    "mapped_array",
+    "pinned",
+    "pinned_array",
+    "register",
+    "stream",
+    "to_device",
+]
+
+#: True when numba.cuda is the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+SIMULATOR: bool = bool(numba.config.ENABLE_CUDASIM)
+
+_ORDERS = ("C", "F")
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checking: every public function validates before it allocates or copies anything.
+
+
+def _check_shape(shape: Any, name: str = "shape") -> tuple[int, ...]:
+    if isinstance(shape, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an int or a tuple of ints, got {shape!r}")
+    try:
+        dims = (operator.index(shape),)
+    except TypeError:
+        try:
+            dims = tuple(operator.index(d) for d in shape)
+        except TypeError:
+            raise TypeError(f"{name} must be an int or a tuple of ints, got {shape!r}") from None
+        if any(isinstance(d, (bool, np.bool_)) for d in shape):
+            raise TypeError(f"{name} must be an int or a tuple of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"{name} must not have negative dimensions, got {shape!r}")
+    return dims
+
+
+def _check_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(
+            f"{name} must be a NumPy dtype or something np.dtype() accepts: {exc}"
+        ) from None
+    if dt.hasobject:
+        raise TypeError(
+            f"{name} {dt} holds Python objects, which device memory cannot hold; "
+            "use a numeric, boolean or structured dtype"
+        )
+    return dt
+
+
+def _check_order(order: Any) -> str:
+    if order not in _ORDERS:
+        raise ValueError(f"order must be 'C' or 'F', got {order!r}")
+    return order
+
+
+def _check_strides(strides: Any, ndim: int) -> tuple[int, ...] | None:
+    if strides is None:
+        return None
+    try:
+        result = tuple(operator.index(s) for s in strides)
+    except TypeError:
+        raise TypeError(f"strides must be None or a tuple of ints, got {strides!r}") from None
+    if len(result) != ndim:
+        raise ValueError(f"strides must have one entry per dimension ({ndim}), got {strides!r}")
+    return result
+
+
+def _check_stream(stream: Any) -> Any:
+    """Accept 0 (the default stream) or a stream object, as numba.cuda does."""
+    if stream is None:
+        return 0
+    if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
+        if stream != 0:
+            raise ValueError(
+                f"stream must be 0 (the default stream) or a stream object, got {stream!r}"
+            )
+        return 0
+    if callable(getattr(stream, "synchronize", None)):
+        return stream
+    raise TypeError(
+        "stream must be 0 (the default stream) or a stream from smartarray.stream() "
+        f"or numba.cuda.stream(), got {type(stream).__name__}"
+    )
+
+
+def _check_host_array(ary: Any, name: str) -> np.ndarray:
+    if not isinstance(ary, np.ndarray):
+        raise TypeError(f"{name} must be numpy.ndarray, got {type(ary).__name__}")
+    return ary
+
+
+def _host_array_from(obj: Any) -> np.ndarray | np.void:
+    """Turn ``obj`` into something numba can upload, with errors that name ``obj``."""
+    if isinstance(obj, np.void):
+        _check_dtype(obj.dtype, "obj.dtype")
+        return obj
+    try:
+        ary = np.asarray(obj)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"obj cannot be turned into an array: {exc}") from None
+    if ary.dtype.hasobject:
+        raise TypeError(
+            "obj has object dtype (ragged or Python objects), which device memory cannot "
+            "hold; pass a numeric, boolean or structured array"
+        )
+    if ary.dtype.kind in "US":
+        raise TypeError(f"obj has string dtype {ary.dtype}; device arrays hold numbers and records")
+    if not _is_contiguous(ary):
+        raise ValueError(
+            "obj must be C- or F-contiguous to be copied in one transfer; "
+            "pass np.ascontiguousarray(obj)"
+        )
+    return ary
+
+
+def _is_contiguous(ary: np.ndarray) -> bool:
+    # Broadcast (stride 0) and length-1 dimensions do not break contiguity for numba.
+    if ary.size == 0:
+        return True
+    core = ary[tuple(0 if s == 0 else slice(None) for s in ary.strides)] if ary.ndim else ary
+    return bool(core.flags.c_contiguous or core.flags.f_contiguous)
+
+
+def describe(ary: Any) -> str:
+    """A short description of an array for trace events, e.g. ``'float64[10]'``."""
+    dtype = getattr(ary, "dtype", None)
+    shape = getattr(ary, "shape", ())
+    dims = ",".join(str(d) for d in shape)
+    return f"{dtype}[{dims}]"
+
+
+def _is_device_array(obj: Any) -> bool:
+    return bool(getattr(obj, "__cuda_ndarray__", False)) and not isinstance(obj, np.ndarray)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counted device objects.
+
+
+class _Counted:
+    """Mixin that counts the copies a numba device object makes and keeps its views counted."""
+
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+        """Copy ``self`` to ``ary`` or to a new ndarray (returned), on ``stream`` if given."""
+        stream = _check_stream(stream)
+        if ary is not None:
+            _check_host_array(ary, "ary")
+        result = super().copy_to_host(ary, stream=stream)  # type: ignore[misc]
+        if self.alloc_size:  # type: ignore[attr-defined]
+            _record("d2h", self.alloc_size, "copy_to_host", describe(self))  # type: ignore[attr-defined]
+        return result
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        """Copy ``ary`` (host or device memory) into ``self``, on ``stream`` if given."""
+        stream = _check_stream(stream)
+        device_source = _is_device_array(ary)
+        if not device_source:
+            ary = _host_array_from(ary)
+        _check_same_layout(self, ary, "ary")
+        super().copy_to_device(ary, stream=stream)  # type: ignore[misc]
+        if ary.size:
+            direction = "d2d" if device_source else "h2d"
+            _record(direction, self.alloc_size, "copy_to_device", describe(self))  # type: ignore[attr-defined]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        # A GPU copies to the host here; the simulator would alias device memory.
+        host = self.copy_to_host()
+        return host if dtype is None else host.astype(dtype, copy=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # The simulator's fake array forwards unknown attributes to the ndarray it wraps;
+        # forwarding these two would let np.asarray alias device memory, which a GPU array
+        # cannot do (it has neither attribute).
+        if name in ("__array_interface__", "__array_struct__"):
+            raise AttributeError(name)
+        forward = getattr(super(), "__getattr__", None)
+        if forward is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return forward(name)
+
+    def __getitem__(self, item: Any) -> Any:
+        result = super().__getitem__(item)  # type: ignore[misc]
+        if _is_device_array(result):
+            return _adopt(result)
+        if _in_simulated_kernel():
+            return result  # a kernel's own element access, not a transfer
+        # A scalar element read from device memory is a device-to-host copy on a GPU.
+        _record("d2h", self.dtype.itemsize, "element read", describe(self))  # type: ignore[attr-defined]
+        return result
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)  # type: ignore[misc]
+        if not _is_device_array(value) and not _in_simulated_kernel():
+            nbytes = np.asarray(value, dtype=self.dtype).nbytes  # type: ignore[attr-defined]
+            _record("h2d", nbytes, "element write", describe(self))
+
+    def reshape(self, *newshape: Any, **kws: Any) -> Any:
+        """Reshape without changing contents, like ``numpy.ndarray.reshape`` (``order=`` too)."""
+        return _adopt(super().reshape(*newshape, **kws))  # type: ignore[misc]
+
+    def ravel(self, order: str = "C", stream: Any = 0) -> Any:
+        """Flatten without changing contents, like ``numpy.ndarray.ravel``."""
+        if SIMULATOR:
+            return _adopt(super().ravel(order=order))  # type: ignore[misc]
+        return _adopt(super().ravel(order=order, stream=stream))  # type: ignore[misc]
+
+    def split(self, section: int, stream: Any = 0) -> list[Any]:
+        """Split into parts of ``section`` elements (the last may be smaller), as a list."""
+        return [_adopt(part) for part in super().split(section, stream=stream)]  # type: ignore[misc]
+
+    def bind(self, stream: Any = 0) -> Any:
+        """A copy of this reference whose operations default to ``stream``."""
+        return _adopt(super().bind(stream))  # type: ignore[misc]
+
+    def view(self, *args: Any, **kwargs: Any) -> Any:
+        """The same memory seen with another dtype."""
+        return _adopt(super().view(*args, **kwargs))  # type: ignore[misc]
+
+    def transpose(self, axes: Any = None) -> Any:
+        """The transposed array."""
+        return _adopt(super().transpose(axes))  # type: ignore[misc]
+
+    @property
+    def T(self) -> Any:  # noqa: N802 - numpy's name
+        """The transposed array."""
+        return self.transpose()
+
+
+def _in_simulated_kernel() -> bool:
+    """Whether the simulator is running a kernel (whose element accesses are no transfers)."""
+    if not SIMULATOR:
+        return False
+    from numba.cuda.simulator import kernel
+
+    return kernel._get_kernel_context() is not None
+
+
+def _check_same_layout(dst: Any, src: Any, name: str) -> None:
+    if np.dtype(src.dtype) != np.dtype(dst.dtype):
+        raise ValueError(f"{name} has dtype {src.dtype}, the destination has dtype {dst.dtype}")
+    if tuple(s for s in src.shape if s != 1) != tuple(s for s in dst.shape if s != 1):
+        raise ValueError(
+            f"{name} has shape {tuple(src.shape)}, the destination has shape {tuple(dst.shape)}"
+        )
+
+
+_COUNTED: dict[type, type] = {}
+
+
+# A mapped array is host memory: indexing, views and ``np.asarray`` are ndarray's own.
+_NDARRAY_PASSTHROUGH = {
+    name: getattr(np.ndarray, name)
+    for name in (
+        "__getitem__",
+        "__setitem__",
+        "__array__",
+        "__array_interface__",
+        "__array_struct__",
+        "reshape",
+        "ravel",
+        "view",
+        "transpose",
+        "T",
+    )
+}
+
+
+def _counted_class(base: type) -> type:
+    counted = _COUNTED.get(base)
+    if counted is None:
+        namespace: dict[str, Any] = {"__module__": __name__}
+        if issubclass(base, np.ndarray):
+            namespace.update(_NDARRAY_PASSTHROUGH)
+        counted = type(base.__name__, (_Counted, base), namespace)
+        _COUNTED[base] = counted
+        _COUNTED[counted] = counted
+    return counted
+
+
+def _adopt(obj: Any) -> Any:
+    """Re-class a numba device object so its copies are counted (returns ``obj``)."""
+    if obj is None or isinstance(obj, _Counted):
+        return obj
+    if _is_device_array(obj) or isinstance(obj, _SimMappedNDArray):
+        obj.__class__ = _counted_class(type(obj))
+    return obj
+
+
+class _SimMappedNDArray(np.ndarray):
+    """The simulator's stand-in for ``MappedNDArray``: a host ndarray with its device methods.
+
+    On a GPU a mapped array is host memory that kernels address directly. The simulator runs
+    kernels on host memory anyway, so the ndarray itself is the mapping.
+    """
+
+    @property
+    def alloc_size(self) -> int:
+        return self.nbytes
+
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+        if ary is None:
+            return np.array(self, copy=True, subok=False)
+        np.copyto(ary, self.view(np.ndarray))
+        return ary
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        np.copyto(self.view(np.ndarray), np.asarray(ary))
+
+    def split(self, section: int, stream: Any = 0) -> list[np.ndarray]:
+        if self.ndim != 1:
+            raise ValueError("only support 1d array")
+        return [self[i : i + section] for i in range(0, self.size, section)]
+
+    def is_c_contiguous(self) -> bool:
+        return bool(self.flags.c_contiguous)
+
+    def is_f_contiguous(self) -> bool:
+        return bool(self.flags.f_contiguous)
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference primitives.
+
+
+def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> Any:
+    """Allocate and transfer a numpy ndarray or structured scalar to the device.
+
+    Parameters
+    ----------
+    obj : array_like or numpy.void
+        The host data: an ndarray (C- or F-contiguous), anything ``np.asarray`` turns into one,
+        a structured scalar (``np.void``), or a device array (device-to-device with ``to``).
+    stream : int or Stream, optional
+        0 for the default stream, or a stream to enqueue the transfer on.
+    copy : bool, optional
+        With ``False``, allocate a device array like ``obj`` without copying its values.
+    to : device array, optional
+        An existing device array to copy into; it is returned. Its shape and dtype must
+        match ``obj``'s.
+
+    Returns
+    -------
+    DeviceNDArray or DeviceRecord
+        Numba's own device object, which every kernel takes.
+
+    Raises
+    ------
+    TypeError
+        ``obj`` holds Python objects or strings; ``stream`` is not a stream.
+    ValueError
+        ``obj`` is not contiguous or not array-like; ``to`` has another shape or dtype.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> d_ary = sa.to_device(np.arange(10))
+    >>> d_ary.copy_to_host()[:3]
+    array([0, 1, 2])
+    """
+    stream = _check_stream(stream)
+    if to is not None:
+        if not _is_device_array(to):
+            raise TypeError(f"to must be a device array, got {type(to).__name__}")
+        to = _adopt(to)
+        if copy:
+            to.copy_to_device(
+                obj if _is_device_array(obj) else _host_array_from(obj), stream=stream
+            )
+        return to
+    if _is_device_array(obj):
+        return _adopt(obj)  # numba too returns device memory as it is
+    host = _host_array_from(obj)
+    if not copy:
+        if isinstance(host, np.void):
+            return _adopt(cuda.to_device(np.zeros((), dtype=host.dtype)[()], stream=stream))
+        return device_array_like(host, stream=stream)
+    devobj = _adopt(cuda.to_device(host, stream=stream))
+    if host.nbytes:
+        _record("h2d", host.nbytes, "to_device", describe(host))
+    return devobj
+
+
+def device_array(
+    shape: Any, dtype: Any = np.float64, strides: Any = None, order: str = "C", stream: Any = 0
+) -> Any:
+    """Allocate an empty device ndarray. Similar to :func:`numpy.empty`.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+    dtype : dtype, optional
+    strides : tuple of int, optional
+        Byte strides; default: contiguous in ``order``.
+    order : {'C', 'F'}, optional
+    stream : int or Stream, optional
+
+    Returns
+    -------
+    DeviceNDArray
+
+    Examples
+    --------
+    >>> import smartarray as sa
+    >>> sa.device_array((2, 3), dtype='f4').shape
+    (2, 3)
+    """
+    dims = _check_shape(shape)
+    dt = _check_dtype(dtype)
+    strides = _check_strides(strides, len(dims))
+    order = _check_order(order)
+    stream = _check_stream(stream)
+    if SIMULATOR:
+        return _adopt(
+            cuda.device_array(dims, dtype=dt, strides=strides, order=order, stream=stream)
+        )
+    return _adopt(cuda.device_array(dims, dt, strides, order, stream))
+
+
+def device_array_like(ary: Any, stream: Any = 0) -> Any:
+    """Allocate an empty device array with the shape, dtype and layout of ``ary``.
+
+    Parameters
+    ----------
+    ary : numpy.ndarray or device array
+    stream : int or Stream, optional
+
+    Returns
+    -------
+    DeviceNDArray
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> sa.device_array_like(np.zeros((4, 2), order='F')).is_f_contiguous()
+    True
+    """
+    if not (isinstance(ary, np.ndarray) or _is_device_array(ary)):
+        raise TypeError(f"ary must be an ndarray or a device array, got {type(ary).__name__}")
+    _check_dtype(ary.dtype, "ary.dtype")
+    stream = _check_stream(stream)
+    return _adopt(cuda.device_array_like(ary, stream=stream))
+
+
+def pinned_array(
+    shape: Any, dtype: Any = np.float64, strides: Any = None, order: str = "C"
+) -> np.ndarray:
+    """Allocate an ndarray whose buffer is pinned (page-locked). Similar to :func:`numpy.empty`.
+
+    Page-locked host memory transfers faster and asynchronously. On the simulator the
+    memory is ordinary (emulated pinning).
+
+    Examples
+    --------
+    >>> import smartarray as sa
+    >>> a = sa.pinned_array(4, dtype='i4')
+    >>> type(a).__name__, a.shape
+    ('ndarray', (4,))
+    """
+    dims = _check_shape(shape)
+    dt = _check_dtype(dtype)
+    strides = _check_strides(strides, len(dims))
+    order = _check_order(order)
+    return cuda.pinned_array(dims, dtype=dt, strides=strides, order=order)
+
+
+def mapped_array(
+    shape: Any,
+    dtype: Any = np.float64,
+    strides: Any = None,
+    order: str = "C",
+    stream: Any = 0,
+    portable: bool = False,
+    wc: bool = False,
+) -> np.ndarray:
+    """Allocate a host ndarray, pinned and mapped onto the device, that kernels take directly.
+
+    Kernel writes land in host memory with no copy. Similar to :func:`numpy.empty`.
+
+    Parameters
+    ----------
+    shape, dtype, strides, order
+        As for :func:`numpy.empty`.
+    stream : int or Stream, optional
+    portable : bool, optional
+        Make the allocation usable from every device.
+    wc : bool, optional
+        Write-combined memory: faster for the host to write and the device to read, slower
+        otherwise.
+
+    Returns
+    -------
+    MappedNDArray
+        An ``ndarray`` subclass with the device-array methods ``copy_to_host``,
+        ``copy_to_device`` and ``split``.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> m = sa.mapped_array(4, dtype=np.int32)
+    >>> m[:] = 7
+    >>> isinstance(m, np.ndarray), m.copy_to_host().tolist()
+    (True, [7, 7, 7, 7])
+    """
+    dims = _check_shape(shape)
+    dt = _check_dtype(dtype)
+    strides = _check_strides(strides, len(dims))
+    order = _check_order(order)
+    stream = _check_stream(stream)
+    if SIMULATOR:
+        # The simulator's mapped_array is a fake device array, not an ndarray.
+        host = np.ndarray(dims, dtype=dt, strides=strides, order=order)
+        return _adopt(host.view(_SimMappedNDArray))
+    if portable or wc:
+        # numba.cuda.mapped_array accepts these flags but does not pass them to the driver.
+        ctx = cuda.current_context()
+        nbytes = _extent_nbytes(dims, strides, dt, order)
+        buffer = ctx.memhostalloc(nbytes, mapped=True, portable=portable, wc=wc)
+        npary = np.ndarray(dims, dtype=dt, strides=strides, order=order, buffer=buffer)
+        from numba.cuda.cudadrv.devicearray import MappedNDArray
+
+        mappedview = np.ndarray.view(npary, type=MappedNDArray)
+        mappedview.device_setup(buffer, stream=stream)
+        return _adopt(mappedview)
+    return _adopt(cuda.mapped_array(dims, dt, strides, order, stream))
+
+
+def _extent_nbytes(dims: tuple[int, ...], strides: Any, dt: np.dtype, order: str) -> int:
+    if any(d == 0 for d in dims):
+        return 0
+    if strides is None:
+        return int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    return sum((d - 1) * abs(s) for d, s in zip(dims, strides, strict=True)) + dt.itemsize
+
+
+# ---------------------------------------------------------------------------------------------
+# Page-locking and mapping of existing host arrays.
+
+
+def _byte_extent(ary: np.ndarray) -> tuple[int, int]:
+    low, high = (
+        np.byte_bounds(ary) if hasattr(np, "byte_bounds") else np.lib.array_utils.byte_bounds(ary)
+    )
+    return int(low), int(high)
+
+
+class _Registry:
+    """Host memory ranges page-locked through :func:`register`, keyed by byte extent."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pins: dict[tuple[int, int], Any] = {}
+
+    def is_registered(self, ary: np.ndarray) -> bool:
+        with self._lock:
+            return _byte_extent(ary) in self._pins
+
+    def register(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Page-lock the arrays not registered yet; return those it registered."""
+        with self._lock:
+            todo: dict[tuple[int, int], np.ndarray] = {}
+            for ary in arrays:
+                extent = _byte_extent(ary)
+                if extent in self._pins or extent in todo or extent[0] == extent[1]:
+                    continue
+                for other in (*self._pins, *todo):
+                    if extent[0] < other[1] and other[0] < extent[1]:
+                        raise RegistrationError(
+                            "the array overlaps a registered array without covering the same "
+                            "bytes; register the base array once instead"
+                        )
+                todo[extent] = ary
+            done = []
+            try:
+                for extent, ary in todo.items():
+                    self._pins[extent] = _pin(ary, extent)
+                    done.append(ary)
+            except BaseException:
+                for ary in done:
+                    _unpin(self._pins.pop(_byte_extent(ary)))
+                raise
+            return done
+
+    def deregister(self, arrays: Sequence[np.ndarray]) -> None:
+        with self._lock:
+            extents = []
+            for ary in arrays:
+                extent = _byte_extent(ary)
+                if extent[0] == extent[1]:
+                    continue
+                if extent not in self._pins:
+                    raise RegistrationError(
+                        "cannot deregister an array that is not registered "
+                        "(register it first, or check that it is the same array)"
+                    )
+                extents.append(extent)
+            for extent in dict.fromkeys(extents):
+                _unpin(self._pins.pop(extent))
+
+
+def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
+    if SIMULATOR:
+        return None  # page-locking is emulated on the simulator
+    return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+
+
+def _unpin(pin: Any) -> None:
+    if pin is not None:
+        pin.free()
+
+
+_registry = _Registry()
+
+
+class _Registration:
+    """What :func:`register` returns: usable as a context manager that deregisters on exit."""
+
+    def __init__(self, arrays: tuple[np.ndarray, ...], registered: list[np.ndarray]) -> None:
+        self.arrays = arrays
+        self._registered = registered
+
+    def __enter__(self) -> tuple[np.ndarray, ...]:
+        return self.arrays
+
+    def __exit__(self, *exc: object) -> None:
+        # Only what this call registered: an array registered earlier stays registered.
+        _registry.deregister(self._registered)
+        self._registered = []
+
+    def __repr__(self) -> str:
+        return f"<smartarray registration of {len(self.arrays)} array(s)>"
+
+
+def register(*arrays: np.ndarray) -> _Registration:
+    """Page-lock every given host array until :func:`deregister`; also a context manager.
+
+    Registering an array that is already registered does nothing (it stays registered once,
+    and one :func:`deregister` releases it). Used in a ``with`` block, the arrays this call
+    registered are deregistered on exit.
+
+    Parameters
+    ----------
+    *arrays : numpy.ndarray
+
+    Raises
+    ------
+    TypeError
+        An argument is not an ndarray.
+    RegistrationError
+        An array overlaps a registered one without covering the same bytes.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a, b = np.arange(10), np.arange(10)
+    >>> with sa.register(a, b):
+    ...     pass
+    """
+    for i, ary in enumerate(arrays):
+        _check_host_array(ary, f"arrays[{i}]")
+    return _Registration(arrays, _registry.register(arrays))
+
+
+def deregister(*arrays: np.ndarray) -> None:
+    """Release the page-locking of arrays registered with :func:`register`.
+
+    Raises
+    ------
+    RegistrationError
+        An array is not registered; nothing is deregistered then.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = np.zeros(8)
+    >>> _ = sa.register(a)
+    >>> sa.deregister(a)
+    """
+    for i, ary in enumerate(arrays):
+        _check_host_array(ary, f"arrays[{i}]")
+    _registry.deregister(arrays)
+
+
+def is_registered(ary: np.ndarray) -> bool:
+    """Whether ``ary`` is currently registered with :func:`register`."""
+    return _registry.is_registered(_check_host_array(ary, "ary"))
+
+
+@contextlib.contextmanager
+def pinned(*arrays: np.ndarray) -> Iterator[None]:
+    """A context manager page-locking a sequence of host ndarrays for its duration.
+
+    Arrays already registered with :func:`register` stay registered afterwards.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = np.zeros(1000)
+    >>> with sa.pinned(a):
+    ...     d = sa.to_device(a)
+    """
+    for i, ary in enumerate(arrays):
+        _check_host_array(ary, f"arrays[{i}]")
+    registered = _registry.register(arrays)
+    try:
+        yield
+    finally:
+        _registry.deregister(registered)
+
+
+@contextlib.contextmanager
+def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
+    """A context manager mapping host ndarrays into device memory for its duration.
+
+    Yields one device array for one host array, a list of them for several. Kernel writes to
+    the device arrays land directly in the host arrays, without a copy.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = np.zeros(4)
+    >>> with sa.mapped(a) as d_a:
+    ...     d_a.shape
+    (4,)
+    """
+    for i, ary in enumerate(arrays):
+        _check_host_array(ary, f"arrays[{i}]")
+        _check_dtype(ary.dtype, f"arrays[{i}].dtype")
+    stream = _check_stream(stream)
+    if SIMULATOR:
+        # No cuda.mapped on the simulator: a fake device array wrapping the host array
+        # aliases its memory, which is what a mapping is.
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        devarys = [_adopt(FakeCUDAArray(ary, stream=stream)) for ary in arrays]
+        yield devarys[0] if len(devarys) == 1 else devarys
+        return
+    with cuda.mapped(*arrays, stream=stream) as devs:
+        if len(arrays) == 1:
+            yield _adopt(devs)
+        else:
+            yield [_adopt(d) for d in devs]
+
+
+def stream() -> Any:
+    """Create and return a CUDA stream, a command queue for the device.
+
+    The stream has ``synchronize()`` (wait for all its commands) and ``auto_synchronize()``
+    (a context manager that synchronizes on exit).
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> s = sa.stream()
+    >>> with s.auto_synchronize():
+    ...     d = sa.to_device(np.arange(4), stream=s)
+    """
+    return cuda.stream()
+
+
+# ---------------------------------------------------------------------------------------------
+# Byte-range copies for the layers above (SmartArray).
+
+
+def copy_range(
+    direction: str,
+    host_bytes: np.ndarray,
+    device_bytes: Any,
+    start: int,
+    stop: int,
+    stream: Any = 0,
+    reason: str = "",
+    array: str = "",
+) -> None:
+    """Copy bytes ``[start, stop)`` between a host and a device byte buffer, and count it.
+
+    Parameters
+    ----------
+    direction : {'h2d', 'd2h'}
+    host_bytes : numpy.ndarray
+        A 1-D contiguous ``uint8`` view of the host buffer.
+    device_bytes : device array
+        A 1-D contiguous ``uint8`` view of the device buffer.
+    start, stop : int
+        The byte range.
+    stream : int or Stream
+        Where the copy is enqueued.
+    reason, array : str
+        Shown in trace events.
+    """
+    if stop <= start:
+        return
+    host_part = host_bytes[start:stop]
+    device_part = _raw(device_bytes)[start:stop]
+    if direction == "h2d":
+        device_part.copy_to_device(host_part, stream=stream)
+    elif direction == "d2h":
+        device_part.copy_to_host(host_part, stream=stream)
+    else:
+        raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    _record(direction, stop - start, reason, array)
+
+
+def _raw(devary: Any) -> _Uncounted:
+    """The numba object underneath a counted one, so internal copies are counted once."""
+    return _Uncounted(devary)
+
+
+class _Uncounted:
+    """Calls numba's own copy methods on a counted device object, bypassing the counting."""
+
+    __slots__ = ("_dev",)
+
+    def __init__(self, dev: Any) -> None:
+        self._dev = dev
+
+    def __getitem__(self, item: Any) -> _Uncounted:
+        base = _base_class(self._dev)
+        return _Uncounted(base.__getitem__(self._dev, item))
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        _base_class(self._dev).copy_to_device(self._dev, ary, stream=stream)
+
+    def copy_to_host(self, ary: Any = None, stream: Any = 0) -> Any:
+        return _base_class(self._dev).copy_to_host(self._dev, ary, stream=stream)
+
+
+def _base_class(dev: Any) -> type:
+    cls = type(dev)
+    if issubclass(cls, _Counted):
+        return next(c for c in cls.__mro__[1:] if c is not _Counted and not issubclass(c, _Counted))
+    return cls

@@ -1,0 +1,51 @@
+"""The public namespace: one surface, pinned."""
+
+from __future__ import annotations
+
+import smartarray as sa
+
+PUBLIC = [
+    "CoherenceError",
+    "RegistrationError",
+    "SmartArrayError",
+    "SmartArrayWarning",
+    "Trace",
+    "TransferError",
+    "TransferEvent",
+    "TransferStats",
+    "__version__",
+    "deregister",
+    "device_array",
+    "device_array_like",
+    "mapped",
+    "mapped_array",
+    "pinned",
+    "pinned_array",
+    "register",
+    "reset_stats",
+    "stats",
+    "stream",
+    "to_device",
+    "trace",
+]
+
+
+def test_all_is_sorted_and_pinned():
+    assert sa.__all__ == sorted(sa.__all__)
+    assert sa.__all__ == PUBLIC
+
+
+def test_every_public_name_exists_and_is_documented():
+    for name in sa.__all__:
+        obj = getattr(sa, name)
+        if name != "__version__":
+            assert obj.__doc__, name
+
+
+def test_errors_subclass_what_users_catch():
+    assert issubclass(sa.RegistrationError, ValueError)
+    assert issubclass(sa.TransferError, RuntimeError)
+    assert issubclass(sa.CoherenceError, RuntimeError)
+    for cls in (sa.RegistrationError, sa.TransferError, sa.CoherenceError):
+        assert issubclass(cls, sa.SmartArrayError)
+    assert issubclass(sa.SmartArrayWarning, UserWarning)

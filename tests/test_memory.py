@@ -1,0 +1,554 @@
+"""The low-level primitives: reference signatures, behaviour, exact transfer counts, errors."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import smartarray as sa
+from smartarray import memory
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stats():
+    sa.reset_stats()
+    yield
+
+
+def delta(before: sa.TransferStats) -> sa.TransferStats:
+    return sa.stats() - before
+
+
+# --- signatures, exactly as on the reference pages ------------------------------------------
+
+P = inspect.Parameter
+REFERENCE_SIGNATURES = {
+    "to_device": "(obj, stream=0, copy=True, to=None)",
+    "device_array": "(shape, dtype=<class 'numpy.float64'>, strides=None, order='C', stream=0)",
+    "device_array_like": "(ary, stream=0)",
+    "pinned_array": "(shape, dtype=<class 'numpy.float64'>, strides=None, order='C')",
+    "mapped_array": (
+        "(shape, dtype=<class 'numpy.float64'>, strides=None, order='C', stream=0, "
+        "portable=False, wc=False)"
+    ),
+    "pinned": "(*arrays)",
+    "mapped": "(*arrays, stream=0)",
+    "register": "(*arrays)",
+    "deregister": "(*arrays)",
+    "stream": "()",
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE_SIGNATURES))
+def test_reference_signature(name):
+    fn = getattr(sa, name)
+    sig = inspect.signature(fn)
+    plain = sig.replace(
+        parameters=[p.replace(annotation=P.empty) for p in sig.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
+    assert str(plain) == REFERENCE_SIGNATURES[name]
+    assert "Examples" in fn.__doc__
+
+
+# --- to_device --------------------------------------------------------------------------------
+
+DTYPES = [np.float64, np.float32, np.int8, np.int64, np.complex128, np.bool_, np.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 2), (), (0,), (0, 3)])
+def test_to_device_round_trip_counts_bytes(dtype, shape):
+    host = (np.arange(int(np.prod(shape))) % 5).astype(dtype).reshape(shape)
+    before = sa.stats()
+    d = sa.to_device(host)
+    assert d.shape == host.shape and d.dtype == host.dtype
+    back = d.copy_to_host()
+    np.testing.assert_array_equal(back, host)
+    moved = delta(before)
+    expected_count = 1 if host.nbytes else 0
+    assert (moved.h2d_count, moved.h2d_bytes) == (expected_count, host.nbytes)
+    assert (moved.d2h_count, moved.d2h_bytes) == (expected_count, host.nbytes)
+    assert moved.d2d_count == 0
+
+
+def test_to_device_fortran_order_keeps_layout():
+    host = np.asfortranarray(np.arange(12.0).reshape(3, 4))
+    d = sa.to_device(host)
+    assert d.is_f_contiguous() and not d.is_c_contiguous()
+    np.testing.assert_array_equal(d.copy_to_host(), host)
+
+
+def test_to_device_accepts_array_likes():
+    d = sa.to_device([[1, 2], [3, 4]])
+    np.testing.assert_array_equal(d.copy_to_host(), [[1, 2], [3, 4]])
+
+
+def test_to_device_structured_scalar_gives_record():
+    dt = np.dtype([("x", np.float64), ("n", np.int32)])
+    rec = np.array([(1.5, 7)], dtype=dt)[0]
+    before = sa.stats()
+    d = sa.to_device(rec)
+    back = d.copy_to_host()
+    assert back["x"] == 1.5 and back["n"] == 7
+    moved = delta(before)
+    assert moved.h2d_bytes == dt.itemsize and moved.d2h_bytes == dt.itemsize
+
+
+def test_record_copy_to_device_and_into_existing_host():
+    dt = np.dtype([("x", np.float64), ("n", np.int32)])
+    d = sa.to_device(np.zeros(1, dtype=dt)[0])
+    d.copy_to_device(np.array([(2.5, 3)], dtype=dt)[0])
+    out = np.zeros((), dtype=dt)
+    d.copy_to_host(out)
+    assert out["x"] == 2.5 and out["n"] == 3
+
+
+def test_to_device_copy_false_allocates_without_copying():
+    host = np.arange(6.0)
+    before = sa.stats()
+    d = sa.to_device(host, copy=False)
+    assert d.shape == host.shape and d.dtype == host.dtype
+    assert delta(before).count == 0
+
+
+def test_to_device_to_existing_returns_it_and_copies():
+    target = sa.device_array(5, dtype=np.int32)
+    before = sa.stats()
+    result = sa.to_device(np.arange(5, dtype=np.int32), to=target)
+    assert result is target
+    np.testing.assert_array_equal(target.copy_to_host(), np.arange(5))
+    assert delta(before).h2d_bytes == 20
+
+
+def test_to_device_to_existing_from_device_is_device_to_device():
+    src = sa.to_device(np.arange(4.0))
+    dst = sa.device_array(4)
+    before = sa.stats()
+    assert sa.to_device(src, to=dst) is dst
+    moved = delta(before)
+    assert (moved.d2d_count, moved.d2d_bytes, moved.h2d_count) == (1, 32, 0)
+    np.testing.assert_array_equal(dst.copy_to_host(), np.arange(4.0))
+
+
+def test_to_device_of_device_array_returns_it():
+    d = sa.to_device(np.arange(3))
+    assert sa.to_device(d) is d
+
+
+def test_to_device_on_stream():
+    s = sa.stream()
+    host = np.arange(8.0)
+    d = sa.to_device(host, stream=s)
+    out = d.copy_to_host(stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(out, host)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"obj": np.array([object(), 1], dtype=object)}, TypeError, "object dtype"),
+        ({"obj": [[1, 2], [3]]}, (TypeError, ValueError), "obj"),
+        ({"obj": np.array(["a", "b"])}, TypeError, "string"),
+        ({"obj": np.arange(10.0)[::2]}, ValueError, "contiguous"),
+        ({"obj": np.arange(3.0), "stream": "fast"}, TypeError, "stream"),
+        ({"obj": np.arange(3.0), "stream": 3}, ValueError, "stream"),
+        ({"obj": np.arange(3.0), "to": np.zeros(3)}, TypeError, "to must be a device array"),
+    ],
+)
+def test_to_device_bad_input(kwargs, error, words):
+    before = sa.stats()
+    with pytest.raises(error, match=words):
+        sa.to_device(**kwargs)
+    assert delta(before).count == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "words"),
+    [(np.arange(4, dtype=np.int32), "shape"), (np.arange(5, dtype=np.int64), "dtype")],
+)
+def test_to_device_mismatched_to_is_value_error_and_changes_nothing(host, words):
+    target = sa.to_device(np.full(5, 9, dtype=np.int32))
+    before = sa.stats()
+    with pytest.raises(ValueError, match=words):
+        sa.to_device(host, to=target)
+    assert delta(before).count == 0
+    np.testing.assert_array_equal(target.copy_to_host(), np.full(5, 9))
+
+
+# --- device_array, device_array_like ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_device_array_order_and_default_dtype(order):
+    d = sa.device_array((3, 4), order=order)
+    assert d.dtype == np.float64 and d.shape == (3, 4)
+    assert d.is_c_contiguous() == (order == "C")
+    assert d.is_f_contiguous() == (order == "F")
+
+
+def test_device_array_int_shape_and_zero_size():
+    assert sa.device_array(5, dtype=np.int16).shape == (5,)
+    assert sa.device_array((0, 4)).size == 0
+    assert sa.device_array(()).shape == ()
+
+
+def test_device_array_with_strides():
+    d = sa.device_array((2, 3), dtype=np.float32, strides=(4, 8))
+    assert d.strides == (4, 8)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "words"),
+    [
+        ((-1,), {}, ValueError, "negative"),
+        (((2, -3),), {}, ValueError, "negative"),
+        ((2.5,), {}, TypeError, "shape"),
+        (("ten",), {}, TypeError, "shape"),
+        ((True,), {}, TypeError, "shape"),
+        ((3,), {"order": "K"}, ValueError, "order"),
+        ((3,), {"dtype": object}, TypeError, "objects"),
+        ((3,), {"dtype": "not-a-dtype"}, TypeError, "dtype"),
+        ((3,), {"strides": (8, 8)}, ValueError, "strides"),
+        ((3,), {"strides": "x"}, TypeError, "strides"),
+        ((3,), {"stream": object()}, TypeError, "stream"),
+    ],
+)
+def test_device_array_bad_input(args, kwargs, error, words):
+    with pytest.raises(error, match=words):
+        sa.device_array(*args, **kwargs)
+
+
+@pytest.mark.parametrize("source", ["host", "device"])
+def test_device_array_like(source):
+    host = np.asfortranarray(np.zeros((3, 5), dtype=np.int32))
+    like = host if source == "host" else sa.to_device(host)
+    before = sa.stats()
+    d = sa.device_array_like(like)
+    assert (d.shape, d.dtype, d.is_f_contiguous()) == ((3, 5), np.int32, True)
+    assert delta(before).count == 0
+
+
+def test_device_array_like_bad_input():
+    with pytest.raises(TypeError, match="ary must be"):
+        sa.device_array_like([1, 2, 3])
+    with pytest.raises(TypeError, match="objects"):
+        sa.device_array_like(np.array([None]))
+
+
+# --- device-object methods of the reference pages -------------------------------------------
+
+
+def test_copy_to_device_host_to_device_and_device_to_device():
+    d = sa.device_array(6, dtype=np.int64)
+    before = sa.stats()
+    d.copy_to_device(np.arange(6))
+    other = sa.device_array(6, dtype=np.int64)
+    other.copy_to_device(d)
+    moved = delta(before)
+    assert (moved.h2d_count, moved.h2d_bytes, moved.d2d_count, moved.d2d_bytes) == (1, 48, 1, 48)
+    np.testing.assert_array_equal(other.copy_to_host(), np.arange(6))
+
+
+def test_copy_to_device_mismatch_changes_nothing():
+    d = sa.to_device(np.arange(4.0))
+    before = sa.stats()
+    with pytest.raises(ValueError, match="shape"):
+        d.copy_to_device(np.zeros(5))
+    assert delta(before).count == 0
+    np.testing.assert_array_equal(d.copy_to_host(), np.arange(4.0))
+
+
+@pytest.mark.parametrize("use_stream", [False, True])
+def test_copy_to_host_with_and_without_ary(use_stream):
+    s = sa.stream() if use_stream else 0
+    d = sa.to_device(np.arange(10.0))
+    fresh = d.copy_to_host(stream=s)
+    into = np.zeros(10)
+    returned = d.copy_to_host(into, stream=s)
+    if use_stream:
+        s.synchronize()
+    assert returned is into
+    np.testing.assert_array_equal(fresh, np.arange(10.0))
+    np.testing.assert_array_equal(into, np.arange(10.0))
+
+
+def test_copy_to_host_rejects_non_array():
+    d = sa.to_device(np.arange(3.0))
+    with pytest.raises(TypeError, match="ary must be"):
+        d.copy_to_host([0, 0, 0])
+
+
+def test_ravel_and_reshape_with_order():
+    host = np.arange(12.0).reshape(3, 4)
+    d = sa.to_device(host)
+    np.testing.assert_array_equal(d.ravel().copy_to_host(), host.ravel())
+    r = d.reshape(4, 3)
+    np.testing.assert_array_equal(r.copy_to_host(), host.reshape(4, 3))
+    f = sa.to_device(np.asfortranarray(host)).reshape(2, 6, order="F")
+    assert f.shape == (2, 6) and f.is_f_contiguous()
+    np.testing.assert_array_equal(
+        f.copy_to_host(), np.asfortranarray(host).reshape(2, 6, order="F")
+    )
+
+
+def test_split_counts_and_values():
+    d = sa.to_device(np.arange(10, dtype=np.int32))
+    parts = d.split(4)
+    assert [p.shape for p in parts] == [(4,), (4,), (2,)]
+    before = sa.stats()
+    values = [p.copy_to_host() for p in parts]
+    np.testing.assert_array_equal(np.concatenate(values), np.arange(10))
+    assert delta(before).d2h_bytes == 40
+
+
+def test_views_stay_counted():
+    d = sa.to_device(np.arange(8.0))
+    before = sa.stats()
+    d[2:6].copy_to_host()
+    assert delta(before).d2h_bytes == 32
+
+
+def test_element_read_is_a_counted_transfer():
+    d = sa.to_device(np.arange(5, dtype=np.int16))
+    before = sa.stats()
+    assert d[3] == 3
+    assert (delta(before).d2h_count, delta(before).d2h_bytes) == (1, 2)
+
+
+def test_np_asarray_of_device_array_copies_not_aliases():
+    d = sa.to_device(np.arange(4.0))
+    before = sa.stats()
+    host = np.asarray(d)
+    host[0] = 99.0
+    assert d.copy_to_host()[0] == 0.0
+    assert delta(before).d2h_count == 2
+
+
+# --- pinned, mapped ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_pinned_array(order):
+    a = sa.pinned_array((3, 2), dtype=np.int32, order=order)
+    assert isinstance(a, np.ndarray) and a.shape == (3, 2) and a.dtype == np.int32
+    assert a.flags.f_contiguous == (order == "F") or a.shape[1] == 1
+    a[...] = 4
+    assert sa.to_device(a).copy_to_host().sum() == 24
+    assert sa.pinned_array(4).dtype == np.float64
+
+
+def test_pinned_array_bad_input():
+    with pytest.raises(ValueError, match="negative"):
+        sa.pinned_array(-2)
+    with pytest.raises(ValueError, match="order"):
+        sa.pinned_array(2, order="A")
+
+
+@cuda.jit
+def _add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+@pytest.mark.parametrize("flags", [{}, {"portable": True}, {"wc": True}])
+def test_mapped_array_is_host_ndarray_kernels_take(flags):
+    m = sa.mapped_array(8, dtype=np.float32, **flags)
+    assert isinstance(m, np.ndarray)
+    m[:] = np.arange(8)
+    before = sa.stats()
+    _add_one[1, 8](m)
+    cuda.synchronize()
+    np.testing.assert_array_equal(m, np.arange(8) + 1)
+    assert delta(before).count == 0  # zero-copy: nothing crossed
+
+
+def test_mapped_array_device_methods():
+    m = sa.mapped_array(6, dtype=np.int64)
+    m.copy_to_device(np.arange(6))
+    np.testing.assert_array_equal(m.copy_to_host(), np.arange(6))
+    assert [p.shape for p in m.split(4)] == [(4,), (2,)]
+    assert m.is_c_contiguous()
+
+
+def test_pinned_context_manager():
+    a, b = np.arange(4.0), np.arange(3.0)
+    with sa.pinned(a, b):
+        assert memory.is_registered(a) and memory.is_registered(b)
+        np.testing.assert_array_equal(sa.to_device(a).copy_to_host(), a)
+    assert not memory.is_registered(a) and not memory.is_registered(b)
+
+
+def test_pinned_keeps_earlier_registration():
+    a = np.arange(4.0)
+    sa.register(a)
+    with sa.pinned(a):
+        pass
+    assert memory.is_registered(a)
+    sa.deregister(a)
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_mapped_kernel_writes_land_in_host_arrays(count):
+    arrays = [np.zeros(5, dtype=np.float64) for _ in range(count)]
+    before = sa.stats()
+    with sa.mapped(*arrays) as devs:
+        devs = [devs] if count == 1 else devs
+        assert len(devs) == count
+        for dev in devs:
+            _add_one[1, 8](dev)
+        cuda.synchronize()
+    for ary in arrays:
+        np.testing.assert_array_equal(ary, np.ones(5))
+    assert delta(before).count == 0
+
+
+def test_mapped_and_pinned_reject_non_arrays():
+    with pytest.raises(TypeError, match=r"arrays\[0\]"):
+        with sa.mapped([1, 2, 3]):
+            pass
+    with pytest.raises(TypeError, match=r"arrays\[1\]"):
+        with sa.pinned(np.zeros(2), "x"):
+            pass
+
+
+# --- register / deregister ---------------------------------------------------------------------
+
+
+def test_register_deregister_and_context_manager():
+    a, b = np.arange(10), np.arange(10)
+    sa.register(a)
+    assert memory.is_registered(a)
+    sa.deregister(a)
+    assert not memory.is_registered(a)
+    with sa.register(a, b) as arrays:
+        assert arrays == (a, b)
+        assert memory.is_registered(a) and memory.is_registered(b)
+    assert not memory.is_registered(a) and not memory.is_registered(b)
+
+
+def test_register_twice_is_a_no_op_and_one_deregister_releases():
+    a = np.zeros(16)
+    sa.register(a)
+    sa.register(a)
+    sa.deregister(a)
+    assert not memory.is_registered(a)
+
+
+def test_context_manager_leaves_earlier_registration_alone():
+    a, b = np.zeros(8), np.zeros(8)
+    sa.register(a)
+    with sa.register(a, b):
+        pass
+    assert memory.is_registered(a) and not memory.is_registered(b)
+    sa.deregister(a)
+
+
+def test_deregister_unregistered_raises_and_changes_nothing():
+    a, b = np.zeros(4), np.zeros(4)
+    sa.register(a)
+    with pytest.raises(sa.RegistrationError, match="not registered"):
+        sa.deregister(a, b)
+    assert memory.is_registered(a)  # all or nothing
+    sa.deregister(a)
+    with pytest.raises(ValueError):  # RegistrationError is a ValueError
+        sa.deregister(a)
+
+
+def test_register_overlapping_view_is_refused():
+    base = np.zeros(100)
+    sa.register(base[:60])
+    try:
+        with pytest.raises(sa.RegistrationError, match="overlaps"):
+            sa.register(base[40:])
+        assert not memory.is_registered(base[40:])
+    finally:
+        sa.deregister(base[:60])
+
+
+def test_register_rejects_non_arrays():
+    with pytest.raises(TypeError, match=r"arrays\[0\] must be numpy.ndarray"):
+        sa.register([1, 2])
+
+
+# --- stream --------------------------------------------------------------------------------------
+
+
+def test_stream_synchronize_and_auto_synchronize():
+    s = sa.stream()
+    with s.auto_synchronize():
+        d = sa.to_device(np.arange(3.0), stream=s)
+        out = d.copy_to_host(stream=s)
+    np.testing.assert_array_equal(out, np.arange(3.0))
+    s.synchronize()
+
+
+# --- byte-range copies used by SmartArray --------------------------------------------------------
+
+
+def test_copy_range_moves_and_counts_exactly_the_range():
+    host = np.arange(16, dtype=np.uint8)
+    dev = sa.device_array(16, dtype=np.uint8)
+    dev.copy_to_device(np.zeros(16, dtype=np.uint8))
+    before = sa.stats()
+    with sa.trace() as t:
+        memory.copy_range("h2d", host, dev, 4, 10, reason="test")
+    assert [(e.direction, e.nbytes, e.reason) for e in t.events] == [("h2d", 6, "test")]
+    assert delta(before).h2d_bytes == 6
+    expected = np.zeros(16, dtype=np.uint8)
+    expected[4:10] = host[4:10]
+    np.testing.assert_array_equal(dev.copy_to_host(), expected)
+    back = np.zeros(16, dtype=np.uint8)
+    memory.copy_range("d2h", back, dev, 5, 7)
+    np.testing.assert_array_equal(back[5:7], [5, 6])
+    assert back[:5].sum() == 0 and back[7:].sum() == 0
+
+
+def test_copy_range_empty_and_bad_direction():
+    host = np.zeros(4, dtype=np.uint8)
+    dev = sa.device_array(4, dtype=np.uint8)
+    before = sa.stats()
+    memory.copy_range("h2d", host, dev, 2, 2)
+    assert delta(before).count == 0
+    with pytest.raises(ValueError, match="direction"):
+        memory.copy_range("sideways", host, dev, 0, 1)
+
+
+# --- real GPU only -------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_pinned_array_is_page_locked():
+    from numba.cuda.cudadrv import driver
+
+    a = sa.pinned_array(1024)
+    assert isinstance(a.base, driver.PinnedMemory) or hasattr(a.base, "handle")
+
+
+@pytest.mark.gpu
+def test_gpu_register_page_locks_memory():
+    a = np.zeros(1 << 16)
+    sa.register(a)
+    try:
+        entry = memory._registry._pins[memory._byte_extent(a)]
+        assert entry is not None and entry.size >= a.nbytes
+    finally:
+        sa.deregister(a)
+
+
+@pytest.mark.gpu
+def test_gpu_stream_copies_are_asynchronous_and_ordered():
+    n = 1 << 24
+    host = sa.pinned_array(n, dtype=np.float32)
+    host[:] = 1.0
+    s = sa.stream()
+    d = sa.to_device(host, stream=s)
+    out = sa.pinned_array(n, dtype=np.float32)
+    d.copy_to_host(out, stream=s)
+    s.synchronize()
+    assert out[-1] == 1.0
