@@ -5,6 +5,7 @@ they move is counted (:func:`stats`, :func:`trace`).
 """
 
 from ._version import __version__
+from .array import SmartArray
 from .errors import (
     CoherenceError,
     RegistrationError,
@@ -29,6 +30,7 @@ from .stats import Trace, TransferEvent, TransferStats, reset_stats, stats, trac
 __all__ = [
     "CoherenceError",
     "RegistrationError",
+    "SmartArray",
     "SmartArrayError",
     "SmartArrayWarning",
     "Trace",

@@ -876,3 +876,59 @@ def _base_class(dev: Any) -> type:
     if issubclass(cls, _Counted):
         return next(c for c in cls.__mro__[1:] if c is not _Counted and not issubclass(c, _Counted))
     return cls
+
+
+def device_view(
+    device_bytes: Any, offset: int, shape: Sequence[int], strides: Sequence[int], dtype: Any
+) -> Any:
+    """A counted device array viewing ``device_bytes`` from byte ``offset`` on.
+
+    Used by SmartArray to hand out a view of its device buffer without copying.
+
+    Parameters
+    ----------
+    device_bytes : device array
+        A 1-D contiguous ``uint8`` device array (from :func:`device_array`).
+    offset : int
+        Byte offset of element 0 of the view.
+    shape, strides : tuple of int
+        The view's shape and byte strides (non-negative: numba kernels take no negative strides).
+    dtype : dtype
+
+    Returns
+    -------
+    DeviceNDArray
+        ``FakeCUDAArray`` on the simulator.
+
+    Raises
+    ------
+    ValueError
+        A stride is negative, or the view reaches outside ``device_bytes``.
+    """
+    dims = _check_shape(tuple(shape))
+    dt = _check_dtype(dtype)
+    steps = _check_strides(tuple(strides), len(dims))
+    assert steps is not None
+    if any(s < 0 for s in steps):
+        raise ValueError(
+            f"device views take no negative strides, got {steps!r}; "
+            "make a contiguous copy first (e.g. SmartArray(a))"
+        )
+    offset = operator.index(offset)
+    size = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    extent = (
+        0 if size == 0 else sum((d - 1) * s for d, s in zip(dims, steps, strict=True)) + dt.itemsize
+    )
+    if offset < 0 or offset + extent > device_bytes.shape[0]:
+        raise ValueError(
+            f"a view of {extent} bytes at offset {offset} does not fit in "
+            f"{device_bytes.shape[0]} device bytes"
+        )
+    if SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        host = np.ndarray(dims, dt, buffer=device_bytes._ary, offset=offset, strides=steps)
+        return _adopt(FakeCUDAArray(host))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return _adopt(DeviceNDArray(dims, steps, dt, gpu_data=device_bytes.gpu_data.view(offset)))

@@ -7,6 +7,7 @@ import smartarray as sa
 PUBLIC = [
     "CoherenceError",
     "RegistrationError",
+    "SmartArray",
     "SmartArrayError",
     "SmartArrayWarning",
     "Trace",

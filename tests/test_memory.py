@@ -552,3 +552,23 @@ def test_gpu_stream_copies_are_asynchronous_and_ordered():
     d.copy_to_host(out, stream=s)
     s.synchronize()
     assert out[-1] == 1.0
+
+
+# --- device_view ---------------------------------------------------------------------------------
+
+
+def test_device_view_aliases_device_bytes():
+    dev = memory.device_array(32, np.uint8)
+    view = memory.device_view(dev, 8, (3,), (8,), np.float64)
+    assert view.shape == (3,) and view.dtype == np.float64
+    host = np.arange(32, dtype=np.uint8)
+    memory.copy_range("h2d", host, dev, 0, 32)
+    np.testing.assert_array_equal(view.copy_to_host(), host[8:32].view(np.float64))
+
+
+def test_device_view_rejects_negative_strides_and_overflow():
+    dev = memory.device_array(32, np.uint8)
+    with pytest.raises(ValueError, match="negative"):
+        memory.device_view(dev, 24, (3,), (-8,), np.float64)
+    with pytest.raises(ValueError, match="does not fit"):
+        memory.device_view(dev, 16, (3,), (8,), np.float64)

@@ -1,0 +1,982 @@
+"""SmartArray: one logical array with a host and a device copy, kept coherent by byte range.
+
+A :class:`SmartArray` is a view (offset, shape, strides, dtype) of a shared base buffer. The
+base buffer owns a host copy (NumPy memory, allocated lazily), a device copy (numba.cuda memory,
+allocated lazily) and a :class:`~smartarray.coherence.BufferState` recording which bytes of
+each copy are current. Every consumer makes its copy current first (moving only stale bytes,
+through :mod:`smartarray.memory`, so every byte is counted); every producer marks its copy
+changed, which makes the other copy stale.
+
+Choices made here (see ``DESIGN.md``):
+
+- A host write while the device holds newer bytes never loses them: a write that covers its
+  byte interval contiguously needs no sync (it overwrites every byte), any other write
+  (strided view, advanced index, ``fill`` of a strided view, ...) first syncs the host over the
+  bounding interval of what it writes, so the gaps between elements stay current.
+- ``np.asarray(a)`` / ``a.__array__()`` returns a **read-only** view of the current host data.
+  It is tracked as an exported view, so it is refreshed at once when the device copy changes;
+  a write through it raises NumPy's read-only error instead of going silently stale. Use
+  ``a.host()`` (then ``a.host_changed()``) or item assignment to write.
+- ``mark_changed`` on a view that does not cover its byte interval contiguously requires the
+  gaps to be current where the write happened (``get(where)`` first); otherwise it raises
+  :class:`~smartarray.errors.CoherenceError`.
+"""
+
+from __future__ import annotations
+
+import operator
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import numpy as np
+from numpy.lib.mixins import NDArrayOperatorsMixin
+from numpy.lib.stride_tricks import as_strided
+
+from . import memory
+from .coherence import BufferState
+from .errors import CoherenceError, TransferError
+
+__all__ = ["SmartArray"]
+
+_WHERE = ("host", "gpu")
+_ORDERS = (None, "C", "F", "A", "K")
+
+
+def _check_where(where: Any) -> str:
+    if where not in _WHERE:
+        raise ValueError(f"where must be 'host' or 'gpu', got {where!r}")
+    return where
+
+
+def _check_dtype(dt: np.dtype, name: str = "dtype") -> np.dtype:
+    if dt.hasobject:
+        raise TypeError(
+            f"{name} {dt} holds Python objects, which device memory cannot hold; "
+            "use a numeric, boolean or structured dtype"
+        )
+    if dt.kind in "US":
+        raise TypeError(f"{name} {dt} is a string dtype; SmartArray holds numbers and records")
+    return dt
+
+
+def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
+    strides = [0] * len(shape)
+    step = itemsize
+    dims = range(len(shape)) if order == "F" else reversed(range(len(shape)))
+    for i in dims:
+        strides[i] = step
+        step *= max(shape[i], 1)
+    return tuple(strides)
+
+
+def _address(ary: np.ndarray) -> int:
+    return ary.__array_interface__["data"][0]
+
+
+def _is_basic_index(key: Any) -> bool:
+    items = key if isinstance(key, tuple) else (key,)
+    for item in items:
+        if item is None or item is Ellipsis or isinstance(item, slice):
+            continue
+        if isinstance(item, (bool, np.bool_)):
+            return False
+        if isinstance(item, (int, np.integer)):
+            continue
+        return False
+    return True
+
+
+class _Buffer:
+    """The shared base buffer: validity state, lazily allocated copies, exported views."""
+
+    __slots__ = ("nbytes", "state", "lock", "host_bytes", "device_bytes", "exports", "pinned")
+
+    def __init__(self, nbytes: int, valid_at: str | None, pinned: bool) -> None:
+        self.nbytes = nbytes
+        self.state = BufferState(nbytes, ("host", "gpu"), valid_at=valid_at)
+        self.lock = threading.RLock()
+        self.host_bytes: np.ndarray | None = None
+        self.device_bytes: Any = None
+        self.exports: list[tuple[weakref.ref, int, int]] = []
+        self.pinned = pinned
+
+    def ensure_host(self) -> np.ndarray:
+        if self.host_bytes is None:
+            if self.pinned:
+                self.host_bytes = memory.pinned_array(self.nbytes, np.uint8)
+            else:
+                self.host_bytes = np.empty(self.nbytes, np.uint8)
+        return self.host_bytes
+
+    def ensure_device(self) -> Any:
+        if self.device_bytes is None:
+            self.device_bytes = memory.device_array(self.nbytes, np.uint8)
+        return self.device_bytes
+
+    def ensure(self, where: str) -> None:
+        if where == "host":
+            self.ensure_host()
+        else:
+            self.ensure_device()
+
+    def export(self, ary: np.ndarray, lo: int, hi: int) -> None:
+        self.exports = [e for e in self.exports if e[0]() is not None]
+        self.exports.append((weakref.ref(ary), lo, hi))
+
+
+class SmartArray(NDArrayOperatorsMixin):
+    """An array with a host (NumPy) and a device (numba.cuda) copy, kept coherent by byte range.
+
+    Parameters
+    ----------
+    obj : array_like or SmartArray, optional
+        The initial data, copied (a C- or F-contiguous ndarray of an accepted dtype is adopted
+        as the host copy when ``copy=False``; it stays in sync with the array). A SmartArray's
+        current data is copied.
+    copy : bool, optional
+        ``False`` adopts a suitable ndarray ``obj`` instead of copying it.
+    shape : int or tuple of int, optional
+        The shape of an uninitialised array (when ``obj`` is None), or a check on ``obj``'s.
+    dtype : dtype, optional
+        The element type (``obj`` is cast to it). Default float64 for ``shape``.
+    order : {None, 'C', 'F', 'A', 'K'}, optional
+        Memory layout of the new base buffer.
+    where : {'host', 'gpu'}, optional
+        Where the first copy lives. ``'gpu'`` uploads ``obj`` at once.
+    pinned : bool, optional
+        Keep the host copy in page-locked memory.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``where`` or ``order``; ``shape`` conflicts with ``obj``; ``obj`` is ragged.
+    TypeError
+        Neither ``obj`` nor ``shape``; an object or string dtype.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from smartarray.array import SmartArray
+    >>> a = SmartArray(np.arange(4.0))
+    >>> a[1:3] = 7
+    >>> a
+    SmartArray([0., 7., 7., 3.], valid='host')
+    >>> d = a.gpu()  # uploads; a kernel may now run on d, then a.gpu_changed()
+    >>> float(a.sum())
+    17.0
+    """
+
+    __slots__ = ("_buf", "_offset", "_shape", "_strides", "_dtype", "_lo", "_hi", "__weakref__")
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        obj: Any = None,
+        copy: bool = True,
+        shape: Any = None,
+        dtype: Any = None,
+        order: str | None = None,
+        where: str = "host",
+        pinned: bool = False,
+    ) -> None:
+        where = _check_where(where)
+        if order not in _ORDERS:
+            raise ValueError(f"order must be None, 'C', 'F', 'A' or 'K', got {order!r}")
+        dt = None if dtype is None else _check_dtype(self._dtype_of(dtype))
+        dims = None if shape is None else memory._check_shape(shape)
+        if obj is None:
+            if dims is None:
+                raise TypeError("SmartArray() needs obj (array-like data) or shape (and dtype)")
+            dt = np.dtype(np.float64) if dt is None else dt
+            strides = _contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
+            nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+            self._init(_Buffer(nbytes, None, bool(pinned)), 0, dims, strides, dt)
+            return
+        if isinstance(obj, SmartArray):
+            obj = obj._host_ro()
+        adopt = (
+            not copy
+            and isinstance(obj, np.ndarray)
+            and type(obj) is np.ndarray
+            and (dt is None or dt == obj.dtype)
+            and obj.flags.writeable
+            and (obj.flags.c_contiguous or obj.flags.f_contiguous)
+            and (order not in ("C", "F") or obj.flags[f"{order}_CONTIGUOUS"])
+            and not pinned
+        )
+        if adopt:
+            ary = obj
+        else:
+            try:
+                ary = np.array(obj, dtype=dt, order="K" if order is None else order, copy=True)
+            except (ValueError, TypeError) as exc:
+                if isinstance(exc, ValueError) and "could not convert" not in str(exc):
+                    raise ValueError(f"obj cannot be turned into an array: {exc}") from None
+                raise TypeError(f"obj cannot be turned into an array: {exc}") from None
+        _check_dtype(ary.dtype, "obj's dtype")
+        if dims is not None and dims != ary.shape:
+            raise ValueError(f"shape {dims} conflicts with obj's shape {ary.shape}")
+        if not (ary.flags.c_contiguous or ary.flags.f_contiguous):
+            ary = np.ascontiguousarray(ary)
+        layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
+        strides = _contiguous_strides(ary.shape, ary.dtype.itemsize, layout)
+        buf = _Buffer(ary.nbytes, "host" if (where == "host" or adopt) else "gpu", bool(pinned))
+        raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
+        if adopt:
+            buf.host_bytes = raw
+            buf.export(obj, 0, ary.nbytes)
+        elif where == "host":
+            buf.ensure_host()[:] = raw
+        self._init(buf, 0, ary.shape, strides, ary.dtype)
+        if where == "gpu":
+            dev = buf.ensure_device()
+            try:
+                memory.copy_range("h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc())
+            except Exception as exc:
+                raise TransferError(f"uploading the initial data failed: {exc}") from exc
+            if adopt:
+                buf.state.apply(buf.state.plan_read("gpu", 0, ary.nbytes))
+
+    @staticmethod
+    def _dtype_of(dtype: Any) -> np.dtype:
+        try:
+            return np.dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"dtype must be something np.dtype() accepts: {exc}") from None
+
+    def _init(
+        self,
+        buf: _Buffer,
+        offset: int,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        dtype: np.dtype,
+    ) -> None:
+        self._buf = buf
+        self._offset = int(offset)
+        self._shape = tuple(int(d) for d in shape)
+        self._strides = tuple(int(s) for s in strides)
+        self._dtype = dtype
+        if 0 in self._shape:
+            self._lo = self._hi = 0
+        else:
+            lo = hi = self._offset
+            for d, s in zip(self._shape, self._strides, strict=True):
+                if s < 0:
+                    lo += (d - 1) * s
+                else:
+                    hi += (d - 1) * s
+            self._lo, self._hi = lo, hi + dtype.itemsize
+
+    @classmethod
+    def _view(
+        cls, buf: _Buffer, offset: int, shape: Any, strides: Any, dtype: np.dtype
+    ) -> SmartArray:
+        self = object.__new__(cls)
+        self._init(buf, offset, shape, strides, dtype)
+        return self
+
+    @classmethod
+    def _wrap(cls, result: Any, sources: tuple[np.ndarray, ...] = ()) -> Any:
+        """Wrap a NumPy result: ndarrays become SmartArrays (copied if they alias a source)."""
+        if isinstance(result, np.ndarray) and not isinstance(result, SmartArray):
+            if result.dtype.hasobject or result.dtype.kind in "US":
+                return result
+            shares = any(np.may_share_memory(result, s) for s in sources)
+            if shares or not result.flags.writeable:
+                return cls(result)
+            return _owning(result)
+        if isinstance(result, tuple):
+            return tuple(cls._wrap(r, sources) for r in result)
+        if isinstance(result, list):
+            return [cls._wrap(r, sources) for r in result]
+        return result
+
+    # -- geometry ---------------------------------------------------------------------------
+
+    def _probe(self) -> np.ndarray:
+        """An array with this geometry over one element: indexing it never reads memory."""
+        return as_strided(np.zeros(1, self._dtype), self._shape, self._strides)
+
+    def _from_probe(self, probe: np.ndarray, result: np.ndarray) -> SmartArray:
+        offset = self._offset + _address(result) - _address(probe)
+        return self._view(self._buf, offset, result.shape, result.strides, result.dtype)
+
+    def _covers(self) -> bool:
+        """Whether the elements tile the byte interval (a write needs no sync first)."""
+        return self._hi - self._lo == self.size * self._dtype.itemsize
+
+    def _desc(self) -> str:
+        return memory.describe(self)
+
+    # -- core operations ----------------------------------------------------------------------
+
+    def _sync(self, where: str, lo: int, hi: int, reason: str) -> None:
+        buf = self._buf
+        with buf.lock:
+            plan = buf.state.plan_read(where, lo, hi)
+            if not plan.copies:
+                buf.state.apply(plan)
+                return
+            host = buf.ensure_host()
+            dev = buf.ensure_device()
+            try:
+                for c in plan.copies:
+                    direction = "h2d" if c.target == "gpu" else "d2h"
+                    memory.copy_range(
+                        direction, host, dev, c.start, c.stop, 0, reason, self._desc()
+                    )
+            except Exception as exc:
+                raise TransferError(
+                    f"copying bytes [{lo}, {hi}) to the {where} copy failed ({reason}): {exc}"
+                ) from exc
+            buf.state.apply(plan)
+
+    def _changed(self, where: str, lo: int, hi: int) -> None:
+        buf = self._buf
+        with buf.lock:
+            buf.state.mark_changed(where, lo, hi)
+            plan = buf.state.plan_consolidate()
+            if plan.copies:
+                host = buf.ensure_host()
+                dev = buf.ensure_device()
+                try:
+                    for c in plan.copies:
+                        direction = "h2d" if c.target == "gpu" else "d2h"
+                        memory.copy_range(
+                            direction, host, dev, c.start, c.stop, 0, "consolidation", self._desc()
+                        )
+                except Exception as exc:
+                    raise TransferError(f"consolidating the valid ranges failed: {exc}") from exc
+            buf.state.apply(plan)
+            if where == "gpu" and lo < hi:
+                live = []
+                for ref, elo, ehi in buf.exports:
+                    if ref() is None:
+                        continue
+                    live.append((ref, elo, ehi))
+                    a, b = max(lo, elo), min(hi, ehi)
+                    if a < b:
+                        self._sync("host", a, b, "eager refresh of an exported view")
+                buf.exports = live
+
+    def _host_view(self) -> np.ndarray:
+        """The writable host view (no sync; host memory allocated)."""
+        host = self._buf.ensure_host()
+        return np.ndarray(
+            self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
+        )
+
+    def _host_ro(self, reason: str = "host read") -> np.ndarray:
+        """A synced read-only host view (not tracked)."""
+        with self._buf.lock:
+            self._sync("host", self._lo, self._hi, reason)
+            view = self._host_view()
+        view.flags.writeable = False
+        return view
+
+    def _host_rw(self, full: bool) -> np.ndarray:
+        """A writable host view before a write: synced in full, or only its gaps when needed."""
+        if full:
+            self._sync("host", self._lo, self._hi, "host read")
+        elif not self._covers():
+            self._sync("host", self._lo, self._hi, "host write gap")
+        return self._host_view()
+
+    # -- public API ---------------------------------------------------------------------------
+
+    def get(self, where: str = "host") -> Any:
+        """Return the current data at ``where``, moving only stale bytes.
+
+        Parameters
+        ----------
+        where : {'host', 'gpu'}
+
+        Returns
+        -------
+        numpy.ndarray or device array
+            A writable view of that copy. After writing through it, call
+            :meth:`mark_changed` with the same ``where``. A host array stays current: it is
+            refreshed as soon as the device copy is marked changed.
+        """
+        where = _check_where(where)
+        with self._buf.lock:
+            self._buf.ensure(where)
+            self._sync(where, self._lo, self._hi, "explicit get")
+            if where == "host":
+                view = self._host_view()
+                self._buf.export(view, self._lo, self._hi)
+                return view
+            return memory.device_view(
+                self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
+            )
+
+    def host(self) -> np.ndarray:
+        """Return the current host data, as ``get('host')``."""
+        return self.get("host")
+
+    def gpu(self) -> Any:
+        """Return the current device data, as ``get('gpu')``."""
+        return self.get("gpu")
+
+    def mark_changed(self, where: str = "host") -> None:
+        """Record that this array's elements were written at ``where``.
+
+        The other copy becomes stale over this array's byte interval; host arrays handed out
+        earlier are refreshed at once when ``where='gpu'``.
+
+        Raises
+        ------
+        CoherenceError
+            This view has gaps between its elements that are stale at ``where``; call
+            ``get(where)`` before writing there.
+        """
+        where = _check_where(where)
+        with self._buf.lock:
+            self._buf.ensure(where)
+            if not self._covers() and not self._buf.state.is_valid(where, self._lo, self._hi):
+                raise CoherenceError(
+                    f"this strided view's gaps are not current on the {where} copy; call "
+                    f"get({where!r}) before writing through it, then mark_changed({where!r})"
+                )
+            self._changed(where, self._lo, self._hi)
+
+    def host_changed(self) -> None:
+        """Record that the host copy was written, as ``mark_changed('host')``."""
+        self.mark_changed("host")
+
+    def gpu_changed(self) -> None:
+        """Record that the device copy was written, as ``mark_changed('gpu')``."""
+        self.mark_changed("gpu")
+
+    def is_valid(self, where: str = "host") -> bool:
+        """Return whether every byte of this array is current at ``where``."""
+        where = _check_where(where)
+        with self._buf.lock:
+            return self._buf.state.is_valid(where, self._lo, self._hi)
+
+    # -- attributes ---------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """tuple of int: the array's dimensions."""
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        """numpy.dtype: the element type."""
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        """int: the number of dimensions."""
+        return len(self._shape)
+
+    @property
+    def size(self) -> int:
+        """int: the number of elements."""
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """tuple of int: bytes to step in each dimension."""
+        return self._strides
+
+    @property
+    def itemsize(self) -> int:
+        """int: bytes per element."""
+        return self._dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        """int: bytes taken by the elements."""
+        return self.size * self._dtype.itemsize
+
+    @property
+    def flags(self) -> Any:
+        """Layout flags of the host view (``c_contiguous``, ``f_contiguous``, ...)."""
+        return self._probe().flags
+
+    @property
+    def T(self) -> SmartArray:  # noqa: N802 - numpy's name
+        """The transposed view."""
+        return self.transpose()
+
+    @property
+    def valid_at(self) -> tuple[str, ...]:
+        """tuple of str: where every byte of this array is current."""
+        with self._buf.lock:
+            return tuple(w for w in _WHERE if self._buf.state.is_valid(w, self._lo, self._hi))
+
+    # -- views --------------------------------------------------------------------------------
+
+    def transpose(self, *axes: Any) -> SmartArray:
+        """A view with axes permuted, as ``numpy.ndarray.transpose``."""
+        probe = self._probe()
+        return self._from_probe(probe, probe.transpose(*axes))
+
+    def squeeze(self, axis: Any = None) -> SmartArray:
+        """A view without length-one axes, as ``numpy.ndarray.squeeze``."""
+        probe = self._probe()
+        return self._from_probe(probe, probe.squeeze(axis))
+
+    def swapaxes(self, axis1: int, axis2: int) -> SmartArray:
+        """A view with two axes swapped, as ``numpy.ndarray.swapaxes``."""
+        probe = self._probe()
+        return self._from_probe(probe, probe.swapaxes(axis1, axis2))
+
+    def reshape(self, *shape: Any, order: str = "C") -> SmartArray:
+        """A view with a new shape where NumPy gives one, else a copy.
+
+        Parameters
+        ----------
+        *shape : int or tuple of int
+        order : {'C', 'F', 'A'}, optional
+        """
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        probe = self._probe()
+        try:
+            return self._from_probe(probe, probe.reshape(shape, order=order, copy=False))
+        except ValueError:
+            # A bad shape (raised again here, reading no memory) or a copy is needed.
+            as_strided(np.zeros(1, np.uint8), (self.size,), (0,)).reshape(shape)
+        with self._buf.lock:
+            return SmartArray(self._host_ro().reshape(shape, order=order))
+
+    def ravel(self, order: str = "C") -> SmartArray:
+        """A flat view where NumPy gives one, else a flat copy."""
+        if order not in ("C", "F", "A", "K"):
+            raise ValueError(f"order must be 'C', 'F', 'A' or 'K', got {order!r}")
+        probe = self._probe()
+        eff = order
+        if order in ("A", "K"):
+            fortran = probe.flags.f_contiguous and not probe.flags.c_contiguous
+            eff = "F" if fortran else "C"
+        try:
+            return self._from_probe(probe, probe.reshape(-1, order=eff, copy=False))
+        except ValueError:
+            pass
+        with self._buf.lock:
+            return SmartArray(self._host_ro().ravel(order))
+
+    def flatten(self, order: str = "C") -> SmartArray:
+        """A flat copy."""
+        with self._buf.lock:
+            return SmartArray(self._host_ro().flatten(order))
+
+    # -- indexing -----------------------------------------------------------------------------
+
+    def _element_offsets(self) -> np.ndarray:
+        """Byte offset from ``_offset`` of every element, with this array's shape."""
+        offs = np.zeros(self._shape, np.int64)
+        for axis, (d, s) in enumerate(zip(self._shape, self._strides, strict=True)):
+            shape = [1] * self.ndim
+            shape[axis] = d
+            offs += (np.arange(d, dtype=np.int64) * s).reshape(shape)
+        return offs
+
+    def _basic(self, key: Any) -> tuple[SmartArray, bool]:
+        """The view ``self[key]`` for a basic index, and whether NumPy would give a scalar."""
+        probe = self._probe()
+        if isinstance(key, str):
+            return self._from_probe(probe, probe[key]), False
+        items = key if isinstance(key, tuple) else (key,)
+        has_ellipsis = any(item is Ellipsis for item in items)
+        result = probe[items if has_ellipsis else (*items, Ellipsis)]
+        view = self._from_probe(probe, result)
+        return view, (result.ndim == 0 and not has_ellipsis)
+
+    def _advanced(self, key: Any) -> tuple[np.ndarray, int, int]:
+        """The touched offsets of an advanced index and their bounding byte interval."""
+        key = key._host_ro() if isinstance(key, SmartArray) else key
+        if isinstance(key, tuple):
+            key = tuple(k._host_ro() if isinstance(k, SmartArray) else k for k in key)
+        touched = self._element_offsets()[key]
+        if touched.size == 0:
+            return touched, 0, 0
+        lo = self._offset + int(touched.min())
+        return touched, lo, self._offset + int(touched.max()) + self._dtype.itemsize
+
+    def __getitem__(self, key: Any) -> Any:
+        with self._buf.lock:
+            if _is_basic_index(key) or isinstance(key, str):
+                view, scalar = self._basic(key)
+                if not scalar:
+                    return view
+                return view._host_ro().copy()[()]
+            touched, lo, hi = self._advanced(key)
+            self._sync("host", lo, hi, "host read")
+            return SmartArray(self._host_view()[key], copy=False)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        with self._buf.lock:
+            if isinstance(value, SmartArray):
+                value = value._host_ro()
+            if _is_basic_index(key) or isinstance(key, str):
+                target, _ = self._basic(key)
+                staged = np.empty(target._shape, target._dtype)
+                staged[...] = value  # validates (dtype, broadcast) before anything is touched
+                hv = target._host_rw(full=False)
+                hv[...] = staged
+                target._changed("host", target._lo, target._hi)
+                return
+            touched, lo, hi = self._advanced(key)
+            staged = np.empty(touched.shape, self._dtype)
+            staged[...] = value
+            if lo == hi:
+                return
+            covers = np.unique(touched).size * self._dtype.itemsize == hi - lo
+            if not covers:
+                self._sync("host", lo, hi, "host write gap")
+            self._host_view()[key] = staged
+            self._changed("host", lo, hi)
+
+    # -- Python protocols ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._shape:
+            raise TypeError("iteration over a 0-d array")
+        for i in range(self._shape[0]):
+            yield self[i]
+
+    def __contains__(self, value: Any) -> bool:
+        with self._buf.lock:
+            return value in self._host_ro()
+
+    def __bool__(self) -> bool:
+        with self._buf.lock:
+            return bool(self._host_ro())
+
+    def __int__(self) -> int:
+        with self._buf.lock:
+            return int(self._host_ro())
+
+    def __float__(self) -> float:
+        with self._buf.lock:
+            return float(self._host_ro())
+
+    def __complex__(self) -> complex:
+        with self._buf.lock:
+            return complex(self._host_ro())
+
+    def __index__(self) -> int:
+        with self._buf.lock:
+            return operator.index(self._host_ro())
+
+    def __repr__(self) -> str:
+        with self._buf.lock:
+            valid = ",".join(self.valid_at)
+            text = repr(self._host_ro("repr"))
+        body = text[len("array(") : -1].replace("\n" + " " * 6, "\n" + " " * 11)
+        return f"SmartArray({body}, valid='{valid}')"
+
+    def __str__(self) -> str:
+        with self._buf.lock:
+            return str(self._host_ro("str"))
+
+    def __format__(self, spec: str) -> str:
+        with self._buf.lock:
+            return format(self._host_ro("format"), spec)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        with self._buf.lock:
+            data = np.array(self._host_ro("pickle"), copy=True)
+        return (_rebuild, (data,))
+
+    def __copy__(self) -> SmartArray:
+        return SmartArray(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
+        return SmartArray(self)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in SmartArray.__slots__:
+            raise AttributeError(name)
+        raise AttributeError(
+            f"SmartArray has no attribute {name!r}; use a.host().{name} on the host copy "
+            "(then a.host_changed() if it writes)"
+        )
+
+    def resize(self, *args: Any, **kwargs: Any) -> None:
+        """Not supported: a SmartArray's buffer cannot grow in place."""
+        raise TypeError(
+            "SmartArray.resize is not supported (views share the buffer); "
+            "use SmartArray(np.resize(a, new_shape)) for a resized copy"
+        )
+
+    def setflags(self, *args: Any, **kwargs: Any) -> None:
+        """Not supported: SmartArray has no settable flags."""
+        raise TypeError(
+            "SmartArray.setflags is not supported; use np.asarray(a) for a read-only view or "
+            "a.host() for a writable one"
+        )
+
+    # -- NumPy protocols ----------------------------------------------------------------------
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """The current host data as a read-only view, tracked so it stays current.
+
+        A writable view would let an untracked write go silently stale (the device copy
+        would never learn of it), so the view is read-only: writing raises NumPy's
+        read-only error. It is refreshed eagerly when the device copy is marked changed.
+        ``copy=True`` (or a different ``dtype``) returns a plain writable copy instead.
+        """
+        with self._buf.lock:
+            view = self._host_ro("__array__")
+            if copy or (dtype is not None and np.dtype(dtype) != self._dtype):
+                return np.array(view, dtype=dtype, copy=True)
+            self._buf.export(view, self._lo, self._hi)
+            return view
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        outs = kwargs.get("out", ())
+        if not isinstance(outs, tuple):
+            outs = (outs,)
+        targets = [o for o in outs if isinstance(o, SmartArray)]
+        if method == "at" and isinstance(inputs[0], SmartArray):
+            targets.append(inputs[0])
+        arrays = [x for x in (*inputs, *outs) if isinstance(x, SmartArray)]
+        with _locked(arrays):
+            hosts: list[np.ndarray] = []
+            ins = []
+            for i, x in enumerate(inputs):
+                if isinstance(x, SmartArray):
+                    if method == "at" and i == 0:
+                        x = x._host_rw(full=True)
+                    else:
+                        x = x._host_ro()
+                    hosts.append(x)
+                ins.append(x)
+            if outs:
+                new_outs = []
+                # With where=, unselected elements keep their old values: they must be current.
+                partial = kwargs.get("where", True) is not True
+                for o in outs:
+                    if isinstance(o, SmartArray):
+                        o = o._host_rw(full=partial)
+                        hosts.append(o)
+                    new_outs.append(o)
+                kwargs["out"] = tuple(new_outs)
+            result = getattr(ufunc, method)(*ins, **kwargs)
+            for t in targets:
+                t._changed("host", t._lo, t._hi)
+            if method == "at":
+                return None
+            if outs:
+                if len(outs) == 1:
+                    return outs[0] if isinstance(outs[0], SmartArray) else result
+                return tuple(
+                    o if isinstance(o, SmartArray) else r for o, r in zip(outs, result, strict=True)
+                )
+            return SmartArray._wrap(result, tuple(hosts))
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        first = args[0] if args else None
+        if isinstance(first, SmartArray):
+            if func is np.reshape:
+                return _call_reshape(*args, **kwargs)
+            if func is np.transpose:
+                return first.transpose(*(a for a in args[1:2] + tuple(kwargs.values())))
+            if func is np.ravel:
+                return first.ravel(*args[1:], **kwargs)
+            if func is np.shape:
+                return first.shape
+            if func is np.ndim:
+                return first.ndim
+            if func is np.size and len(args) == 1 and not kwargs:
+                return first.size
+            if func is np.squeeze:
+                return first.squeeze(*args[1:], **kwargs)
+        arrays: list[SmartArray] = []
+        _collect(args, arrays)
+        _collect(kwargs, arrays)
+        mutated = first if func in _MUTATING and isinstance(first, SmartArray) else None
+        with _locked(arrays):
+            hosts: list[np.ndarray] = []
+            new_args = _convert(args, hosts, mutated)
+            new_kwargs = _convert(kwargs, hosts, mutated)
+            result = func(*new_args, **new_kwargs)
+            if mutated is not None:
+                mutated._changed("host", mutated._lo, mutated._hi)
+                return result
+            return SmartArray._wrap(result, tuple(hosts))
+
+
+# NumPy functions that write into their first argument.
+_MUTATING = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis}
+
+
+def _call_reshape(a: SmartArray, *args: Any, **kwargs: Any) -> SmartArray:
+    shape = kwargs.pop("shape", kwargs.pop("newshape", None))
+    if args:
+        shape, args = args[0], args[1:]
+    order = args[0] if args else kwargs.pop("order", "C")
+    return a.reshape(shape, order=order)
+
+
+def _collect(obj: Any, found: list[SmartArray]) -> None:
+    if isinstance(obj, SmartArray):
+        found.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for x in obj:
+            _collect(x, found)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _collect(x, found)
+
+
+def _convert(obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None) -> Any:
+    if isinstance(obj, SmartArray):
+        view = obj._host_rw(full=True) if obj is mutated else obj._host_ro()
+        hosts.append(view)
+        return view
+    if isinstance(obj, tuple):
+        return tuple(_convert(x, hosts, mutated) for x in obj)
+    if isinstance(obj, list):
+        return [_convert(x, hosts, mutated) for x in obj]
+    if isinstance(obj, dict):
+        return {k: _convert(v, hosts, mutated) for k, v in obj.items()}
+    return obj
+
+
+class _locked:  # noqa: N801 - used like a function
+    """Hold the locks of several arrays' buffers, taken in a fixed order (no deadlock)."""
+
+    def __init__(self, arrays: list[SmartArray]) -> None:
+        bufs = {id(a._buf): a._buf for a in arrays}
+        self._locks = [bufs[k].lock for k in sorted(bufs)]
+        self._stack = ExitStack()
+
+    def __enter__(self) -> None:
+        for lock in self._locks:
+            self._stack.enter_context(lock)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+def _owning(ary: np.ndarray) -> SmartArray:
+    """A SmartArray adopting a fresh ndarray that nobody else holds.
+
+    Unlike a user's ``SmartArray(obj, copy=False)``, nothing outside keeps ``ary``, so it is no
+    exported view: device changes must not be downloaded eagerly on its account.
+    """
+    result = SmartArray(ary, copy=False)
+    result._buf.exports.clear()
+    return result
+
+
+def _rebuild(data: np.ndarray) -> SmartArray:
+    return _owning(data)
+
+
+# -- NumPy methods ----------------------------------------------------------------------------
+
+_READERS = (
+    "all",
+    "any",
+    "argmax",
+    "argmin",
+    "argpartition",
+    "argsort",
+    "astype",
+    "choose",
+    "clip",
+    "compress",
+    "conj",
+    "conjugate",
+    "copy",
+    "cumprod",
+    "cumsum",
+    "diagonal",
+    "dot",
+    "dump",
+    "dumps",
+    "item",
+    "max",
+    "mean",
+    "min",
+    "nonzero",
+    "prod",
+    "ptp",
+    "repeat",
+    "round",
+    "searchsorted",
+    "std",
+    "sum",
+    "take",
+    "tobytes",
+    "tofile",
+    "tolist",
+    "trace",
+    "var",
+)
+
+# Mutating methods: name -> whether they read the old values (sync all) or only write.
+_WRITERS = {"fill": False, "sort": True, "put": True, "partition": True}
+
+
+def _reader(name: str) -> Any:
+    def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
+        with _locked([self]):
+            hosts: list[np.ndarray] = []
+            host = _convert(self, hosts, None)
+            result = getattr(host, name)(
+                *_convert(args, hosts, None), **_convert(kwargs, hosts, None)
+            )
+            return SmartArray._wrap(result, tuple(hosts))
+
+    method.__name__ = name
+    method.__qualname__ = f"SmartArray.{name}"
+    method.__doc__ = f"As ``numpy.ndarray.{name}``, on the current host data."
+    return method
+
+
+def _writer(name: str, reads: bool) -> Any:
+    def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
+        with _locked([self]):
+            hosts: list[np.ndarray] = []
+            args = _convert(args, hosts, None)
+            kwargs = _convert(kwargs, hosts, None)
+            host = self._host_rw(full=reads)
+            result = getattr(host, name)(*args, **kwargs)
+            self._changed("host", self._lo, self._hi)
+            return result
+
+    method.__name__ = name
+    method.__qualname__ = f"SmartArray.{name}"
+    method.__doc__ = (
+        f"As ``numpy.ndarray.{name}``, in place on the host copy (the device copy goes stale)."
+    )
+    return method
+
+
+for _name in _READERS:
+    setattr(SmartArray, _name, _reader(_name))
+for _name, _reads in _WRITERS.items():
+    setattr(SmartArray, _name, _writer(_name, _reads))
+del _name, _reads
+
+
+def _byteswap(self: SmartArray, inplace: bool = False) -> SmartArray | None:
+    """As ``numpy.ndarray.byteswap``; ``inplace=True`` marks the host copy changed."""
+    with _locked([self]):
+        if inplace:
+            host = self._host_rw(full=True)
+            host.byteswap(inplace=True)
+            self._changed("host", self._lo, self._hi)
+            return self
+        return SmartArray(self._host_ro().byteswap())
+
+
+SmartArray.byteswap = _byteswap  # type: ignore[attr-defined]
