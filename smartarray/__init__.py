@@ -13,6 +13,7 @@ from .errors import (
     SmartArrayWarning,
     TransferError,
 )
+from .hints import In, InOut, Out
 from .memory import (
     deregister,
     device_array,
@@ -29,6 +30,9 @@ from .stats import Trace, TransferEvent, TransferStats, reset_stats, stats, trac
 
 __all__ = [
     "CoherenceError",
+    "In",
+    "InOut",
+    "Out",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",

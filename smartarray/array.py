@@ -24,6 +24,7 @@ Choices made here (see ``DESIGN.md``):
 
 from __future__ import annotations
 
+import functools
 import operator
 import threading
 import weakref
@@ -35,8 +36,9 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
-from . import memory
-from .coherence import BufferState
+from . import _numba_cpu, _numba_cuda, memory
+from ._numba_cuda import IN, INOUT, OUT
+from .coherence import BufferState, IntervalSet
 from .errors import CoherenceError, TransferError
 
 __all__ = ["SmartArray"]
@@ -76,6 +78,14 @@ def _address(ary: np.ndarray) -> int:
     return ary.__array_interface__["data"][0]
 
 
+def _current_only_at(state: BufferState, where: str, lo: int, hi: int) -> bool:
+    """Whether bytes ``[lo, hi)`` are current at ``where`` and stale everywhere else."""
+    if not state.is_valid(where, lo, hi):
+        return False
+    span = IntervalSet.span(lo, hi)
+    return not any(state.valid(other) & span for other in state.locations if other != where)
+
+
 def _is_basic_index(key: Any) -> bool:
     items = key if isinstance(key, tuple) else (key,)
     for item in items:
@@ -92,7 +102,17 @@ def _is_basic_index(key: Any) -> bool:
 class _Buffer:
     """The shared base buffer: validity state, lazily allocated copies, exported views."""
 
-    __slots__ = ("nbytes", "state", "lock", "host_bytes", "device_bytes", "exports", "pinned")
+    __slots__ = (
+        "nbytes",
+        "state",
+        "lock",
+        "host_bytes",
+        "device_bytes",
+        "exports",
+        "pinned",
+        "stream",
+        "fast_views",
+    )
 
     def __init__(self, nbytes: int, valid_at: str | None, pinned: bool) -> None:
         self.nbytes = nbytes
@@ -102,6 +122,26 @@ class _Buffer:
         self.device_bytes: Any = None
         self.exports: list[tuple[weakref.ref, int, int]] = []
         self.pinned = pinned
+        # The stream of the latest device work on this buffer: host reads of device data and
+        # host writes wait for it (and only for it).
+        self.stream: Any = 0
+        # Views whose njit fast path is armed (bytes current on the host only): any transition
+        # that makes device bytes current, or starts device work, disarms them.
+        self.fast_views: list[weakref.ref[SmartArray]] = []
+
+    def disarm_fast_paths(self) -> None:
+        """The host is no longer the only current copy: njit calls must go through the hooks."""
+        if self.fast_views:
+            for ref in self.fast_views:
+                view = ref()
+                if view is not None:
+                    view._njit_fast = None
+            self.fast_views = []
+
+    def wait_for_device(self) -> None:
+        """Block until the latest device work on this buffer (on its stream) finished."""
+        if self.stream != 0:
+            self.stream.synchronize()
 
     def ensure_host(self) -> np.ndarray:
         if self.host_bytes is None:
@@ -127,7 +167,7 @@ class _Buffer:
         self.exports.append((weakref.ref(ary), lo, hi))
 
 
-class SmartArray(NDArrayOperatorsMixin):
+class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     """An array with a host (NumPy) and a device (numba.cuda) copy, kept coherent by byte range.
 
     Parameters
@@ -169,9 +209,22 @@ class SmartArray(NDArrayOperatorsMixin):
     17.0
     """
 
-    __slots__ = ("_buf", "_offset", "_shape", "_strides", "_dtype", "_lo", "_hi", "__weakref__")
+    __slots__ = (
+        "_buf",
+        "_offset",
+        "_shape",
+        "_strides",
+        "_dtype",
+        "_lo",
+        "_hi",
+        "_device_view",
+        "_njit_view",
+        "_njit_fast",
+        "__weakref__",
+    )
 
     __hash__ = None  # type: ignore[assignment]
+    intent = INOUT
 
     def __init__(
         self,
@@ -261,6 +314,7 @@ class SmartArray(NDArrayOperatorsMixin):
         self._shape = tuple(int(d) for d in shape)
         self._strides = tuple(int(s) for s in strides)
         self._dtype = dtype
+        self._device_view = self._njit_view = self._njit_fast = None
         if 0 in self._shape:
             self._lo = self._hi = 0
         else:
@@ -315,43 +369,54 @@ class SmartArray(NDArrayOperatorsMixin):
 
     # -- core operations ----------------------------------------------------------------------
 
-    def _sync(self, where: str, lo: int, hi: int, reason: str) -> None:
+    def _sync(self, where: str, lo: int, hi: int, reason: str, stream: Any = None) -> None:
+        """Make bytes ``[lo, hi)`` current at ``where``, copying only stale ones.
+
+        Copies go on ``stream`` (default: the stream of the buffer's latest device work, so
+        they are ordered after it); a download is waited for before returning.
+        """
         buf = self._buf
         with buf.lock:
             plan = buf.state.plan_read(where, lo, hi)
             if not plan.copies:
-                buf.state.apply(plan)
                 return
-            host = buf.ensure_host()
-            dev = buf.ensure_device()
-            try:
-                for c in plan.copies:
-                    direction = "h2d" if c.target == "gpu" else "d2h"
-                    memory.copy_range(
-                        direction, host, dev, c.start, c.stop, 0, reason, self._desc()
-                    )
-            except Exception as exc:
-                raise TransferError(
-                    f"copying bytes [{lo}, {hi}) to the {where} copy failed ({reason}): {exc}"
-                ) from exc
+            self._copy(plan, reason, buf.stream if stream is None else stream)
             buf.state.apply(plan)
 
-    def _changed(self, where: str, lo: int, hi: int) -> None:
+    def _copy(self, plan: Any, reason: str, stream: Any) -> None:
+        """Perform the copies of a plan on ``stream``; TransferError if one fails."""
+        buf = self._buf
+        host = buf.ensure_host()
+        dev = buf.ensure_device()
+        downloads = False
+        try:
+            for c in plan.copies:
+                direction = "h2d" if c.target == "gpu" else "d2h"
+                if direction == "h2d":
+                    buf.disarm_fast_paths()
+                downloads = downloads or direction == "d2h"
+                memory.copy_range(
+                    direction, host, dev, c.start, c.stop, stream, reason, self._desc()
+                )
+            if downloads and stream != 0:
+                stream.synchronize()
+        except Exception as exc:
+            raise TransferError(
+                f"copying to the host or device copy failed ({reason}): {exc}"
+            ) from exc
+
+    def _changed(self, where: str, lo: int, hi: int, stream: Any = None) -> None:
+        """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
         buf = self._buf
         with buf.lock:
+            if stream is not None:
+                buf.stream = stream
+            if where != "host":
+                buf.disarm_fast_paths()
             buf.state.mark_changed(where, lo, hi)
             plan = buf.state.plan_consolidate()
             if plan.copies:
-                host = buf.ensure_host()
-                dev = buf.ensure_device()
-                try:
-                    for c in plan.copies:
-                        direction = "h2d" if c.target == "gpu" else "d2h"
-                        memory.copy_range(
-                            direction, host, dev, c.start, c.stop, 0, "consolidation", self._desc()
-                        )
-                except Exception as exc:
-                    raise TransferError(f"consolidating the valid ranges failed: {exc}") from exc
+                self._copy(plan, "consolidation", buf.stream)
             buf.state.apply(plan)
             if where == "gpu" and lo < hi:
                 live = []
@@ -381,6 +446,7 @@ class SmartArray(NDArrayOperatorsMixin):
 
     def _host_rw(self, full: bool) -> np.ndarray:
         """A writable host view before a write: synced in full, or only its gaps when needed."""
+        self._buf.wait_for_device()  # an upload from this memory may still be in flight
         if full:
             self._sync("host", self._lo, self._hi, "host read")
         elif not self._covers():
@@ -458,6 +524,86 @@ class SmartArray(NDArrayOperatorsMixin):
         where = _check_where(where)
         with self._buf.lock:
             return self._buf.state.is_valid(where, self._lo, self._hi)
+
+    # -- Numba integration (see _numba_cuda and _numba_cpu) -------------------------------------
+
+    @functools.cached_property
+    def _numba_type_(self) -> Any:
+        """This array's Numba type, cached in the instance (both dispatchers read it directly).
+
+        Layout as numba-cuda gives a device array: 'C' or 'F' when contiguous that way and not
+        broadcast (a zero stride), 'A' otherwise.
+        """
+        return self._numba_type(readonly=False)
+
+    def _numba_type(self, readonly: bool) -> Any:
+        flags = self._probe().flags
+        broadcast = 0 in self._strides and self.size != 0
+        if flags.c_contiguous and not broadcast:
+            layout = "C"
+        elif flags.f_contiguous and not broadcast:
+            layout = "F"
+        else:
+            layout = "A"
+        return _numba_cpu.smartarray_type(self._dtype, self.ndim, layout, readonly)
+
+    def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
+        """Make the device copy current for a launch on ``stream``; record the write after it."""
+        self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
+        buf = self._buf
+        with buf.lock:
+            if intent == OUT and self._covers():
+                buf.ensure_device()  # overwritten entirely: nothing to upload
+            else:
+                self._sync("gpu", self._lo, self._hi, "device use", stream)
+            devary = self._device_view
+            if devary is None:
+                devary = self._device_view = memory.device_view(
+                    buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+                )
+            arg = _numba_cuda.launch_argument(devary, retr, stream)
+            if intent != IN:
+                retr.append(lambda: self._changed("gpu", self._lo, self._hi, stream))
+            elif stream != 0:
+                retr.append(lambda: self._note_stream(stream))
+            return arg
+
+    def _note_stream(self, stream: Any) -> None:
+        with self._buf.lock:
+            self._buf.stream = stream
+
+    def _njit_enter(self) -> np.ndarray:
+        return self._njit_enter_as(INOUT)
+
+    def _njit_exit(self) -> None:
+        self._njit_exit_as(INOUT)
+
+    def _njit_enter_as(self, intent: str) -> np.ndarray:
+        """The current host ndarray handed to an njit function (its exact type and layout)."""
+        buf = self._buf
+        with buf.lock:
+            if intent == OUT and self._covers():
+                buf.wait_for_device()
+            else:
+                self._sync("host", self._lo, self._hi, "njit argument")
+                if intent != IN:
+                    buf.wait_for_device()
+            view = self._njit_view
+            if view is None:
+                view = self._njit_view = self._host_view()
+            return view
+
+    def _njit_exit_as(self, intent: str) -> None:
+        if intent == IN:
+            return
+        buf = self._buf
+        with buf.lock:
+            self._changed("host", self._lo, self._hi)
+            # Current on the host only: later njit calls need no hook until that changes.
+            if intent == INOUT and self._njit_view is not None and buf.stream == 0:
+                if _current_only_at(buf.state, "host", self._lo, self._hi):
+                    self._njit_fast = self._njit_view
+                    buf.fast_views.append(weakref.ref(self))
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -633,6 +779,7 @@ class SmartArray(NDArrayOperatorsMixin):
             covers = np.unique(touched).size * self._dtype.itemsize == hi - lo
             if not covers:
                 self._sync("host", lo, hi, "host write gap")
+            self._buf.wait_for_device()
             self._host_view()[key] = staged
             self._changed("host", lo, hi)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import subprocess
 import sys
 import tracemalloc
 
@@ -74,6 +75,25 @@ def snapshot(state: BufferState) -> tuple:
         state.version,
         repr(state),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# the module
+
+
+def test_module_is_pure_python_stdlib_only():
+    """coherence.py loads on its own and pulls in nothing from NumPy, Numba or the package."""
+    import smartarray.coherence as coherence
+
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('coherence', {coherence.__file__!r})\n"
+        "mod = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(mod)\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'smartarray')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,9 @@ import smartarray as sa
 
 PUBLIC = [
     "CoherenceError",
+    "In",
+    "InOut",
+    "Out",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",

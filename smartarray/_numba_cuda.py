@@ -1,0 +1,65 @@
+"""The ``cuda.jit`` target: kernel-argument typing and numba-cuda's ArgHint protocol.
+
+numba-cuda prepares every kernel argument that is an ``ArgHint`` by calling its
+``to_device(retr, stream)``: the object returns what the kernel receives and appends zero-argument
+callbacks to ``retr``, which the dispatcher runs right after the launch (the simulator: after
+every block finished). SmartArray and the intent wrappers of :mod:`smartarray.hints` are
+``ArgHint`` subclasses through :class:`KernelArgument`.
+
+The simulator swaps ``numba.cuda.args`` for a module of its own, so ``ArgHint`` is imported here,
+after numba.cuda chose its target (any import of smartarray imports numba.cuda first).
+
+Typing: the dispatcher reads ``_numba_type_`` directly (a Python ``typeof`` lookup costs about
+13 us a call); a SmartArray caches its :class:`~smartarray._numba_cpu.SmartArrayType`, which
+converts to and from the plain array type in the CUDA typing context, so one compiled kernel
+serves device arrays and SmartArrays of the same dtype, rank and layout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba.core import types
+from numba.cuda.args import ArgHint as _ArgHint
+from numba.cuda.args import In as _NumbaIn
+from numba.np import numpy_support
+
+__all__ = ["IN", "INOUT", "OUT", "KernelArgument", "element_type", "launch_argument"]
+
+#: Intents of a kernel or njit argument: read only, overwritten entirely, read and written.
+IN, OUT, INOUT = "in", "out", "inout"
+
+
+def element_type(dtype: np.dtype) -> types.Type:
+    """The Numba type of one element, or a ``TypeError`` naming the dtype."""
+    try:
+        return numpy_support.from_dtype(dtype)
+    except Exception as exc:  # numba raises its own NotImplementedError subclass
+        raise TypeError(f"Numba cannot compile for elements of dtype {dtype}: {exc}") from None
+
+
+class KernelArgument(_ArgHint):
+    """Base of the objects a kernel launch prepares through numba-cuda's ArgHint protocol.
+
+    Subclasses implement ``_prepare_launch(retr, stream, intent)``.
+    """
+
+    intent = INOUT
+
+    def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
+        """Make the device copy current and return the kernel's argument (ArgHint protocol)."""
+        return self._prepare_launch(retr, stream, self.intent)
+
+    def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
+        raise NotImplementedError
+
+
+def launch_argument(devary: Any, retr: list[Any], stream: Any) -> Any:
+    """What the dispatcher expects from ``ArgHint.to_device`` for the device array ``devary``.
+
+    Since numba-cuda 0.25 the dispatcher reads ``.ptr`` and ``._layout.strides_in_bytes`` from
+    it, so it is whatever numba's own ``In(devary).to_device`` returns (which also keeps
+    ``devary`` alive until the launch is done); ``In`` copies nothing for device memory.
+    """
+    return _NumbaIn(devary).to_device(retr, stream)

@@ -1,0 +1,96 @@
+"""Intent wrappers for kernel and njit arguments: :class:`In`, :class:`Out`, :class:`InOut`.
+
+They tell smartarray (and Numba) what a kernel or ``njit`` function does with an argument:
+
+- ``In(x)``: only reads ``x``. Its device (or host) copy is made current, but nothing is
+  recorded as written afterwards; ``njit`` sees it as a read-only array.
+- ``Out(x)``: overwrites *every element* of ``x``. Nothing is uploaded first; afterwards ``x``
+  is marked written. A strided view (with gaps between its elements) falls back to ``InOut``:
+  the gaps must stay current, so the view is synced first.
+- ``InOut(x)``: reads and writes ``x``; the default for a bare SmartArray.
+
+They also accept plain ndarrays and device arrays, with numba.cuda's meaning of ``cuda.In``,
+``cuda.Out`` and ``cuda.InOut``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numba.cuda import args as _numba_args
+from numba.cuda.typing.typeof import Purpose, typeof
+
+from . import _numba_cuda
+
+__all__ = ["In", "InOut", "Out"]
+
+
+class _Intent(_numba_cuda.KernelArgument):
+    _numba_hint: type = _numba_args.InOut
+    _njit_fast = None  # njit always goes through the hooks (see smartarray._numba_cpu)
+
+    def __init__(self, value: Any) -> None:
+        if isinstance(value, _Intent):
+            raise TypeError(
+                f"{type(self).__name__}() takes an array, not another intent wrapper "
+                f"({type(value).__name__})"
+            )
+        self.value = value
+
+    @property
+    def _smart(self) -> bool:
+        return hasattr(self.value, "_prepare_launch")
+
+    def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
+        """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
+        if self._smart:
+            return self.value._prepare_launch(retr, stream, self.intent)
+        return self._numba_hint(self.value).to_device(retr, stream)
+
+    @property
+    def _numba_type_(self) -> Any:  # type: ignore[override]
+        if self._smart:
+            # In: a readonly array type, so writes fail at compile time on both targets.
+            return self.value._numba_type(readonly=self.intent == _numba_cuda.IN)
+        return typeof(self.value, Purpose.argument)
+
+    def _njit_enter(self) -> Any:
+        return self.value._njit_enter_as(self.intent)
+
+    def _njit_exit(self) -> None:
+        self.value._njit_exit_as(self.intent)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.value!r})"
+
+
+class In(_Intent):
+    """The kernel (or njit function) only reads the wrapped array.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = sa.SmartArray(np.arange(4.0))
+    >>> sa.In(a)
+    In(SmartArray([0., 1., 2., 3.], valid='host'))
+    """
+
+    intent = _numba_cuda.IN
+    _numba_hint = _numba_args.In
+
+
+class Out(_Intent):
+    """The kernel (or njit function) overwrites every element of the wrapped array.
+
+    Nothing is uploaded before the launch. A strided view falls back to :class:`InOut`.
+    """
+
+    intent = _numba_cuda.OUT
+    _numba_hint = _numba_args.Out
+
+
+class InOut(_Intent):
+    """The kernel (or njit function) reads and writes the wrapped array (the default)."""
+
+    intent = _numba_cuda.INOUT
+    _numba_hint = _numba_args.InOut
