@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
 
 
 def load(name: str):
@@ -23,3 +25,17 @@ def test_explicit_transfers(capsys):
     out = capsys.readouterr().out
     assert "h2d     1024 bytes  (to_device)" in out
     assert "d2h     1024 bytes  (copy_to_host)" in out
+
+
+def test_readme_snippets_run(capsys):
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert blocks
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "h2d_bytes=8000" in lines[0] and "d2h_bytes=8000" in lines[0]
+    assert lines[1:3] == ["20.0", "509487.0"]  # as the README says
+    assert "h2d_count=1, h2d_bytes=8000, d2h_count=4, d2h_bytes=7992" in lines[3]
