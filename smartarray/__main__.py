@@ -1,4 +1,9 @@
-"""The command line: ``python -m smartarray info``.
+"""The command line: ``python -m smartarray info | demo | bench``.
+
+- ``info``: versions, the CUDA target, and which memory kinds are real;
+- ``demo``: one iterative workload (2-D heat diffusion) run with numba's automatic copies,
+  hand-written transfers and SmartArrays, with the bytes each moved (:mod:`smartarray._demo`);
+- ``bench``: the benchmark suite of ``benchmarks/suite.py`` (a source checkout only).
 
 Being the entry point, it may choose the CUDA target before numba.cuda is first imported:
 with no working CUDA driver it turns on the numba CUDA simulator and says so.
@@ -7,11 +12,18 @@ with no working CUDA driver it turns on the numba CUDA simulator and says so.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 _SIMULATOR_REASON = "_SMARTARRAY_SIMULATOR_REASON"
+
+#: Where ``bench`` looks for the benchmark suite; by default ``benchmarks/`` next to the
+#: package in a source checkout.
+BENCHMARKS_ENV = "SMARTARRAY_BENCHMARKS_DIR"
 
 
 def choose_target(argv: Sequence[str]) -> str:
@@ -75,20 +87,102 @@ def info(target_line: str) -> dict[str, str]:
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="python -m smartarray",
-        description="smartarray: host and GPU copies of one array, kept coherent.",
+def _at_least(minimum: int) -> Any:
+    """An argparse type: an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _json_path(text: str) -> Path:
+    """An argparse type: a file path whose folder exists."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {str(path.parent)!r} does not exist")
+    return path
+
+
+def benchmarks_dir() -> Path:
+    """The ``benchmarks/`` folder of the source checkout this package runs from.
+
+    ``$SMARTARRAY_BENCHMARKS_DIR`` overrides it.
+    """
+    override = os.environ.get(BENCHMARKS_ENV)
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def _load_suite() -> Any:
+    """Import ``benchmarks/suite.py``; ``None`` (with a message) when there is no checkout."""
+    folder = benchmarks_dir()
+    if not (folder / "suite.py").is_file():
+        print(
+            f"smartarray: `bench` needs the benchmarks/ folder of a smartarray source checkout "
+            f"(looked for {folder / 'suite.py'}). Clone the repository, install it with "
+            f"`pip install -e .`, and run `python -m smartarray bench` from there.",
+            file=sys.stderr,
+        )
+        return None
+    # The benchmark modules import each other as top-level modules, as when run as scripts.
+    sys.path.insert(0, str(folder))
+    import suite  # type: ignore[import-not-found]
+
+    return suite
+
+
+def _cuda_errors() -> tuple[type[BaseException], ...]:
+    """The exception classes of a missing or broken CUDA installation."""
+    found: list[type[BaseException]] = []
+    try:
+        from numba.cuda.cudadrv import error
+
+        for name in (
+            "CudaSupportError",
+            "CudaDriverError",
+            "CudaRuntimeError",
+            "NvvmError",
+            "NvvmSupportError",
+            "NvrtcError",
+            "NvrtcSupportError",
+            "CCSupportError",
+        ):
+            cls = getattr(error, name, None)
+            if isinstance(cls, type) and issubclass(cls, BaseException):
+                found.append(cls)
+    except ImportError:  # the simulator has no driver errors to raise
+        pass
+    try:
+        from numba.cuda.cudadrv.driver import CudaAPIError, LinkerError
+
+        found += [CudaAPIError, LinkerError]
+    except ImportError:
+        pass
+    return tuple(found)
+
+
+def _cuda_failed(exc: BaseException) -> int:
+    print(f"smartarray: the CUDA target failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print(
+        "Check the CUDA driver and toolkit (`python -m smartarray info`), or set "
+        "NUMBA_ENABLE_CUDASIM=1 to use the CUDA simulator instead.",
+        file=sys.stderr,
     )
-    commands = parser.add_subparsers(dest="command", metavar="command")
-    commands.add_parser("info", help="versions, the CUDA target, and what memory is real")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    target = choose_target(argv)
+    return 1
+
+
+def _run_info(target: str) -> int:
     try:
         rows = info(target)
     except Exception as exc:  # a broken CUDA installation: say so, no traceback
@@ -99,6 +193,114 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in rows.items():
         print(f"{key:<{width}}  {value}")
     return 0
+
+
+def _run_demo(args: argparse.Namespace, target: str) -> int:
+    from smartarray import _demo
+
+    report = _demo.run(size=args.size, steps=args.steps, every=args.every, progress=True)
+    report = {"target": target, **report}
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(f"smartarray demo: {report['workload']}")
+        print(f"target: {target}")
+        print()
+        print(_demo.format_table(report))
+        print()
+        verdict = "yes" if report["results_agree"] else "NO"
+        print(
+            f"results agree (np.allclose): {verdict} "
+            f"(largest difference {report['max_difference']:.3g})"
+        )
+    if not report["results_agree"]:
+        print("smartarray: the three strategies computed different results", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_bench(args: argparse.Namespace, target: str) -> int:
+    suite = _load_suite()
+    if suite is None:
+        return 1
+    report = suite.run(quick=args.quick, target=target, progress=True)
+    print(suite.format_report(report))
+    if args.json is not None:
+        try:
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+        except OSError as exc:
+            print(f"smartarray: cannot write {args.json}: {exc}", file=sys.stderr)
+            return 1
+        print(f"\nfigures written to {args.json}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python -m smartarray",
+        description="smartarray: host and GPU copies of one array, kept coherent.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="command")
+    commands.add_parser("info", help="versions, the CUDA target, and what memory is real")
+    demo = commands.add_parser(
+        "demo",
+        help="2-D heat diffusion three ways: numba's copies, hand-written, SmartArray",
+        description=(
+            "Run 2-D heat diffusion (a cuda.jit stencil, boundary rows set on the host every "
+            "few steps) with numba's automatic copies, hand-written transfers and SmartArrays; "
+            "check the results agree and print the transfers, bytes and time of each."
+        ),
+    )
+    demo.add_argument(
+        "--size",
+        type=_at_least(3),
+        default=48,
+        metavar="N",
+        help="grid of N x N float64 cells (default 48)",
+    )
+    demo.add_argument(
+        "--steps", type=_at_least(1), default=100, metavar="K", help="kernel launches (default 100)"
+    )
+    demo.add_argument(
+        "--every",
+        type=_at_least(1),
+        default=10,
+        metavar="E",
+        help="set the boundary rows on the host every E steps (default 10)",
+    )
+    demo.add_argument("--json", action="store_true", help="print the figures as JSON")
+    bench = commands.add_parser(
+        "bench",
+        help="the benchmark suite (needs a source checkout's benchmarks/ folder)",
+        description=(
+            "Run every workload of benchmarks/ under four transfer strategies (numba's "
+            "automatic copies, hand-written, whole-array dirty flags, smartarray) and the "
+            "overhead micro-benchmarks; print a table."
+        ),
+    )
+    bench.add_argument("--quick", action="store_true", help="CI-sized runs (a few seconds)")
+    bench.add_argument(
+        "--json", type=_json_path, metavar="PATH", help="also write the figures to PATH as JSON"
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    target = choose_target(argv)
+    if args.command == "info":
+        return _run_info(target)
+    errors = _cuda_errors()
+    try:
+        if args.command == "demo":
+            return _run_demo(args, target)
+        return _run_bench(args, target)
+    except errors as exc:
+        return _cuda_failed(exc)
+    except KeyboardInterrupt:
+        print("smartarray: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -142,6 +142,7 @@ class _Buffer:
         """Block until the latest device work on this buffer (on its stream) finished."""
         if self.stream != 0:
             self.stream.synchronize()
+            self.stream = 0  # nothing of this buffer is queued any more
 
     def ensure_host(self) -> np.ndarray:
         if self.host_bytes is None:
@@ -399,7 +400,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                     direction, host, dev, c.start, c.stop, stream, reason, self._desc()
                 )
             if downloads and stream != 0:
-                stream.synchronize()
+                stream.synchronize()  # the host reads these bytes next
+                if stream is buf.stream:
+                    buf.stream = 0
         except Exception as exc:
             raise TransferError(
                 f"copying to the host or device copy failed ({reason}): {exc}"
@@ -552,6 +555,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         buf = self._buf
         with buf.lock:
+            if buf.stream != 0 and buf.stream is not stream:
+                # Work on this buffer is queued on another stream: finish it first, or this
+                # launch could overtake it.
+                buf.wait_for_device()
             if intent == OUT and self._covers():
                 buf.ensure_device()  # overwritten entirely: nothing to upload
             else:

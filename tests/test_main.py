@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,11 +10,14 @@ import sys
 import pytest
 
 
-def run_cli(*args: str, simulator: bool | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, simulator: bool | None = None, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
+    env.update(extra_env or {})
     return subprocess.run(
         [sys.executable, "-m", "smartarray", *args],
         env=env,
@@ -45,3 +49,79 @@ def test_unknown_command_is_a_clear_error():
     out = run_cli("frobnicate", simulator=True)
     assert out.returncode == 2
     assert "invalid choice" in out.stderr and "Traceback" not in out.stderr
+
+
+# -- demo ---------------------------------------------------------------------------------------
+
+STRATEGIES = ("auto", "hand", "smartarray")
+
+
+def test_demo_json_three_strategies_agree():
+    out = run_cli("demo", "--size", "8", "--steps", "12", "--every", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["results_agree"] is True
+    assert report["max_difference"] == pytest.approx(0.0, abs=1e-12)
+    assert ("CUDA simulator" in report["target"]) or report["target"] == "CUDA GPU"
+    assert set(report["strategies"]) == set(STRATEGIES)
+    for fig in report["strategies"].values():
+        assert isinstance(fig["bytes"], int) and isinstance(fig["transfers"], int)
+        assert isinstance(fig["seconds"], float)
+    auto, hand, smart = (report["strategies"][k] for k in STRATEGIES)
+    grid = 8 * 8 * 8
+    # numba's copies: both grids in and out on every launch.
+    assert auto["bytes"] == 12 * 4 * grid and auto["transfers"] == 12 * 4
+    # one upload, two boundary rows at steps 4 and 8, one download
+    assert hand["bytes"] == 2 * grid + 2 * 2 * 8 * 8
+    assert smart["bytes"] <= hand["bytes"]
+
+
+def test_demo_table_names_target_and_strategies():
+    out = run_cli("demo", "--size", "6", "--steps", "3")
+    assert out.returncode == 0, out.stderr
+    assert "target: CUDA" in out.stdout
+    assert "results agree (np.allclose): yes" in out.stdout
+    for key in STRATEGIES:
+        assert f"\n{key}: " in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("demo", "--size", "2"),
+        ("demo", "--steps", "zero"),
+        ("demo", "--steps", "0"),
+        ("demo", "--bogus"),
+        ("bench", "--json", "/nonexistent-folder/figures.json"),
+        ("bench", "--quick", "extra"),
+    ],
+)
+def test_bad_options_are_clear_errors(args):
+    out = run_cli(*args, simulator=True)
+    assert out.returncode == 2
+    assert "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bench_without_a_source_checkout(tmp_path):
+    out = run_cli(
+        "bench", "--quick", simulator=True, extra_env={"SMARTARRAY_BENCHMARKS_DIR": str(tmp_path)}
+    )
+    assert out.returncode == 1
+    assert "benchmarks/ folder" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_broken_cuda_is_a_clear_error(monkeypatch, capsys):
+    from smartarray import __main__ as cli
+    from smartarray import _demo
+
+    error = cli._cuda_errors()[0]
+
+    def broken(**kwargs):
+        raise error("CUDA driver library cannot be found")
+
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setattr(_demo, "run", broken)
+    assert cli.main(["demo", "--steps", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "the CUDA target failed" in err and "cannot be found" in err

@@ -57,6 +57,13 @@ def add_one(x):
         x[i] += 1
 
 
+@cuda.jit
+def fill_const(x, value):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = value
+
+
 @pytest.fixture(autouse=True)
 def _fresh_stats():
     sa.reset_stats()
@@ -116,6 +123,17 @@ def test_fast_path_disarmed_for_every_view_of_the_buffer():
     assert left._njit_fast is None and right._njit_fast is None
     set_first(right, 5.0)
     np.testing.assert_array_equal(np.asarray(a), [1, 1, 1, 1, 5, 1, 1, 1])
+
+
+def test_fast_path_disarmed_by_a_kernel_that_overwrites_without_upload():
+    a = sa.SmartArray(np.zeros(16), where="gpu")
+    view = a[0:8]
+    double(view)
+    assert view._njit_fast is not None
+    fill_const[1, 8](sa.Out(view), 3.0)  # nothing uploaded: only the device write disarms
+    assert view._njit_fast is None
+    double(view)
+    np.testing.assert_array_equal(np.asarray(a)[:8], 6.0)
 
 
 def test_In_is_read_only_and_records_nothing():

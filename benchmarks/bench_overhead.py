@@ -1,0 +1,169 @@
+"""Per-call overhead of SmartArray arguments, next to what numba itself costs.
+
+- ``njit``: calling a no-op ``@numba.njit`` function with one argument that is (a) a plain
+  ndarray, (b) a coherent SmartArray (current on the host only: the fast path), (c) the
+  *floor*: a plain object with a cached ``_numba_type_`` (a ``types.Array`` subclass with the
+  array data model) whose unbox only reads one attribute and hands the ndarray found there to
+  numba's array unboxer. (c) is the least any non-ndarray argument can cost in numba's
+  dispatcher; issue 5's target is (b) <= 1.2 x (c).
+- ``kernel launch preparation``: ``SmartArray.to_device(retr, 0)`` plus running the callbacks
+  it appends to ``retr``, on an array whose device copy is already current, against numba's
+  own ``numba.cuda.args.In(devary).to_device(retr, 0)`` (plus its callbacks) for a device
+  array. On the CUDA simulator these are simulator figures (its ``In`` is simpler than a
+  GPU's); issue 5's target is at most 1 us over numba's.
+
+Run as a script (``python benchmarks/bench_overhead.py [--quick]``) or call :func:`run`.
+Each figure is the minimum over repeats of the mean time per call, in nanoseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import timeit
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FloorArg", "run"]
+
+
+def _floor_class() -> type:
+    """Build the floor argument class and register its type with numba (once)."""
+    from numba.core import types
+    from numba.core.extending import NativeValue, models, register_model, unbox
+
+    class FloorType(types.Array):
+        """A ``types.Array`` subclass: the type of :class:`FloorArg` arguments."""
+
+        def __init__(self, dtype: Any, ndim: int, layout: str) -> None:
+            super().__init__(dtype, ndim, layout, name=f"Floor({dtype}, {ndim}d, {layout})")
+
+    register_model(FloorType)(models.ArrayModel)
+
+    @unbox(FloorType)
+    def _unbox_floor(typ: Any, obj: Any, c: Any) -> NativeValue:
+        ary = c.pyapi.object_getattr_string(obj, "_ary")  # the only work: one attribute read
+        native = c.unbox(types.Array(typ.dtype, typ.ndim, typ.layout), ary)
+        c.pyapi.decref(ary)  # the native array's meminfo holds its own reference
+        return NativeValue(native.value, is_error=native.is_error)
+
+    class FloorArg:
+        """A plain object carrying an ndarray, with a cached ``_numba_type_``: the floor."""
+
+        __slots__ = ("_ary", "_numba_type_")
+
+        def __init__(self, ary: np.ndarray) -> None:
+            from numba import typeof
+
+            plain = typeof(ary)
+            self._ary = ary
+            self._numba_type_ = FloorType(plain.dtype, plain.ndim, plain.layout)
+
+    return FloorArg
+
+
+_FLOOR: type | None = None
+
+
+def FloorArg(ary: np.ndarray) -> Any:  # noqa: N802 - used like a class
+    """The floor argument wrapping ``ary`` (its class is built on first use)."""
+    global _FLOOR
+    if _FLOOR is None:
+        _FLOOR = _floor_class()
+    return _FLOOR(ary)
+
+
+def _ns(fn: Any, number: int, repeat: int) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e9
+
+
+def njit_call(quick: bool = False) -> dict[str, float]:
+    """Nanoseconds per call of a no-op njit function: ndarray, SmartArray, floor argument."""
+    import numba
+
+    import smartarray as sa
+
+    @numba.njit
+    def noop(a: Any) -> int:  # pragma: no cover - compiled
+        return 0
+
+    ary = np.zeros(16)
+    smart = sa.SmartArray(np.zeros(16))
+    floor = FloorArg(np.zeros(16))
+    for arg in (ary, smart, floor, smart):  # compile, and arm the SmartArray's fast path
+        noop(arg)
+    number, repeat = (20_000, 3) if quick else (200_000, 7)
+    out = {
+        "njit_noop_ndarray_ns": _ns(lambda: noop(ary), number, repeat),
+        "njit_noop_smartarray_ns": _ns(lambda: noop(smart), number, repeat),
+        "njit_noop_floor_ns": _ns(lambda: noop(floor), number, repeat),
+    }
+    out["njit_smartarray_over_floor_ratio"] = (
+        out["njit_noop_smartarray_ns"] / out["njit_noop_floor_ns"]
+    )
+    out["njit_smartarray_over_ndarray_ratio"] = (
+        out["njit_noop_smartarray_ns"] / out["njit_noop_ndarray_ns"]
+    )
+    return out
+
+
+def launch_preparation(quick: bool = False) -> dict[str, float]:
+    """Nanoseconds to prepare one kernel argument that is already current on the device."""
+    from numba.cuda import args as numba_args
+
+    import smartarray as sa
+
+    smart = sa.SmartArray(np.zeros(1024))
+    smart.get("gpu")  # device copy current; no host view kept (it would be refreshed)
+    devary = sa.to_device(np.zeros(1024))
+
+    def prepare_smart() -> None:
+        retr: list[Any] = []
+        smart.to_device(retr, 0)
+        for callback in retr:
+            callback()
+
+    def prepare_numba() -> None:
+        retr: list[Any] = []
+        numba_args.In(devary).to_device(retr, 0)
+        for callback in retr:
+            callback()
+
+    prepare_smart()
+    before = sa.stats()
+    number, repeat = (5_000, 3) if quick else (50_000, 7)
+    out = {
+        "launch_prep_smartarray_ns": _ns(prepare_smart, number, repeat),
+        "launch_prep_device_array_ns": _ns(prepare_numba, number, repeat),
+    }
+    assert sa.stats() == before, "an already current SmartArray moved bytes"
+    out["launch_prep_overhead_ns"] = (
+        out["launch_prep_smartarray_ns"] - out["launch_prep_device_array_ns"]
+    )
+    return out
+
+
+def run(quick: bool = False) -> dict[str, float]:
+    """All overhead figures: ``njit_*`` and ``launch_prep_*`` (units in the key names)."""
+    return {**njit_call(quick), **launch_preparation(quick)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the figures (``--quick`` for fewer iterations)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (noisier)")
+    args = parser.parse_args(argv)
+    if "numba.cuda" not in sys.modules and "NUMBA_ENABLE_CUDASIM" not in os.environ:
+        from numba import cuda
+
+        if not cuda.is_available():
+            print("no CUDA GPU: run with NUMBA_ENABLE_CUDASIM=1 for simulator figures")
+            return
+    for key, value in run(args.quick).items():
+        print(f"  {key:40s} {value:10.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""The benchmark suite behind ``python -m smartarray bench``.
+
+Runs every workload of :mod:`workloads` under the four strategies of :mod:`strategies`, counts
+the bytes and copies each moved with :func:`smartarray.trace` (every strategy copies through
+smartarray's counted primitives), times them, checks that the four results agree, and adds
+the overhead micro-benchmarks (:mod:`bench_coherence`, :mod:`bench_overhead`).
+
+JSON layout (:func:`run` returns it; other tools read it)::
+
+    {
+      "target": "...", "simulator": bool, "quick": bool,
+      "workloads": [
+        {"name": str, "description": str, "results_agree": bool,
+         "strategies": {"auto" | "hand" | "whole_array_flags" | "smartarray":
+                            {"bytes": int, "transfers": int, "seconds": float}},
+         "ratios": {"smartarray_over_hand_bytes": float, ...}},
+        ...
+      ],
+      "overhead": {"<name>_<unit>": float, ...}
+    }
+
+Run it through ``python -m smartarray bench [--quick] [--json PATH]``, which picks the CUDA
+target first (this module imports numba.cuda).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from typing import Any
+
+import bench_coherence
+import bench_overhead
+import numpy as np
+import workloads
+from strategies import STRATEGIES
+
+from smartarray import memory
+from smartarray._demo import Progress, measure, table
+
+__all__ = ["format_report", "run"]
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def run_workloads(quick: bool = False, progress: bool = False) -> list[dict[str, Any]]:
+    """Every workload under every strategy: bytes, transfers, seconds, ratios."""
+    params = workloads.QUICK if quick else workloads.FULL
+    rows = []
+    for number, workload in enumerate(workloads.WORKLOADS, 1):
+        figures: dict[str, dict[str, Any]] = {}
+        results: dict[str, np.ndarray] = {}
+        for strategy in STRATEGIES:
+            workload.run(strategy, workloads.WARM)  # compile (on a GPU) outside the timing
+            label = f"bench {number}/{len(workloads.WORKLOADS)} {workload.name} [{strategy}]"
+            bar = Progress(label) if progress else None
+            result, figure = measure(
+                lambda w=workload, s=strategy, b=bar: w.run(s, params, b)  # type: ignore[misc]
+            )
+            if bar is not None:
+                bar.close()
+            results[strategy] = result
+            figures[strategy] = asdict(figure)
+        smart, hand, auto = figures["smartarray"], figures["hand"], figures["auto"]
+        rows.append(
+            {
+                "name": workload.name,
+                "description": workload.description,
+                "results_agree": all(np.allclose(r, results["hand"]) for r in results.values()),
+                "strategies": figures,
+                "ratios": {
+                    "smartarray_over_hand_bytes": _ratio(smart["bytes"], hand["bytes"]),
+                    "smartarray_over_auto_bytes": _ratio(smart["bytes"], auto["bytes"]),
+                    "smartarray_over_hand_seconds": _ratio(smart["seconds"], hand["seconds"]),
+                    "smartarray_over_auto_seconds": _ratio(smart["seconds"], auto["seconds"]),
+                },
+            }
+        )
+    return rows
+
+
+def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[str, Any]:
+    """Run the whole suite.
+
+    Parameters
+    ----------
+    quick : bool
+        CI-sized runs (a few seconds on the CUDA simulator); figures are noisier.
+    target : str
+        A line saying which CUDA target runs (recorded in the report).
+    progress : bool
+        Progress lines on stderr for long runs.
+
+    Returns
+    -------
+    dict
+        The report, in the JSON layout of the module docstring.
+    """
+    rows = run_workloads(quick, progress)
+    if progress:
+        print("bench: overhead micro-benchmarks", file=sys.stderr, flush=True)
+    overhead = {**bench_overhead.run(quick), **bench_coherence.run(quick)}
+    return {
+        "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
+        "simulator": memory.SIMULATOR,
+        "quick": quick,
+        "params": asdict(workloads.QUICK if quick else workloads.FULL),
+        "workloads": rows,
+        "overhead": overhead,
+    }
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The report as terminal tables."""
+    head = ("workload / strategy", "transfers", "bytes", "seconds", "bytes/hand", "bytes/auto")
+    rows: list[tuple[str, ...]] = [head]
+    for w in report["workloads"]:
+        agree = "" if w["results_agree"] else "  (RESULTS DIFFER)"
+        rows.append((f"{w['name']}{agree}", "", "", "", "", ""))
+        hand = w["strategies"]["hand"]["bytes"]
+        auto = w["strategies"]["auto"]["bytes"]
+        for key, fig in w["strategies"].items():
+            rows.append(
+                (
+                    f"  {key}",
+                    f"{fig['transfers']:,}",
+                    f"{fig['bytes']:,}",
+                    f"{fig['seconds']:.3f}",
+                    f"{_ratio(fig['bytes'], hand):.2f}",
+                    f"{_ratio(fig['bytes'], auto):.3f}",
+                )
+            )
+    sim = " - CUDA simulator figures" if report["simulator"] else ""
+    p = report["params"]
+    out = [
+        f"smartarray bench{' --quick' if report['quick'] else ''}: target {report['target']}",
+        f"sizes: n={p['n']} float64, {p['steps']} launches, k={p['k']}, table={p['table']}",
+        "",
+        table(rows),
+        "",
+        "smartarray / hand (bytes; target 1.00, below where byte ranges beat whole arrays):",
+    ]
+    for w in report["workloads"]:
+        r = w["ratios"]
+        out.append(
+            f"  {w['name']:26s} bytes {r['smartarray_over_hand_bytes']:.2f}"
+            f"   vs auto: bytes {r['smartarray_over_auto_bytes']:.3f}"
+            f"   seconds/hand {r['smartarray_over_hand_seconds']:.2f}"
+        )
+    o = report["overhead"]
+    floor = o["njit_noop_floor_ns"]
+    out += [
+        "",
+        "njit call of a no-op, one argument (ns/call; ratio to the floor):",
+        table(
+            [
+                ("argument", "ns/call", "x floor"),
+                *(
+                    (name, f"{o[key]:.0f}", f"{o[key] / floor:.2f}")
+                    for name, key in (
+                        ("ndarray", "njit_noop_ndarray_ns"),
+                        ("SmartArray (coherent)", "njit_noop_smartarray_ns"),
+                        ("floor (cached _numba_type_, attribute unbox)", "njit_noop_floor_ns"),
+                    )
+                ),
+            ]
+        ),
+        "",
+        f"kernel launch preparation, data already current (ns/argument){sim}:",
+        f"  SmartArray.to_device + callbacks   {o['launch_prep_smartarray_ns']:10.0f}",
+        f"  numba In(devary).to_device         {o['launch_prep_device_array_ns']:10.0f}",
+        f"  overhead                           {o['launch_prep_overhead_ns']:10.0f}",
+        "",
+        "coherence state machine (ns/call):",
+    ]
+    out += [f"  {k:36s} {v:10.1f}" for k, v in o.items() if k.startswith(("coherence", "python"))]
+    return "\n".join(out)

@@ -1,0 +1,150 @@
+"""The benchmark suite: ``python -m smartarray bench --quick`` as CI runs it, and its parts.
+
+Tests never assert on time: only on the layout of the figures, on counted bytes, and on the
+issue's acceptance criterion (smartarray moves no more bytes than hand-optimal transfers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import smartarray as sa
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+STRATEGIES = ("auto", "hand", "whole_array_flags", "smartarray")
+WORKLOADS = (
+    "iterative_loop",
+    "read_only_inputs",
+    "partial_host_updates",
+    "njit_cuda_host_pipeline",
+    "host_numpy_phase",
+    "large_rarely_touched",
+)
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "figures.json"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run(
+        [sys.executable, "-m", "smartarray", "bench", "--quick", "--json", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    return out, json.loads(path.read_text())
+
+
+def test_bench_json_layout(bench):
+    _, report = bench
+    assert [w["name"] for w in report["workloads"]] == list(WORKLOADS)
+    for w in report["workloads"]:
+        assert set(w["strategies"]) == set(STRATEGIES), w["name"]
+        for fig in w["strategies"].values():
+            assert set(fig) == {"bytes", "transfers", "seconds"}
+            assert isinstance(fig["bytes"], int) and isinstance(fig["transfers"], int)
+            assert isinstance(fig["seconds"], float)
+    overhead = report["overhead"]
+    for key in (
+        "njit_noop_ndarray_ns",
+        "njit_noop_smartarray_ns",
+        "njit_noop_floor_ns",
+        "njit_smartarray_over_floor_ratio",
+        "launch_prep_smartarray_ns",
+        "launch_prep_device_array_ns",
+        "coherence_fast_path_ns",
+    ):
+        assert isinstance(overhead[key], float), key
+    assert all(k.endswith(("_ns", "_ratio")) for k in overhead)
+
+
+def test_bench_smartarray_bytes_at_most_hand_optimal(bench):
+    _, report = bench
+    for w in report["workloads"]:
+        s = w["strategies"]
+        assert w["results_agree"], w["name"]
+        assert s["smartarray"]["bytes"] <= s["hand"]["bytes"], w["name"]
+        assert s["smartarray"]["bytes"] <= s["whole_array_flags"]["bytes"], w["name"]
+        assert s["hand"]["bytes"] < s["auto"]["bytes"], w["name"]
+
+
+def test_bench_table_on_the_terminal(bench):
+    out, _ = bench
+    for name in WORKLOADS:
+        assert name in out.stdout
+    for label in ("SmartArray (coherent)", "floor", "launch preparation", "coherence"):
+        assert label in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+# -- the parts, in process ----------------------------------------------------------------------
+
+
+def test_numba_auto_copy_copies_like_numba():
+    from strategies import NumbaAutoCopy
+    from workloads import relax
+
+    from smartarray._demo import BLOCK, GRID
+
+    plain, counted = np.arange(100.0), np.arange(100.0)
+    relax[GRID, BLOCK](plain)
+    with sa.trace() as t:
+        relax[GRID, BLOCK](NumbaAutoCopy(counted))
+    np.testing.assert_array_equal(plain, counted)
+    assert [(e.direction, e.nbytes) for e in t.events] == [("h2d", 800), ("d2h", 800)]
+
+
+def test_flag_array_copies_whole_arrays():
+    from strategies import FlagArray
+    from workloads import relax
+
+    from smartarray._demo import BLOCK, GRID
+
+    f = FlagArray(np.zeros(64))
+    with sa.trace() as t:
+        relax[GRID, BLOCK](f)
+        relax[GRID, BLOCK](f)
+        assert f.valid == {"host": False, "gpu": True}
+        f.get("host")[:2] = 5.0  # a 2-element write still needs the whole array
+        f.mark_changed("host")
+        relax[GRID, BLOCK](f)
+        host = f.get("host")
+    assert [(e.direction, e.nbytes) for e in t.events] == [
+        ("h2d", 512),
+        ("d2h", 512),
+        ("h2d", 512),
+        ("d2h", 512),
+    ]
+    assert host[0] == pytest.approx(0.5 * 5.0 + 1.0)
+
+
+def test_floor_argument_runs_in_njit():
+    import numba
+    from bench_overhead import FloorArg
+
+    @numba.njit
+    def total(a):
+        return a.sum()
+
+    assert total(FloorArg(np.arange(5.0))) == 10.0
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_workload_strategies_agree(name):
+    import workloads
+
+    workload = next(w for w in workloads.WORKLOADS if w.name == name)
+    results = [workload.run(s, workloads.WARM) for s in STRATEGIES]
+    for r in results[1:]:
+        np.testing.assert_allclose(r, results[0])

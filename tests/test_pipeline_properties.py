@@ -1,0 +1,234 @@
+"""Random pipelines of host edits, kernel launches and njit calls against a NumPy model.
+
+The state machine drives one SmartArray through random sequences of host reads and writes
+through slices, ``cuda.jit`` launches on slices with each intent, ``njit`` calls with each intent
+and explicit ``get``, optionally holding a host array. After every step it checks the values
+against a plain NumPy reference, and that the bytes moved are exactly what the element-level
+validity model says is stale (within the fragmentation cap's documented bound).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from numba import cuda
+
+import smartarray as sa
+from smartarray import memory
+from smartarray.coherence import DEFAULT_MAX_RUNS
+
+N = 24
+ITEM = 8
+
+
+@cuda.jit
+def k_add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
+
+
+@cuda.jit
+def k_fill(x, value):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = value
+
+
+@cuda.jit
+def k_sum_into(x, out):
+    i = cuda.grid(1)
+    if i == 0:
+        total = 0.0
+        for j in range(x.size):
+            total += x[j]
+        out[0] = total
+
+
+@numba.njit
+def j_add_one(x):
+    for i in range(x.size):
+        x[i] += 1.0
+
+
+@numba.njit
+def j_fill(x, value):
+    for i in range(x.size):
+        x[i] = value
+
+
+@numba.njit
+def j_sum(x):
+    return x.sum()
+
+
+# Mostly a few recurring slices (so the same view objects meet again), sometimes any slice.
+FIXED = [slice(0, N), slice(0, 8), slice(4, 20)]
+slices = st.one_of(
+    st.sampled_from(FIXED),
+    st.sampled_from(FIXED),
+    st.tuples(st.integers(0, N), st.integers(0, N)).map(lambda t: slice(min(t), max(t))),
+)
+
+
+def launch(kernel, *args):
+    kernel[1, 32](*args)
+
+
+class Pipeline(RuleBasedStateMachine):
+    @initialize(start=st.sampled_from(["host", "gpu", "uninitialised"]))
+    def start(self, start):
+        if start == "uninitialised":
+            self.a = sa.SmartArray(shape=N, dtype=np.float64)
+            self.a[...] = 0.0  # the model needs defined values; this write moves nothing
+            self.host_valid = np.ones(N, bool)
+            self.gpu_valid = np.zeros(N, bool)
+        else:
+            self.a = sa.SmartArray(np.zeros(N), where=start)
+            self.host_valid = np.full(N, start == "host")
+            self.gpu_valid = ~self.host_valid
+        self.ref = np.zeros(N)
+        self.held = None
+        self.sums = sa.SmartArray(shape=1)
+        self.views: dict[tuple[int, int], sa.SmartArray] = {}
+
+    def view(self, sl: slice) -> sa.SmartArray:
+        """The same view object for the same slice: per-view caches (njit fast path, device
+        view) get exercised across steps."""
+        key = (sl.start, sl.stop)
+        if key not in self.views:
+            self.views[key] = self.a[sl]
+        return self.views[key]
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def expect(self, action, up=0, down=0):
+        """Run ``action`` and check the bytes it moved (``up``/``down`` elements needed)."""
+        before = sa.stats()
+        result = action()
+        moved = sa.stats() - before
+        slack = 2 * N * ITEM // DEFAULT_MAX_RUNS  # documented bound of the cap, both sides
+        assert up * ITEM <= moved.h2d_bytes <= up * ITEM + slack, (moved, up)
+        assert down * ITEM <= moved.d2h_bytes <= down * ITEM + slack, (moved, down)
+        return result
+
+    def device_write(self, sl):
+        """The model of a device write of ``sl`` (and the eager refresh of a held array)."""
+        self.gpu_valid[sl] = True
+        self.host_valid[sl] = False
+        if self.held is not None:
+            self.host_valid[sl] = True
+
+    def refresh_down(self, sl):
+        return int((~self.host_valid[sl]).sum()) if self.held is not None else 0
+
+    # -- rules -------------------------------------------------------------------------------
+
+    @rule(sl=slices, value=st.floats(-5, 5, allow_nan=False))
+    def host_write(self, sl, value):
+        self.expect(lambda: self.a.__setitem__(sl, value))
+        self.ref[sl] = value
+        self.host_valid[sl] = True
+        self.gpu_valid[sl] = False
+
+    @rule(sl=slices)
+    def host_read(self, sl):
+        stale = int((~self.host_valid[sl]).sum())
+        got = self.expect(lambda: np.array(self.view(sl)), down=stale)
+        np.testing.assert_array_equal(got, self.ref[sl])
+        self.host_valid[sl] = True
+
+    @rule(sl=slices, hint=st.sampled_from([None, sa.InOut]))
+    def kernel_add(self, sl, hint):
+        view = self.view(sl)
+        up = int((~self.gpu_valid[sl]).sum())
+        self.gpu_valid[sl] = True
+        arg = view if hint is None else hint(view)
+        post = self.host_valid.copy()
+        post[sl] = False
+        down = int((~post[sl]).sum()) if self.held is not None else 0
+        self.expect(lambda: launch(k_add_one, arg), up=up, down=down)
+        self.ref[sl] += 1.0
+        self.device_write(sl)
+
+    @rule(sl=slices, value=st.floats(-5, 5, allow_nan=False))
+    def kernel_out(self, sl, value):
+        down = (sl.stop - sl.start) if self.held is not None else 0
+        self.expect(lambda: launch(k_fill, sa.Out(self.view(sl)), value), down=down)
+        self.ref[sl] = value
+        self.device_write(sl)
+
+    @rule(sl=slices)
+    def kernel_reads(self, sl):
+        up = int((~self.gpu_valid[sl]).sum())
+        self.expect(lambda: launch(k_sum_into, sa.In(self.view(sl)), sa.Out(self.sums)), up=up)
+        self.gpu_valid[sl] = True
+        np.testing.assert_allclose(self.sums[0], self.ref[sl].sum())
+
+    @rule(sl=slices, hint=st.sampled_from([None, sa.InOut]))
+    def njit_add(self, sl, hint):
+        view = self.view(sl)
+        down = int((~self.host_valid[sl]).sum())
+        self.expect(lambda: j_add_one(view if hint is None else hint(view)), down=down)
+        self.ref[sl] += 1.0
+        self.host_valid[sl] = True
+        self.gpu_valid[sl] = False
+
+    @rule(sl=slices, value=st.floats(-5, 5, allow_nan=False))
+    def njit_out(self, sl, value):
+        self.expect(lambda: j_fill(sa.Out(self.view(sl)), value))
+        self.ref[sl] = value
+        self.host_valid[sl] = True
+        self.gpu_valid[sl] = False
+
+    @rule(sl=slices)
+    def njit_reads(self, sl):
+        down = int((~self.host_valid[sl]).sum())
+        total = self.expect(lambda: j_sum(sa.In(self.view(sl))), down=down)
+        self.host_valid[sl] = True
+        np.testing.assert_allclose(total, self.ref[sl].sum())
+
+    @rule()
+    def sync_gpu(self):
+        up = int((~self.gpu_valid).sum())
+        self.expect(lambda: self.a.get("gpu"), up=up)
+        self.gpu_valid[:] = True
+
+    @rule()
+    def hold_host_array(self):
+        down = int((~self.host_valid).sum())
+        self.held = self.expect(lambda: self.a.host(), down=down)
+        self.host_valid[:] = True
+
+    @rule()
+    def drop_host_array(self):
+        self.held = None
+
+    @invariant()
+    def held_array_is_current(self):
+        if self.held is not None:
+            np.testing.assert_array_equal(self.held, self.ref)
+
+    @invariant()
+    def every_byte_marked_valid_holds_the_current_value(self):
+        buf = self.a._buf
+        state = buf.state
+        copies = {}
+        if buf.host_bytes is not None:
+            copies["host"] = buf.host_bytes.view(np.float64)
+        if buf.device_bytes is not None:  # read without counting a transfer
+            raw = memory._Uncounted(buf.device_bytes).copy_to_host()
+            copies["gpu"] = raw.view(np.float64)
+        for where, values in copies.items():
+            for i in range(N):
+                if state.is_valid(where, i * ITEM, (i + 1) * ITEM):
+                    assert values[i] == self.ref[i], (where, i)
+        for i in range(N):  # and every element is current somewhere
+            assert any(state.is_valid(w, i * ITEM, (i + 1) * ITEM) for w in ("host", "gpu"))
+
+
+Pipeline.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+TestPipeline = Pipeline.TestCase
