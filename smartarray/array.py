@@ -38,7 +38,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import _numba_cpu, _numba_cuda, memory
 from ._numba_cuda import IN, INOUT, OUT
-from .coherence import BufferState, IntervalSet
+from .coherence import BufferState
 from .errors import CoherenceError, TransferError
 
 __all__ = ["SmartArray"]
@@ -76,14 +76,6 @@ def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tu
 
 def _address(ary: np.ndarray) -> int:
     return ary.__array_interface__["data"][0]
-
-
-def _current_only_at(state: BufferState, where: str, lo: int, hi: int) -> bool:
-    """Whether bytes ``[lo, hi)`` are current at ``where`` and stale everywhere else."""
-    if not state.is_valid(where, lo, hi):
-        return False
-    span = IntervalSet.span(lo, hi)
-    return not any(state.valid(other) & span for other in state.locations if other != where)
 
 
 def _is_basic_index(key: Any) -> bool:
@@ -221,6 +213,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         "_device_view",
         "_njit_view",
         "_njit_fast",
+        "_gpu_only_at",
         "__weakref__",
     )
 
@@ -316,6 +309,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         self._strides = tuple(int(s) for s in strides)
         self._dtype = dtype
         self._device_view = self._njit_view = self._njit_fast = None
+        self._gpu_only_at = -1  # state version at which this view was current on the gpu only
         if 0 in self._shape:
             self._lo = self._hi = 0
         else:
@@ -414,6 +408,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         with buf.lock:
             if stream is not None:
                 buf.stream = stream
+            if buf.state.is_exclusive(where, lo, hi):
+                # Current there only (a kernel writing the same array again): nothing else to
+                # make stale, and no held host array to refresh (it would be current).
+                return
             if where != "host":
                 buf.disarm_fast_paths()
             buf.state.mark_changed(where, lo, hi)
@@ -550,34 +548,69 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             layout = "A"
         return _numba_cpu.smartarray_type(self._dtype, self.ndim, layout, readonly)
 
+    def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
+        """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol).
+
+        Called by the dispatcher before a launch: makes the device copy current (only stale
+        bytes move, on ``stream``), returns the kernel's argument, and appends to ``retr`` the
+        callback that records the kernel's write right after the launch.
+        """
+        return self._prepare_launch(retr, stream, INOUT)
+
     def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
         """Make the device copy current for a launch on ``stream``; record the write after it."""
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         buf = self._buf
+        if (
+            self._gpu_only_at == buf.state.version
+            and stream == 0
+            and buf.stream == 0
+            and self._device_view is not None
+        ):
+            # The loop-of-launches fast path: nothing changed since this view was found current
+            # on the device only, so nothing moves, a write changes nothing, no lock is needed
+            # (reading a version number is atomic) and no callback is registered.
+            return _numba_cuda.launch_argument(self._device_view, retr, stream)
+        lo, hi = self._lo, self._hi
         with buf.lock:
             if buf.stream != 0 and buf.stream is not stream:
                 # Work on this buffer is queued on another stream: finish it first, or this
                 # launch could overtake it.
                 buf.wait_for_device()
-            if intent == OUT and self._covers():
-                buf.ensure_device()  # overwritten entirely: nothing to upload
+            # Fast path: current on the device only (a loop of launches). Nothing to upload,
+            # and a write by the kernel changes nothing: no callback at all.
+            record = False
+            state = buf.state
+            if self._gpu_only_at == state.version:
+                pass
+            elif state.is_exclusive("gpu", lo, hi):
+                self._gpu_only_at = state.version
             else:
-                self._sync("gpu", self._lo, self._hi, "device use", stream)
+                if intent != OUT or not self._covers():  # Out of a covering view: no upload
+                    plan = buf.state.plan_read("gpu", lo, hi)
+                    if plan:
+                        self._copy(plan, "device use", stream)
+                        buf.state.apply(plan)
+                record = intent != IN
+            if stream != 0:
+                buf.stream = stream  # host reads of this buffer wait for this stream
             devary = self._device_view
             if devary is None:
                 devary = self._device_view = memory.device_view(
                     buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
                 )
             arg = _numba_cuda.launch_argument(devary, retr, stream)
-            if intent != IN:
-                retr.append(lambda: self._changed("gpu", self._lo, self._hi, stream))
-            elif stream != 0:
-                retr.append(lambda: self._note_stream(stream))
+            if record:
+                retr.append(self._after_launch)
             return arg
 
-    def _note_stream(self, stream: Any) -> None:
-        with self._buf.lock:
-            self._buf.stream = stream
+    def _after_launch(self) -> None:
+        """Record the kernel's write (the dispatcher runs this right after the launch)."""
+        buf = self._buf
+        with buf.lock:
+            self._changed("gpu", self._lo, self._hi)
+            if buf.state.is_exclusive("gpu", self._lo, self._hi):
+                self._gpu_only_at = buf.state.version
 
     def _njit_enter(self) -> np.ndarray:
         return self._njit_enter_as(INOUT)
@@ -608,7 +641,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._changed("host", self._lo, self._hi)
             # Current on the host only: later njit calls need no hook until that changes.
             if intent == INOUT and self._njit_view is not None and buf.stream == 0:
-                if _current_only_at(buf.state, "host", self._lo, self._hi):
+                if buf.state.is_exclusive("host", self._lo, self._hi):
                     self._njit_fast = self._njit_view
                     buf.fast_views.append(weakref.ref(self))
 

@@ -831,6 +831,45 @@ class BufferState:
         i = bisect_right(valid._starts, start) - 1
         return i >= 0 and valid._stops[i] >= stop
 
+    def is_exclusive(self, where: str, start: int = 0, stop: int | None = None) -> bool:
+        """Return True if ``[start, stop)`` is current at ``where`` and stale everywhere else.
+
+        Then a write of the interval at ``where`` changes nothing. O(locations x log max_runs),
+        allocates nothing.
+
+        Parameters
+        ----------
+        where : str
+            A location name.
+        start, stop : int
+            The byte interval; ``stop=None`` means ``nbytes``.
+
+        Returns
+        -------
+        bool
+        """
+        valid = self._valid
+        try:
+            mine = valid[where]
+        except (KeyError, TypeError):
+            raise self._bad_where(where) from None
+        if stop is None:
+            stop = self._nbytes
+        if not (type(start) is int and type(stop) is int and 0 <= start <= stop <= self._nbytes):
+            mine, start, stop = self._checked(where, start, stop)
+        if start == stop:
+            return True
+        i = bisect_right(mine._starts, start) - 1
+        if i < 0 or mine._stops[i] < stop:
+            return False
+        for loc, other in valid.items():
+            if loc != where:
+                stops = other._stops
+                i = bisect_right(stops, start)
+                if i < len(stops) and other._starts[i] < stop:
+                    return False
+        return True
+
     def plan_read(self, where: str, start: int = 0, stop: int | None = None) -> Plan:
         """Plan the copies that make ``[start, stop)`` current at ``where``.
 

@@ -697,6 +697,19 @@ class CoherenceMachine(RuleBasedStateMachine):
         assert anywhere == set(range(self.n)), "a byte is valid nowhere"
 
     @invariant()
+    def is_exclusive_matches_the_valid_sets(self):
+        s = self.state
+        for start, stop in [(0, self.n), (0, self.n // 2), (self.n // 3, self.n)]:
+            span = set(range(start, stop))
+            for loc in self.locs:
+                others = set()
+                for other in self.locs:
+                    if other != loc:
+                        others |= as_set(s.valid(other))
+                expected = span <= as_set(s.valid(loc)) and not (span & others)
+                assert s.is_exclusive(loc, start, stop) == expected, (loc, start, stop)
+
+    @invariant()
     def run_counts_within_cap(self):
         counts = self.state.run_counts()
         assert set(counts) == set(self.locs)
