@@ -112,6 +112,14 @@ def _check_strides(strides: Any, ndim: int) -> tuple[int, ...] | None:
     return result
 
 
+def _check_layout(
+    shape: Any, dtype: Any, strides: Any, order: Any
+) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...] | None, str]:
+    """Check the arguments numpy.empty-like allocators share; return them normalised."""
+    dims = _check_shape(shape)
+    return dims, _check_dtype(dtype), _check_strides(strides, len(dims)), _check_order(order)
+
+
 def _check_stream(stream: Any) -> Any:
     """Accept 0 (the default stream) or a stream object, as numba.cuda does."""
     if stream is None:
@@ -451,10 +459,7 @@ def device_array(
     >>> sa.device_array((2, 3), dtype='f4').shape
     (2, 3)
     """
-    dims = _check_shape(shape)
-    dt = _check_dtype(dtype)
-    strides = _check_strides(strides, len(dims))
-    order = _check_order(order)
+    dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
     stream = _check_stream(stream)
     if SIMULATOR:
         return _adopt(
@@ -503,10 +508,7 @@ def pinned_array(
     >>> type(a).__name__, a.shape
     ('ndarray', (4,))
     """
-    dims = _check_shape(shape)
-    dt = _check_dtype(dtype)
-    strides = _check_strides(strides, len(dims))
-    order = _check_order(order)
+    dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
     return cuda.pinned_array(dims, dtype=dt, strides=strides, order=order)
 
 
@@ -548,10 +550,7 @@ def mapped_array(
     >>> isinstance(m, np.ndarray), m.copy_to_host().tolist()
     (True, [7, 7, 7, 7])
     """
-    dims = _check_shape(shape)
-    dt = _check_dtype(dtype)
-    strides = _check_strides(strides, len(dims))
-    order = _check_order(order)
+    dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
     stream = _check_stream(stream)
     if SIMULATOR:
         # The simulator's mapped_array is a fake device array, not an ndarray.
