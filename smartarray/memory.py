@@ -930,4 +930,5 @@ def device_view(
         return _adopt(FakeCUDAArray(host))
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-    return _adopt(DeviceNDArray(dims, steps, dt, gpu_data=device_bytes.gpu_data.view(offset)))
+    gpu_data = device_bytes.gpu_data.view(offset) if size else None  # numba: NULL when empty
+    return _adopt(DeviceNDArray(dims, steps, dt, gpu_data=gpu_data))
