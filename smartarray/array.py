@@ -192,7 +192,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     Examples
     --------
     >>> import numpy as np
-    >>> from smartarray.array import SmartArray
+    >>> from smartarray import SmartArray
     >>> a = SmartArray(np.arange(4.0))
     >>> a[1:3] = 7
     >>> a

@@ -83,6 +83,13 @@ class Out(_Intent):
     """The kernel (or njit function) overwrites every element of the wrapped array.
 
     Nothing is uploaded before the launch. A strided view falls back to :class:`InOut`.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> out = sa.SmartArray(np.zeros(3))
+    >>> sa.Out(out).intent
+    'out'
     """
 
     intent = _numba_cuda.OUT
@@ -90,7 +97,14 @@ class Out(_Intent):
 
 
 class InOut(_Intent):
-    """The kernel (or njit function) reads and writes the wrapped array (the default)."""
+    """The kernel (or njit function) reads and writes the wrapped array (the default).
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> sa.InOut(sa.SmartArray(np.zeros(2))).intent
+    'inout'
+    """
 
     intent = _numba_cuda.INOUT
     _numba_hint = _numba_args.InOut

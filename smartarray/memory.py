@@ -418,9 +418,12 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
             raise TypeError(f"to must be a device array, got {type(to).__name__}")
         to = _adopt(to)
         if copy:
-            to.copy_to_device(
-                obj if _is_device_array(obj) else _host_array_from(obj), stream=stream
-            )
+            source = obj if _is_device_array(obj) else _host_array_from(obj)
+            _check_same_layout(to, source, "obj")
+            _Uncounted(to).copy_to_device(source, stream=stream)
+            if source.size:
+                direction = "d2d" if _is_device_array(source) else "h2d"
+                _record(direction, to.alloc_size, "to_device", describe(to))
         return to
     if _is_device_array(obj):
         return _adopt(obj)  # numba too returns device memory as it is
@@ -668,8 +671,9 @@ class _Registration:
         return self.arrays
 
     def __exit__(self, *exc: object) -> None:
-        # Only what this call registered: an array registered earlier stays registered.
-        _registry.deregister(self._registered)
+        # Only what this call registered (an array registered earlier stays registered), and
+        # only what is still registered (the block may have deregistered some itself).
+        _registry.deregister([a for a in self._registered if _registry.is_registered(a)])
         self._registered = []
 
     def __repr__(self) -> str:

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -39,3 +43,104 @@ def test_readme_snippets_run(capsys):
     assert "h2d_bytes=8000" in lines[0] and "d2h_bytes=8000" in lines[0]
     assert lines[1:3] == ["20.0", "509487.0"]  # as the README says
     assert "h2d_count=1, h2d_bytes=8000, d2h_count=4, d2h_bytes=7992" in lines[3]
+
+
+def test_every_example_is_tested():
+    tested = {
+        "explicit_transfers",
+        "host_edits",
+        "pipeline",
+        "porting_numba_smartarray",
+        "quickstart",
+        "stencil",
+    }
+    assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
+
+
+def test_quickstart(capsys):
+    result, moved = load("quickstart").main(n=200, launches=3)
+    assert result == float(np.arange(200.0).sum() + 3 * 200 - 3)  # a[0] was reset to 0
+    assert (moved.h2d_count, moved.h2d_bytes) == (1, 1600)  # uploaded once, for 3 launches
+    assert (moved.d2h_count, moved.d2h_bytes) == (2, 8 + 1584)  # one element, then the rest
+    out = capsys.readouterr().out
+    assert "h2d     1600 bytes  (device use)" in out
+    assert "d2h        8 bytes  (host read)" in out
+    assert "d2h     1584 bytes  (njit argument)" in out
+
+
+def test_stencil(capsys):
+    module = load("stencil")
+    result, moved = module.main(n=64, steps=5)
+    u0 = np.zeros(64)
+    u0[32], u0[-1] = 100.0, 10.0
+    np.testing.assert_allclose(result, module.reference(u0, 5))
+    assert result[0] == 0.0 and result[-1] == 10.0  # the fixed ends
+    assert (moved.h2d_count, moved.h2d_bytes) == (1, 512)  # u once; Out(v) is never uploaded
+    assert (moved.d2h_count, moved.d2h_bytes) == (1, 512)  # the result once
+    assert "1 upload(s), 512 bytes up; 1 download(s), 512 bytes down" in capsys.readouterr().out
+
+
+def test_host_edits_upload_only_the_edited_bytes(capsys):
+    result, per_step = load("host_edits").main(n=128, steps=3, k=4, factor=0.5)
+    expected = np.ones(128)
+    for step in range(3):
+        expected[step * 4 : step * 4 + 4] = step + 1.0
+        expected *= 0.5
+    np.testing.assert_array_equal(result, expected)
+    assert [s.h2d_bytes for s in per_step] == [1024, 32, 32, 0]  # first all, then 4 floats
+    assert [s.h2d_count for s in per_step] == [1, 1, 1, 0]
+    assert [s.d2h_bytes for s in per_step] == [0, 0, 0, 1024]  # nothing until the end
+    out = capsys.readouterr().out
+    assert "step 1: edited a[4:8] on the host, uploaded 32 bytes" in out
+    assert "downloaded 1024 bytes once at the end" in out
+
+
+def test_pipeline(capsys):
+    module = load("pipeline")
+    totals, moved = module.main(n=64, rounds=3)
+    assert totals == module.reference(64, 3)
+    assert (moved.h2d_count, moved.h2d_bytes) == (3, 3 * 512)  # x up once a round
+    assert (moved.d2h_count, moved.d2h_bytes) == (3, 3 * 512)  # y down once a round
+    assert moved.d2d_count == 0
+    assert "3 upload(s), 1536 bytes up; 3 download(s), 1536 bytes down" in (capsys.readouterr().out)
+
+
+def test_porting_numba_smartarray(capsys):
+    result, old, new = load("porting_numba_smartarray").main(n=64, steps=3)
+    expected = np.full(64, 8.0)
+    expected[0] = 2.0
+    np.testing.assert_array_equal(result, expected)
+    # gpu()/host() and host_changed() move the whole array each step ...
+    assert (old.h2d_count, old.h2d_bytes) == (3, 3 * 512)
+    assert (old.d2h_count, old.d2h_bytes) == (3, 3 * 512)
+    # ... a[0] = step makes 8 bytes stale, and the result comes down once, minus a[0].
+    assert (new.h2d_count, new.h2d_bytes) == (3, 512 + 8 + 8)
+    assert (new.d2h_count, new.d2h_bytes) == (1, 504)
+    out = capsys.readouterr().out
+    assert "new style (kernel(a)): 3 upload(s) 528 bytes, 1 download(s) 504 bytes" in out
+
+
+SMALL_ARGS = {
+    "explicit_transfers": ["--n", "64"],
+    "host_edits": ["--n", "64", "--steps", "2", "--k", "2"],
+    "pipeline": ["--n", "64", "--rounds", "2"],
+    "porting_numba_smartarray": ["--n", "64", "--steps", "2"],
+    "quickstart": ["--n", "64", "--launches", "2"],
+    "stencil": ["--n", "64", "--steps", "3"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_ARGS))
+def test_example_runs_as_a_script(name):
+    """``python examples/NAME.py`` with small sizes: its command line works."""
+    env = dict(os.environ)
+    env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *SMALL_ARGS[name]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "bytes" in out.stdout

@@ -572,3 +572,17 @@ def test_device_view_rejects_negative_strides_and_overflow():
         memory.device_view(dev, 24, (3,), (-8,), np.float64)
     with pytest.raises(ValueError, match="does not fit"):
         memory.device_view(dev, 16, (3,), (8,), np.float64)
+
+
+def test_deregister_inside_register_block_is_allowed():
+    a = np.zeros(8)
+    with sa.register(a):
+        sa.deregister(a)
+    assert not memory.is_registered(a)
+
+
+def test_to_device_into_existing_is_traced_as_to_device():
+    target = sa.device_array(4)
+    with sa.trace() as t:
+        sa.to_device(np.arange(4.0), to=target)
+    assert [(e.direction, e.nbytes, e.reason) for e in t.events] == [("h2d", 32, "to_device")]

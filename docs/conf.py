@@ -1,0 +1,47 @@
+"""Sphinx configuration of the smartarray documentation.
+
+Build: ``python -m sphinx -W --keep-going -b html docs docs/_build/html``. No GPU is needed:
+with ``NUMBA_ENABLE_CUDASIM`` unset, the build uses the numba CUDA simulator (set before
+``smartarray`` imports ``numba.cuda``, which autodoc does).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import smartarray  # noqa: E402
+
+project = "smartarray"
+author = "The smartarray developers"
+copyright = "the smartarray developers; BSD-2-Clause"  # noqa: A001 - Sphinx's name
+version = release = smartarray.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.intersphinx",
+    "numpydoc",
+]
+
+exclude_patterns = ["_build"]
+root_doc = "index"
+default_role = "code"
+highlight_language = "python3"
+
+autodoc_default_options = {"member-order": "bysource"}
+autodoc_typehints = "none"  # the numpydoc sections say it
+autodoc_preserve_defaults = True  # show `dtype=np.float64`, as the reference pages do
+numpydoc_show_class_members = False  # members are listed with autodoc's :members:
+numpydoc_class_members_toctree = False
+numpydoc_xref_param_type = False
+
+# No network at build time: intersphinx targets are looked up only if cached.
+intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
+
+html_theme = "alabaster"
+html_title = f"smartarray {release}"
+html_static_path: list[str] = []
