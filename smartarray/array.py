@@ -402,12 +402,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 f"copying to the host or device copy failed ({reason}): {exc}"
             ) from exc
 
-    def _changed(self, where: str, lo: int, hi: int, stream: Any = None) -> None:
+    def _changed(self, where: str, lo: int, hi: int) -> None:
         """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
         buf = self._buf
         with buf.lock:
-            if stream is not None:
-                buf.stream = stream
             if buf.state.is_exclusive(where, lo, hi):
                 # Current there only (a kernel writing the same array again): nothing else to
                 # make stale, and no held host array to refresh (it would be current).
