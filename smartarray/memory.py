@@ -336,7 +336,8 @@ def _adopt(obj: Any) -> Any:
     """Re-class a numba device object so its copies are counted (returns ``obj``)."""
     if obj is None or isinstance(obj, _Counted):
         return obj
-    if _is_device_array(obj) or isinstance(obj, _SimMappedNDArray):
+    # Device arrays, and mapped arrays (ndarrays with the device-array interface).
+    if getattr(obj, "__cuda_ndarray__", False) or isinstance(obj, _SimMappedNDArray):
         obj.__class__ = _counted_class(type(obj))
     return obj
 
@@ -653,8 +654,11 @@ def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
 
 
 def _unpin(pin: Any) -> None:
-    if pin is not None:
-        pin.free()
+    # numba's PinnedMemory has no free(): a weakref finalizer unregisters the memory when its
+    # last reference goes, and the registry held the only one. Mapped pins do have free().
+    free = getattr(pin, "free", None)
+    if free is not None:
+        free()
 
 
 _registry = _Registry()
