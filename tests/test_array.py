@@ -627,3 +627,21 @@ def test_ufunc_out_with_where_keeps_unselected_elements_current():
     mask = np.array([True, False] * 3)
     np.add(np.ones(6), 1.0, out=out, where=mask)
     np.testing.assert_array_equal(np.asarray(out), [2.0, 5.0, 2.0, 5.0, 2.0, 5.0])
+
+
+def test_constructor_has_the_reference_signature_plus_pinned():
+    import inspect
+
+    params = inspect.signature(SmartArray).parameters
+    assert [(p.name, p.default) for p in params.values()] == [
+        ("obj", None),
+        ("copy", True),
+        ("shape", None),
+        ("dtype", None),
+        ("order", None),
+        ("where", "host"),
+        ("pinned", False),
+    ]
+    for method, default in [("get", "host"), ("mark_changed", "host"), ("is_valid", "host")]:
+        where = inspect.signature(getattr(SmartArray, method)).parameters["where"]
+        assert where.default == default
