@@ -884,14 +884,6 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
         return SmartArray(self)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name in SmartArray.__slots__:
-            raise AttributeError(name)
-        raise AttributeError(
-            f"SmartArray has no attribute {name!r}; use a.host().{name} on the host copy "
-            "(then a.host_changed() if it writes)"
-        )
-
     def resize(self, *args: Any, **kwargs: Any) -> None:
         """Not supported: a SmartArray's buffer cannot grow in place."""
         raise TypeError(
@@ -1165,3 +1157,22 @@ def _byteswap(self: SmartArray, inplace: bool = False) -> SmartArray | None:
 
 
 SmartArray.byteswap = _byteswap  # type: ignore[attr-defined]
+
+
+def _not_supported(name: str) -> property:
+    def fail(self: SmartArray) -> Any:
+        raise AttributeError(
+            f"SmartArray has no attribute {name!r}; use a.host().{name} on the host copy "
+            "(then a.host_changed() if it writes)"
+        )
+
+    return property(fail)
+
+
+# ndarray attributes SmartArray does not have fail with a hint. Properties rather than a
+# __getattr__ hook: a class with __getattr__ makes every attribute read slower, and Numba's
+# dispatchers read two attributes per call (``_numba_type_``, ``_njit_fast``).
+for _name in dir(np.ndarray):
+    if not _name.startswith("_") and not hasattr(SmartArray, _name):
+        setattr(SmartArray, _name, _not_supported(_name))
+del _name
