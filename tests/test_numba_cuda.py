@@ -350,3 +350,47 @@ def test_gpu_host_read_waits_for_the_launch_stream_only():
     a = sa.SmartArray(np.zeros(1 << 20, dtype=np.float32), pinned=True)
     add_one[(1 << 20) // 256, 256, s](a)
     np.testing.assert_array_equal(np.asarray(a)[:4], 1.0)
+
+
+@pytest.mark.gpu
+def test_gpu_eager_refresh_is_ordered_after_a_kernel_on_a_stream():
+    s = sa.stream()
+    a = sa.SmartArray(np.zeros(1 << 18, dtype=np.float32))
+    held = a.host()
+    for _ in range(3):
+        add_one[(1 << 18) // 256, 256, s](a)
+        # No synchronize here: the refresh was queued after the kernel and waited for.
+        assert held[-1] == held[0]
+    np.testing.assert_array_equal(held[:8], 3.0)
+
+
+@pytest.mark.gpu
+def test_gpu_launches_on_two_streams_are_ordered_on_one_array():
+    s1, s2 = sa.stream(), sa.stream()
+    a = sa.SmartArray(np.zeros(1 << 18, dtype=np.float32))
+    for i in range(6):
+        add_one[(1 << 18) // 256, 256, s1 if i % 2 else s2](a)
+    np.testing.assert_array_equal(np.asarray(a)[::4096], 6.0)
+
+
+@pytest.mark.gpu
+def test_gpu_pinned_smartarray_uses_page_locked_host_memory():
+    from numba.cuda.cudadrv import driver
+
+    a = sa.SmartArray(np.arange(1024.0), pinned=True)
+    base = a._buf.host_bytes
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    assert isinstance(base, driver.PinnedMemory | driver.MappedMemory) or hasattr(base, "handle")
+    add_one[4, 256](a)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(1024.0) + 1)
+
+
+@pytest.mark.gpu
+def test_gpu_mapped_array_copies_are_counted():
+    m = sa.mapped_array(16)
+    sa.reset_stats()
+    m.copy_to_device(np.arange(16.0))
+    m.copy_to_host()
+    s = sa.stats()
+    assert (s.h2d_bytes, s.d2h_bytes) == (128, 128)
