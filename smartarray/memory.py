@@ -246,7 +246,9 @@ class _Counted:
     def __setitem__(self, key: Any, value: Any) -> None:
         super().__setitem__(key, value)  # type: ignore[misc]
         if not _is_device_array(value) and not _in_simulated_kernel():
-            nbytes = np.asarray(value, dtype=self.dtype).nbytes  # type: ignore[attr-defined]
+            # numba uploads the value as it is (its own dtype, not broadcast), then a kernel
+            # broadcasts it into place on the device.
+            nbytes = np.asarray(value).nbytes
             _record("h2d", nbytes, "element write", describe(self))
 
     def reshape(self, *newshape: Any, **kws: Any) -> Any:

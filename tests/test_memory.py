@@ -586,3 +586,13 @@ def test_to_device_into_existing_is_traced_as_to_device():
     with sa.trace() as t:
         sa.to_device(np.arange(4.0), to=target)
     assert [(e.direction, e.nbytes, e.reason) for e in t.events] == [("h2d", 32, "to_device")]
+
+
+def test_element_write_counts_the_value_as_numba_uploads_it():
+    d = sa.to_device(np.zeros(10, dtype=np.int32))
+    before = sa.stats()
+    d[2:8] = 7  # a Python int goes up as one int64, then a kernel broadcasts it
+    d[0] = np.int32(1)
+    moved = sa.stats() - before
+    assert (moved.h2d_count, moved.h2d_bytes) == (2, 8 + 4)
+    np.testing.assert_array_equal(d.copy_to_host(), [1, 0, 7, 7, 7, 7, 7, 7, 0, 0])
