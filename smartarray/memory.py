@@ -467,11 +467,7 @@ def device_array(
     """
     dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
     stream = _check_stream(stream)
-    if SIMULATOR:
-        return _adopt(
-            cuda.device_array(dims, dtype=dt, strides=strides, order=order, stream=stream)
-        )
-    return _adopt(cuda.device_array(dims, dt, strides, order, stream))
+    return _adopt(cuda.device_array(dims, dtype=dt, strides=strides, order=order, stream=stream))
 
 
 def device_array_like(ary: Any, stream: Any = 0) -> Any:
