@@ -17,7 +17,8 @@ it behaves the same on both:
   is recorded but emulated;
 - its ``to_device(to=d)`` returns ``None`` and its ``to_device(copy=False)`` copies anyway;
 - its ``mapped_array`` returns a fake device array, not an ``ndarray``: :func:`mapped_array`
-  returns an ``ndarray`` subclass with the ``MappedNDArray`` methods;
+  returns an ``ndarray`` subclass with the ``MappedNDArray`` methods (on both targets the
+  counted class copies mapped memory on the host: numba's own methods fail on a GPU);
 - ``np.asarray`` of a simulated device array aliases device memory (a GPU copies): the
   counted subclass makes ``__array__`` copy, as on a GPU;
 - ``split`` returns a list there and a generator on a GPU: :meth:`split` returns a list.
@@ -318,7 +319,151 @@ _NDARRAY_PASSTHROUGH = {
         "view",
         "transpose",
         "T",
+        "squeeze",
     )
+}
+
+
+class _CountedMapped(_Counted):
+    """What a mapped array (host memory the device addresses) adds to numba's MappedNDArray.
+
+    numba builds ``MappedNDArray`` as an ndarray view without ``DeviceNDArrayBase.__init__``,
+    so its device-array methods that read ``alloc_size`` or ``_dummy`` fail on a GPU. Mapped
+    memory is host memory, so copies in and out of it are made by the host, after waiting for
+    the device work that may use it. They move no bytes between host and device and are not
+    counted as transfers (as kernels reading or writing mapped memory are not); a copy from
+    a device array into a mapped array is a download and is counted.
+    """
+
+    @property
+    def alloc_size(self) -> int:
+        """Bytes spanned by the array's elements."""
+        lo, hi = _byte_extent(self)  # type: ignore[arg-type]
+        return hi - lo
+
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+        """Copy ``self`` to ``ary`` or to a new ndarray (returned): a host-side copy."""
+        stream = _check_stream(stream)
+        if ary is not None:
+            _check_host_array(ary, "ary")
+            _check_same_layout(self, ary, "ary")
+        _wait_for_mapped(self, stream)
+        src = self.view(np.ndarray)  # type: ignore[attr-defined]
+        if ary is None:
+            return np.array(src, copy=True, order="K")
+        np.copyto(ary, src.reshape(ary.shape))
+        return ary
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        """Copy ``ary`` into ``self``: a host-side copy, or a download from a device array."""
+        stream = _check_stream(stream)
+        device_source = _is_device_array(ary)
+        if not device_source:
+            ary = _host_array_from(ary)
+        _check_same_layout(self, ary, "ary")
+        dst = self.view(np.ndarray)  # type: ignore[attr-defined]
+        if device_source:
+            # numba writes device bytes straight into the page-locked host memory.
+            _Uncounted(ary).copy_to_host(dst.reshape(ary.shape), stream=stream)
+            if ary.size:
+                _record("d2h", dst.nbytes, "copy_to_device", describe(self))
+            return
+        _wait_for_mapped(self, stream)
+        np.copyto(dst, np.asarray(ary).reshape(dst.shape))
+
+    def bind(self, stream: Any = 0) -> Any:
+        """A view of this mapped memory whose operations default to ``stream``.
+
+        (numba's ``bind`` copies a mapped array with ``copy.copy``, which for an ndarray copies
+        the data into memory that is not mapped.)
+        """
+        stream = _check_stream(stream)
+        view = self.view(type(self))  # type: ignore[attr-defined]
+        view.__dict__["stream"] = stream
+        return view
+
+    def is_c_contiguous(self) -> bool:
+        """Whether the array is C-contiguous."""
+        return bool(self.flags.c_contiguous)  # type: ignore[attr-defined]
+
+    def is_f_contiguous(self) -> bool:
+        """Whether the array is Fortran-contiguous."""
+        return bool(self.flags.f_contiguous)  # type: ignore[attr-defined]
+
+
+def _wait_for_mapped(ary: Any, stream: Any) -> None:
+    """Wait, before the host touches mapped memory, for device work that may use it.
+
+    A device array's ``copy_to_host(stream=s)`` is ordered after the work queued on ``s``; the
+    host-side copy of mapped memory is ordered by waiting for ``s`` (the array's bound stream
+    when none is given), or for the whole device where that is the default stream (a copy on
+    the legacy default stream waits for every blocking stream).
+    """
+    stream = stream or getattr(ary, "stream", 0)
+    if stream:
+        stream.synchronize()
+    else:
+        cuda.synchronize()
+
+
+# Views of a mapped array (slices, reshapes, fields: NumPy makes them) are created without the
+# ``gpu_data`` that numba's MappedNDArray sets on the array it allocates, and numba's pointer
+# then falls back to NULL (numba issue #2987). The counted class gives each view the device
+# pointer of its first element, derived from the allocation's, when first asked; an array of
+# the class that is not in mapped memory (a copy, a NumPy result) refuses to give one.
+
+
+def _data_address(ary: np.ndarray) -> int:
+    return int(np.ndarray.__array_interface__.__get__(ary)["data"][0])  # type: ignore[attr-defined]
+
+
+def _mapped_finalize(self: Any, obj: Any) -> None:
+    # Called by NumPy for every array derived from a mapped one: remember the allocation.
+    d = getattr(obj, "__dict__", None)
+    if not d:
+        return
+    root = d.get("_mapped_root")
+    if root is None:
+        mem = d.get("gpu_data")
+        if mem is None:
+            return
+        lo, hi = _byte_extent(obj)
+        if _data_address(obj) != lo:
+            return  # the allocation's pointer is that of its lowest byte
+        root = d["_mapped_root"] = (mem, lo, hi)
+    self.__dict__["_mapped_root"] = root
+    if "stream" in d:
+        self.__dict__["stream"] = d["stream"]
+
+
+def _mapped_gpu_data_get(self: Any) -> Any:
+    d = self.__dict__
+    mem = d.get("gpu_data")
+    if mem is None:
+        root = d.get("_mapped_root")
+        lo, hi = _byte_extent(self)
+        if root is None or not (root[1] <= lo and hi <= root[2]):
+            raise ValueError(
+                f"this {type(self).__name__} does not lie in mapped memory (it is a copy, or the "
+                "result of a NumPy operation on a mapped array), so the device cannot address "
+                "it; pass the mapped array or a view of it, or an ordinary ndarray"
+            )
+        mem = d["gpu_data"] = root[0].view(_data_address(self) - root[1])
+    return mem
+
+
+def _mapped_gpu_data_set(self: Any, mem: Any) -> None:
+    self.__dict__["gpu_data"] = mem  # numba's device_setup
+
+
+def _mapped_device_ctypes_pointer(self: Any) -> Any:
+    return self.gpu_data.device_ctypes_pointer
+
+
+_MAPPED_DEVICE_POINTER = {
+    "__array_finalize__": _mapped_finalize,
+    "gpu_data": property(_mapped_gpu_data_get, _mapped_gpu_data_set),
+    "device_ctypes_pointer": property(_mapped_device_ctypes_pointer),
 }
 
 
@@ -326,9 +471,13 @@ def _counted_class(base: type) -> type:
     counted = _COUNTED.get(base)
     if counted is None:
         namespace: dict[str, Any] = {"__module__": __name__}
+        mixin: type = _Counted
         if issubclass(base, np.ndarray):
             namespace.update(_NDARRAY_PASSTHROUGH)
-        counted = type(base.__name__, (_Counted, base), namespace)
+            mixin = _CountedMapped
+            if not SIMULATOR:  # the simulator's kernels run on the host memory itself
+                namespace.update(_MAPPED_DEVICE_POINTER)
+        counted = type(base.__name__, (mixin, base), namespace)
         _COUNTED[base] = counted
         _COUNTED[counted] = counted
     return counted
@@ -351,29 +500,12 @@ class _SimMappedNDArray(np.ndarray):
     kernels on host memory anyway, so the ndarray itself is the mapping.
     """
 
-    @property
-    def alloc_size(self) -> int:
-        return self.nbytes
-
-    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
-        if ary is None:
-            return np.array(self, copy=True, subok=False)
-        np.copyto(ary, self.view(np.ndarray))
-        return ary
-
-    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
-        np.copyto(self.view(np.ndarray), np.asarray(ary))
+    # alloc_size, copy_to_host, copy_to_device and is_c/f_contiguous: _CountedMapped, as on a GPU.
 
     def split(self, section: int, stream: Any = 0) -> list[np.ndarray]:
         if self.ndim != 1:
             raise ValueError("only support 1d array")
         return [self[i : i + section] for i in range(0, self.size, section)]
-
-    def is_c_contiguous(self) -> bool:
-        return bool(self.flags.c_contiguous)
-
-    def is_f_contiguous(self) -> bool:
-        return bool(self.flags.f_contiguous)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -542,7 +674,11 @@ def mapped_array(
     -------
     MappedNDArray
         An ``ndarray`` subclass with the device-array methods ``copy_to_host``,
-        ``copy_to_device`` and ``split``.
+        ``copy_to_device``, ``split`` and ``bind``. Its copies are made by the host (after
+        waiting for the stream given, or the device): nothing crosses between host and device,
+        so they are not counted as transfers. Views (slices, reshapes) reach kernels with the
+        device address of their first element; an array derived by copying (``m + 1``,
+        ``m.copy()``) is not mapped, and a kernel launch with it raises ``ValueError``.
 
     Examples
     --------

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -374,6 +378,136 @@ def test_mapped_array_device_methods():
     np.testing.assert_array_equal(m.copy_to_host(), np.arange(6))
     assert [p.shape for p in m.split(4)] == [(4,), (2,)]
     assert m.is_c_contiguous()
+
+
+def test_mapped_array_copies_are_host_side_and_not_transfers():
+    # Mapped memory is host memory: copying in and out of it moves nothing between host and
+    # device (like a kernel's zero-copy access), so nothing is counted.
+    m = sa.mapped_array(6, dtype=np.int64)
+    before = sa.stats()
+    m.copy_to_device(np.arange(6))
+    back = m.copy_to_host()
+    part = np.zeros(3, dtype=np.int64)
+    m[::2].copy_to_host(part, stream=sa.stream())
+    assert delta(before).count == 0
+    assert type(back) is np.ndarray and not np.may_share_memory(back, m)
+    np.testing.assert_array_equal(back, np.arange(6))
+    np.testing.assert_array_equal(part, [0, 2, 4])
+    assert m.alloc_size == 48 and m.reshape(1, 6).squeeze().shape == (6,)
+    with pytest.raises(ValueError, match="shape"):
+        m.copy_to_device(np.arange(5))
+    np.testing.assert_array_equal(m, np.arange(6))  # refused before anything moved
+
+
+def test_mapped_array_filled_from_a_device_array_counts_the_download():
+    m = sa.mapped_array(4)
+    d = sa.to_device(np.arange(4.0))
+    with sa.trace() as t:
+        m.copy_to_device(d)
+    assert [(e.direction, e.nbytes) for e in t.events] == [("d2h", 32)]
+    np.testing.assert_array_equal(m, np.arange(4.0))
+
+
+def test_mapped_array_bind_shares_the_memory():
+    m = sa.mapped_array(4)
+    s = sa.stream()
+    bound = m.bind(s)
+    bound[:] = 5.0
+    assert bound.stream is s
+    np.testing.assert_array_equal(m, 5.0)
+
+
+def _run_real_target(script: str) -> str:
+    """Run ``script`` with the real numba.cuda (no simulator, no GPU needed); return stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+# numba.cuda.mapped_array builds its MappedNDArray like this (memhostalloc needs a driver: a
+# MemoryPointer at a made-up device address stands in for the mapping).
+REAL_MAPPED_PRELUDE = """
+import ctypes
+import numpy as np
+import numba.cuda
+from numba.cuda.args import InOut
+from numba.cuda.cudadrv import driver
+from numba.cuda.cudadrv.devicearray import MappedNDArray
+import smartarray as sa
+from smartarray import memory
+
+BASE = 0x7F0000000000
+host = np.zeros(12, dtype=np.int64)
+m = np.ndarray.view(host, type=MappedNDArray)
+m.device_setup(driver.MemoryPointer(None, ctypes.c_void_p(BASE), host.nbytes))
+m = memory._adopt(m)
+"""
+
+REAL_MAPPED_COPY_SCRIPT = REAL_MAPPED_PRELUDE + textwrap.dedent(
+    """
+    waits = []
+    numba.cuda.synchronize = lambda: waits.append("device")  # no driver: record the waits
+
+    class Stream:
+        def synchronize(self):
+            waits.append("stream")
+
+    m.copy_to_device(np.arange(12))
+    back = m.copy_to_host()
+    part = np.zeros(4, dtype=np.int64)
+    m[::3].copy_to_host(part, stream=Stream())
+    print("values", back.tolist() == list(range(12)), part.tolist())
+    print("waits", waits, "transfers", sa.stats().count)
+    print("surface", m.alloc_size, m.is_c_contiguous(), m.reshape(1, 12).squeeze().shape)
+    """
+)
+
+
+def test_mapped_array_copies_work_on_the_real_target():
+    # numba's MappedNDArray is built without DeviceNDArrayBase.__init__: its own copy methods
+    # read alloc_size and fail on a GPU. The host-side copies wait for the device first.
+    out = _run_real_target(REAL_MAPPED_COPY_SCRIPT)
+    assert "values True [0, 3, 6, 9]" in out, out
+    assert "waits ['device', 'device', 'stream'] transfers 0" in out, out
+    assert "surface 96 True (12,)" in out, out
+
+
+REAL_MAPPED_VIEW_SCRIPT = REAL_MAPPED_PRELUDE + textwrap.dedent(
+    """
+    def expected(v):
+        return BASE + v.__array_interface__["data"][0] - host.__array_interface__["data"][0]
+
+    views = {
+        "root": m, "slice": m[2:], "step": m[1::3], "reversed": m[::-1],
+        "twice": m[::-1][2::-2], "row": m.reshape(3, 4)[1], "T": m.reshape(3, 4).T,
+        "empty": m[5:5], "bind": m[4:].bind(0),
+    }
+    for name, v in views.items():
+        arg = InOut(v).to_device([], 0)  # what numba-cuda's dispatcher reads for a launch
+        ok = (
+            arg.ptr == expected(v)
+            and v.__cuda_array_interface__["data"][0] == expected(v)
+            and tuple(arg._layout.strides_in_bytes) == v.strides
+        )
+        print(name, "ok" if ok else f"wrong {arg.ptr} != {expected(v)}")
+    for name, v in (("ufunc", m + 1), ("copy", m[2:].copy())):
+        try:
+            InOut(v).to_device([], 0)
+            print(name, "accepted")
+        except ValueError as exc:
+            print(name, "refused" if "mapped memory" in str(exc) else exc)
+    """
+)
+
+
+def test_views_of_mapped_arrays_reach_kernels_with_their_device_pointer():
+    # Views NumPy makes of a mapped array had no gpu_data, so the launch passed NULL.
+    lines = _run_real_target(REAL_MAPPED_VIEW_SCRIPT).split("\n")
+    names = ["root", "slice", "step", "reversed", "twice", "row", "T", "empty", "bind"]
+    assert [f"{n} ok" for n in names] + ["ufunc refused", "copy refused"] == lines[:-1]
 
 
 def test_pinned_context_manager():
