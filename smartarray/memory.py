@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -565,12 +566,22 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
     host = _host_array_from(obj)
     if not copy:
         if isinstance(host, np.void):
-            return _adopt(cuda.to_device(np.zeros((), dtype=host.dtype)[()], stream=stream))
+            return _device_record_like(host, stream)
         return device_array_like(host, stream=stream)
     devobj = _adopt(cuda.to_device(host, stream=stream))
     if host.nbytes:
         _record("h2d", host.nbytes, "to_device", describe(host))
     return devobj
+
+
+def _device_record_like(rec: np.void, stream: Any) -> Any:
+    """An uninitialised device record like ``rec``: allocated, nothing uploaded."""
+    if SIMULATOR:
+        # The simulator allocates by copying a host record (host memory, nothing crosses).
+        return _adopt(cuda.to_device(np.zeros((), dtype=rec.dtype)[()], stream=stream))
+    from numba.cuda.cudadrv.devicearray import from_record_like
+
+    return _adopt(from_record_like(rec, stream=stream))
 
 
 def device_array(
@@ -643,7 +654,9 @@ def pinned_array(
     ('ndarray', (4,))
     """
     dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
-    return cuda.pinned_array(dims, dtype=dt, strides=strides, order=order)
+    return _registry.track_allocation(
+        cuda.pinned_array(dims, dtype=dt, strides=strides, order=order)
+    )
 
 
 def mapped_array(
@@ -693,7 +706,7 @@ def mapped_array(
     if SIMULATOR:
         # The simulator's mapped_array is a fake device array, not an ndarray.
         host = np.ndarray(dims, dtype=dt, strides=strides, order=order)
-        return _adopt(host.view(_SimMappedNDArray))
+        return _registry.track_allocation(_adopt(host.view(_SimMappedNDArray)))
     if portable or wc:
         # numba.cuda.mapped_array accepts these flags but does not pass them to the driver.
         ctx = cuda.current_context()
@@ -704,8 +717,8 @@ def mapped_array(
 
         mappedview = np.ndarray.view(npary, type=MappedNDArray)
         mappedview.device_setup(buffer, stream=stream)
-        return _adopt(mappedview)
-    return _adopt(cuda.mapped_array(dims, dt, strides, order, stream))
+        return _registry.track_allocation(_adopt(mappedview))
+    return _registry.track_allocation(_adopt(cuda.mapped_array(dims, dt, strides, order, stream)))
 
 
 def _extent_nbytes(dims: tuple[int, ...], strides: Any, dt: np.dtype, order: str) -> int:
@@ -727,16 +740,63 @@ def _byte_extent(ary: np.ndarray) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def _memory_owner(ary: np.ndarray) -> Any:
+    """The object whose life is the life of ``ary``'s memory (the end of its base chain)."""
+    owner: Any = ary
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner
+
+
 class _Registry:
-    """Host memory ranges page-locked through :func:`register`, keyed by byte extent."""
+    """Host memory ranges page-locked through :func:`register`, keyed by byte extent.
+
+    It also knows the memory that was allocated page-locked (:func:`pinned_array`,
+    :func:`mapped_array`, so the host copy of ``SmartArray(pinned=True)`` too): page-locking it
+    again fails on a GPU ("already registered"), so registering an array that lies in such an
+    allocation does nothing, and deregistering it does nothing (it stays page-locked until it
+    is freed). The simulator follows the same rules.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pins: dict[tuple[int, int], Any] = {}
+        # Byte extents of live page-locked allocations (a count: freed memory can come back at
+        # the same address before its finalizer's news is read).
+        self._allocated: dict[tuple[int, int], int] = {}
+        # Extents whose memory was freed. Finalizers run whenever the garbage collector does,
+        # possibly inside a locked section of this thread: they only append here (atomic).
+        self._freed: list[tuple[int, int]] = []
+
+    def track_allocation(self, ary: Any) -> Any:
+        """Remember that ``ary``'s memory was allocated page-locked (returns ``ary``)."""
+        extent = _byte_extent(ary)
+        if extent[0] == extent[1]:
+            return ary
+        with self._lock:
+            self._allocated[extent] = self._allocated.get(extent, 0) + 1
+        try:
+            weakref.finalize(_memory_owner(ary), self._freed.append, extent)
+        except TypeError:  # an owner without weak references: the array's own life, then
+            weakref.finalize(ary, self._freed.append, extent)
+        return ary
+
+    def _page_locked_at_allocation(self, extent: tuple[int, int]) -> bool:
+        """Whether ``extent`` lies in a live page-locked allocation (call with the lock held)."""
+        while self._freed:
+            gone = self._freed.pop()
+            left = self._allocated.pop(gone, 1) - 1
+            if left > 0:
+                self._allocated[gone] = left
+        # Linear in the live page-locked allocations: registration is not a fast path.
+        return any(lo <= extent[0] and extent[1] <= hi for lo, hi in self._allocated)
 
     def is_registered(self, ary: np.ndarray) -> bool:
         with self._lock:
-            return _byte_extent(ary) in self._pins
+            extent = _byte_extent(ary)
+            return extent in self._pins or (
+                extent[0] != extent[1] and self._page_locked_at_allocation(extent)
+            )
 
     def register(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Page-lock the arrays not registered yet; return those it registered."""
@@ -746,6 +806,8 @@ class _Registry:
                 extent = _byte_extent(ary)
                 if extent in self._pins or extent in todo or extent[0] == extent[1]:
                     continue
+                if self._page_locked_at_allocation(extent):
+                    continue  # page-locked since its allocation: locking it again would fail
                 for other in (*self._pins, *todo):
                     if extent[0] < other[1] and other[0] < extent[1]:
                         raise RegistrationError(
@@ -772,11 +834,15 @@ class _Registry:
                 if extent[0] == extent[1]:
                     continue
                 if extent not in self._pins:
+                    if self._page_locked_at_allocation(extent):
+                        continue  # allocated page-locked: it stays so until it is freed
                     raise RegistrationError(
                         "cannot deregister an array that is not registered "
                         "(register it first, or check that it is the same array)"
                     )
                 extents.append(extent)
+            if extents:
+                _wait_before_unpinning()
             for extent in dict.fromkeys(extents):
                 _unpin(self._pins.pop(extent))
 
@@ -785,6 +851,17 @@ def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
     if SIMULATOR:
         return None  # page-locking is emulated on the simulator
     return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+
+
+def _wait_before_unpinning() -> None:
+    """Wait for the device before memory stops being page-locked.
+
+    An asynchronous copy from or to the memory (``to_device(a, stream=s)``,
+    ``copy_to_host(a, stream=s)``) may still be queued: the DMA engine reads page-locked memory
+    directly, and unpinning under it is undefined. Which streams used the memory is not known
+    here, so this waits for the whole device; deregistration is rare.
+    """
+    cuda.synchronize()
 
 
 def _unpin(pin: Any) -> None:
@@ -822,8 +899,10 @@ def register(*arrays: np.ndarray) -> _Registration:
     """Page-lock every given host array until :func:`deregister`; also a context manager.
 
     Registering an array that is already registered does nothing (it stays registered once,
-    and one :func:`deregister` releases it). Used in a ``with`` block, the arrays this call
-    registered are deregistered on exit.
+    and one :func:`deregister` releases it). Nor does registering memory that was allocated
+    page-locked (by :func:`pinned_array`, :func:`mapped_array`, or the host copy of a
+    ``SmartArray(pinned=True)``): it stays page-locked until it is freed. Used in a ``with``
+    block, the arrays this call registered are deregistered on exit.
 
     Parameters
     ----------
@@ -851,6 +930,9 @@ def register(*arrays: np.ndarray) -> _Registration:
 def deregister(*arrays: np.ndarray) -> None:
     """Release the page-locking of arrays registered with :func:`register`.
 
+    Waits for the device first (an asynchronous copy from or to the memory may be queued).
+    Memory allocated page-locked is left as it is.
+
     Raises
     ------
     RegistrationError
@@ -869,7 +951,7 @@ def deregister(*arrays: np.ndarray) -> None:
 
 
 def is_registered(ary: np.ndarray) -> bool:
-    """Whether ``ary`` is currently registered with :func:`register`."""
+    """Whether ``ary`` is page-locked: registered with :func:`register`, or allocated so."""
     return _registry.is_registered(_check_host_array(ary, "ary"))
 
 
@@ -877,7 +959,9 @@ def is_registered(ary: np.ndarray) -> bool:
 def pinned(*arrays: np.ndarray) -> Iterator[None]:
     """A context manager page-locking a sequence of host ndarrays for its duration.
 
-    Arrays already registered with :func:`register` stay registered afterwards.
+    Arrays already registered with :func:`register`, or allocated page-locked, stay so
+    afterwards. On exit it waits for the device before unpinning: asynchronous copies issued
+    in the block finish while the memory is still page-locked.
 
     Examples
     --------
