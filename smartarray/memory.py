@@ -847,10 +847,26 @@ class _Registry:
                 _unpin(self._pins.pop(extent))
 
 
+#: What :func:`_pin` returns for memory the driver reports as page-locked already.
+_LOCKED_ELSEWHERE = object()
+
+
 def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
     if SIMULATOR:
         return None  # page-locking is emulated on the simulator
-    return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    try:
+        return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+    except CudaAPIError as exc:
+        # Memory page-locked outside this registry (numba.cuda.pinned_array, another
+        # library): registered in name only, its deregistration unpins nothing.
+        if getattr(exc.code, "name", exc.code) in _ALREADY_REGISTERED:
+            return _LOCKED_ELSEWHERE
+        raise
+
+
+_ALREADY_REGISTERED = ("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", 712)
 
 
 def _wait_before_unpinning() -> None:
