@@ -1000,7 +1000,8 @@ def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
     """A context manager mapping host ndarrays into device memory for its duration.
 
     Yields one device array for one host array, a list of them for several. Kernel writes to
-    the device arrays land directly in the host arrays, without a copy.
+    the device arrays land directly in the host arrays, without a copy. On exit it waits for
+    the device before unmapping, so the block's kernels have finished.
 
     Examples
     --------
@@ -1020,13 +1021,21 @@ def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
         devarys = [_adopt(FakeCUDAArray(ary, stream=stream)) for ary in arrays]
-        yield devarys[0] if len(devarys) == 1 else devarys
+        try:
+            yield devarys[0] if len(devarys) == 1 else devarys
+        finally:
+            _wait_before_unpinning()  # as on a GPU: the block's kernels are done at its end
         return
     with cuda.mapped(*arrays, stream=stream) as devs:
-        if len(arrays) == 1:
-            yield _adopt(devs)
-        else:
-            yield [_adopt(d) for d in devs]
+        try:
+            if len(arrays) == 1:
+                yield _adopt(devs)
+            else:
+                yield [_adopt(d) for d in devs]
+        finally:
+            # numba unmaps on leaving its block: kernels launched in ours may still be using
+            # the mapping (launches are asynchronous), so wait for them first.
+            _wait_before_unpinning()
 
 
 def stream() -> Any:

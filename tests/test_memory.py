@@ -745,6 +745,48 @@ def test_memory_page_locked_elsewhere_is_not_an_error_on_the_real_target():
     assert out.split("\n")[:-1] == ["registered True", "other errors raise", "registered False"]
 
 
+def test_mapped_block_waits_for_the_device_before_unmapping(monkeypatch):
+    events = []
+    monkeypatch.setattr(cuda, "synchronize", lambda: events.append("wait"))
+    a = np.zeros(4)
+    with sa.mapped(a) as d_a:
+        _add_one[1, 4](d_a)
+        events.append("launched")
+    assert events == ["launched", "wait"]
+    with pytest.raises(KeyError):
+        with sa.mapped(a):
+            raise KeyError("in the block")
+    assert events == ["launched", "wait", "wait"]
+    np.testing.assert_array_equal(a, np.ones(4))
+
+
+REAL_MAPPED_BLOCK_SCRIPT = textwrap.dedent(
+    """
+    import contextlib
+    import numpy as np
+    import numba.cuda
+    import smartarray as sa
+
+    events = []
+
+    @contextlib.contextmanager
+    def mapped(*arrays, stream=0):  # numba's: maps on entry, unmaps on exit (no driver here)
+        yield arrays[0] if len(arrays) == 1 else list(arrays)
+        events.append("unmap")
+
+    numba.cuda.mapped = mapped
+    numba.cuda.synchronize = lambda: events.append("wait")
+    with sa.mapped(np.zeros(4), np.zeros(2)) as devs:
+        events.append(len(devs))
+    print(events)
+    """
+)
+
+
+def test_mapped_block_waits_before_numba_unmaps_on_the_real_target():
+    assert _run_real_target(REAL_MAPPED_BLOCK_SCRIPT).strip() == "[2, 'wait', 'unmap']"
+
+
 def test_register_rejects_non_arrays():
     with pytest.raises(TypeError, match=r"arrays\[0\] must be numpy.ndarray"):
         sa.register([1, 2])
