@@ -787,6 +787,55 @@ def test_mapped_block_waits_before_numba_unmaps_on_the_real_target():
     assert _run_real_target(REAL_MAPPED_BLOCK_SCRIPT).strip() == "[2, 'wait', 'unmap']"
 
 
+REAL_PAGE_LOCKED_ALLOCATIONS_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, gc
+    import numpy as np
+    import numba.cuda
+    import numba.cuda.api as api
+    from numba.cuda.cudadrv import devices
+    import smartarray as sa
+    from smartarray import memory
+
+    pins = []
+
+    class Context:  # no driver here: host allocations are bytearrays, page-locking is recorded
+        def memhostalloc(self, size, mapped=False, portable=False, wc=False):
+            return bytearray(size)
+
+        def mempin(self, owner, pointer, size, mapped=False):
+            pins.append(size)
+            return object()
+
+    devices._runtime.ensure_context = contextlib.nullcontext
+    numba.cuda.current_context = api.current_context = lambda: Context()
+    numba.cuda.synchronize = lambda: None
+    p = sa.pinned_array(16)
+    m = sa.mapped_array(16)
+    wc = sa.mapped_array(16, wc=True)
+    smart = sa.SmartArray(np.zeros(16), pinned=True)
+    for a in (p, p[3:], m, wc[::2], smart.host()):
+        with sa.pinned(a):
+            pass
+        sa.register(a)
+        sa.deregister(a)
+    print("pinned again", pins)
+    sa.register(np.zeros(3))
+    print("pinned", pins)
+    extent = memory._byte_extent(p)
+    del p
+    gc.collect()
+    with memory._registry._lock:
+        print("forgotten", not memory._registry._page_locked_at_allocation(extent))
+    """
+)
+
+
+def test_page_locked_allocations_are_not_pinned_again_on_the_real_target():
+    out = _run_real_target(REAL_PAGE_LOCKED_ALLOCATIONS_SCRIPT)
+    assert out.split("\n")[:-1] == ["pinned again []", "pinned [24]", "forgotten True"], out
+
+
 def test_register_rejects_non_arrays():
     with pytest.raises(TypeError, match=r"arrays\[0\] must be numpy.ndarray"):
         sa.register([1, 2])
