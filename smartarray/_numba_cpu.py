@@ -53,13 +53,25 @@ class SmartArrayType(types.Array):
     """The Numba type of a SmartArray argument (``njit`` and ``cuda.jit``).
 
     The array data model and typing of ``types.Array``; views taken inside compiled code
-    (``copy``) are plain arrays.
+    (``copy``) are plain arrays. ``aligned=False`` types a view whose elements are not all at
+    multiples of their dtype's alignment (a field of packed records): compiled code then loads
+    and stores them byte-wise, as Numba does for an unaligned ndarray (on a GPU a misaligned
+    ``ld.f64`` faults).
     """
 
-    def __init__(self, dtype: types.Type, ndim: int, layout: str, readonly: bool = False) -> None:
+    def __init__(
+        self,
+        dtype: types.Type,
+        ndim: int,
+        layout: str,
+        readonly: bool = False,
+        aligned: bool = True,
+    ) -> None:
         kind = "readonly SmartArray" if readonly else "SmartArray"
+        if not aligned or (isinstance(dtype, types.Record) and not dtype.aligned):
+            kind = "unaligned " + kind
         name = f"{kind}({dtype}, {ndim}d, {layout})"
-        super().__init__(dtype, ndim, layout, readonly=readonly, name=name)
+        super().__init__(dtype, ndim, layout, readonly=readonly, name=name, aligned=aligned)
 
     def can_convert_to(self, typingctx: Any, other: types.Type) -> Any:
         # On the CPU, converting to a plain array type would let the dispatcher call a version
@@ -71,8 +83,10 @@ class SmartArrayType(types.Array):
         return None
 
     def plain(self) -> types.Array:
-        """The plain array type with the same dtype, rank, layout and mutability."""
-        return types.Array(self.dtype, self.ndim, self.layout, readonly=not self.mutable)
+        """The plain array type with the same dtype, rank, layout, mutability and alignment."""
+        return types.Array(
+            self.dtype, self.ndim, self.layout, readonly=not self.mutable, aligned=self.aligned
+        )
 
 
 register_model(SmartArrayType)(models.ArrayModel)
@@ -80,19 +94,29 @@ register_cuda_model(SmartArrayType)(models.ArrayModel)
 
 
 @lower_cast(SmartArrayType, types.Array)
+@lower_cast(types.Array, SmartArrayType)
 def _cast_to_array(context: Any, builder: Any, fromty: Any, toty: Any, val: Any) -> Any:
-    return val  # the same data model: nothing to convert
+    # The same data model both ways: nothing to convert. Typing already refused what is unsafe
+    # (read-only to mutable, unaligned to aligned, another dtype or rank). Without the
+    # plain-to-SmartArray direction, a plain array passed where a device function or njit
+    # function was compiled for a SmartArray reached Numba's ``array_to_array``, whose
+    # assertion fails for two types of the same layout and mutability. numba-cuda's target
+    # installs implementations from numba.core's registry made outside Numba, so this one
+    # registration serves both targets.
+    return val
 
 
 _types: dict[tuple[Any, ...], SmartArrayType] = {}
 
 
-def smartarray_type(dtype: Any, ndim: int, layout: str, readonly: bool = False) -> SmartArrayType:
+def smartarray_type(
+    dtype: Any, ndim: int, layout: str, readonly: bool = False, aligned: bool = True
+) -> SmartArrayType:
     """The (cached) :class:`SmartArrayType` for these properties."""
-    key = (dtype, ndim, layout, readonly)
+    key = (dtype, ndim, layout, readonly, aligned)
     typ = _types.get(key)
     if typ is None:
-        typ = _types[key] = SmartArrayType(element_type(dtype), ndim, layout, readonly)
+        typ = _types[key] = SmartArrayType(element_type(dtype), ndim, layout, readonly, aligned)
     return typ
 
 

@@ -544,7 +544,25 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             layout = "F"
         else:
             layout = "A"
-        return _numba_cpu.smartarray_type(self._dtype, self.ndim, layout, readonly)
+        return _numba_cpu.smartarray_type(
+            self._dtype, self.ndim, layout, readonly, self._aligned(flags.aligned)
+        )
+
+    def _aligned(self, strides_aligned: bool) -> bool:
+        """Whether every element sits at a multiple of its dtype's alignment, on both copies.
+
+        A field view of packed records (offset 1, stride 9 for ``('i1', 'f8')``) does not: typed
+        aligned, a kernel would load it with a misaligned ``ld.f64``. ``strides_aligned`` is
+        NumPy's verdict on the strides (the probe's element 0 is aligned); the base buffers are
+        (device allocations, NumPy's and pinned allocations), except an adopted ndarray's.
+        """
+        align = self._dtype.alignment
+        host = self._buf.host_bytes
+        return (
+            strides_aligned
+            and self._offset % align == 0
+            and (host is None or _address(host) % align == 0)
+        )
 
     def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
         """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol).

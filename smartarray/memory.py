@@ -17,7 +17,8 @@ it behaves the same on both:
   is recorded but emulated;
 - its ``to_device(to=d)`` returns ``None`` and its ``to_device(copy=False)`` copies anyway;
 - its ``mapped_array`` returns a fake device array, not an ``ndarray``: :func:`mapped_array`
-  returns an ``ndarray`` subclass with the ``MappedNDArray`` methods;
+  returns an ``ndarray`` subclass with the ``MappedNDArray`` methods (on both targets the
+  counted class copies mapped memory on the host: numba's own methods fail on a GPU);
 - ``np.asarray`` of a simulated device array aliases device memory (a GPU copies): the
   counted subclass makes ``__array__`` copy, as on a GPU;
 - ``split`` returns a list there and a generator on a GPU: :meth:`split` returns a list.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -318,7 +320,151 @@ _NDARRAY_PASSTHROUGH = {
         "view",
         "transpose",
         "T",
+        "squeeze",
     )
+}
+
+
+class _CountedMapped(_Counted):
+    """What a mapped array (host memory the device addresses) adds to numba's MappedNDArray.
+
+    numba builds ``MappedNDArray`` as an ndarray view without ``DeviceNDArrayBase.__init__``,
+    so its device-array methods that read ``alloc_size`` or ``_dummy`` fail on a GPU. Mapped
+    memory is host memory, so copies in and out of it are made by the host, after waiting for
+    the device work that may use it. They move no bytes between host and device and are not
+    counted as transfers (as kernels reading or writing mapped memory are not); a copy from
+    a device array into a mapped array is a download and is counted.
+    """
+
+    @property
+    def alloc_size(self) -> int:
+        """Bytes spanned by the array's elements."""
+        lo, hi = _byte_extent(self)  # type: ignore[arg-type]
+        return hi - lo
+
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+        """Copy ``self`` to ``ary`` or to a new ndarray (returned): a host-side copy."""
+        stream = _check_stream(stream)
+        if ary is not None:
+            _check_host_array(ary, "ary")
+            _check_same_layout(self, ary, "ary")
+        _wait_for_mapped(self, stream)
+        src = self.view(np.ndarray)  # type: ignore[attr-defined]
+        if ary is None:
+            return np.array(src, copy=True, order="K")
+        np.copyto(ary, src.reshape(ary.shape))
+        return ary
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        """Copy ``ary`` into ``self``: a host-side copy, or a download from a device array."""
+        stream = _check_stream(stream)
+        device_source = _is_device_array(ary)
+        if not device_source:
+            ary = _host_array_from(ary)
+        _check_same_layout(self, ary, "ary")
+        dst = self.view(np.ndarray)  # type: ignore[attr-defined]
+        if device_source:
+            # numba writes device bytes straight into the page-locked host memory.
+            _Uncounted(ary).copy_to_host(dst.reshape(ary.shape), stream=stream)
+            if ary.size:
+                _record("d2h", dst.nbytes, "copy_to_device", describe(self))
+            return
+        _wait_for_mapped(self, stream)
+        np.copyto(dst, np.asarray(ary).reshape(dst.shape))
+
+    def bind(self, stream: Any = 0) -> Any:
+        """A view of this mapped memory whose operations default to ``stream``.
+
+        (numba's ``bind`` copies a mapped array with ``copy.copy``, which for an ndarray copies
+        the data into memory that is not mapped.)
+        """
+        stream = _check_stream(stream)
+        view = self.view(type(self))  # type: ignore[attr-defined]
+        view.__dict__["stream"] = stream
+        return view
+
+    def is_c_contiguous(self) -> bool:
+        """Whether the array is C-contiguous."""
+        return bool(self.flags.c_contiguous)  # type: ignore[attr-defined]
+
+    def is_f_contiguous(self) -> bool:
+        """Whether the array is Fortran-contiguous."""
+        return bool(self.flags.f_contiguous)  # type: ignore[attr-defined]
+
+
+def _wait_for_mapped(ary: Any, stream: Any) -> None:
+    """Wait, before the host touches mapped memory, for device work that may use it.
+
+    A device array's ``copy_to_host(stream=s)`` is ordered after the work queued on ``s``; the
+    host-side copy of mapped memory is ordered by waiting for ``s`` (the array's bound stream
+    when none is given), or for the whole device where that is the default stream (a copy on
+    the legacy default stream waits for every blocking stream).
+    """
+    stream = stream or getattr(ary, "stream", 0)
+    if stream:
+        stream.synchronize()
+    else:
+        cuda.synchronize()
+
+
+# Views of a mapped array (slices, reshapes, fields: NumPy makes them) are created without the
+# ``gpu_data`` that numba's MappedNDArray sets on the array it allocates, and numba's pointer
+# then falls back to NULL (numba issue #2987). The counted class gives each view the device
+# pointer of its first element, derived from the allocation's, when first asked; an array of
+# the class that is not in mapped memory (a copy, a NumPy result) refuses to give one.
+
+
+def _data_address(ary: np.ndarray) -> int:
+    return int(np.ndarray.__array_interface__.__get__(ary)["data"][0])  # type: ignore[attr-defined]
+
+
+def _mapped_finalize(self: Any, obj: Any) -> None:
+    # Called by NumPy for every array derived from a mapped one: remember the allocation.
+    d = getattr(obj, "__dict__", None)
+    if not d:
+        return
+    root = d.get("_mapped_root")
+    if root is None:
+        mem = d.get("gpu_data")
+        if mem is None:
+            return
+        lo, hi = _byte_extent(obj)
+        if _data_address(obj) != lo:
+            return  # the allocation's pointer is that of its lowest byte
+        root = d["_mapped_root"] = (mem, lo, hi)
+    self.__dict__["_mapped_root"] = root
+    if "stream" in d:
+        self.__dict__["stream"] = d["stream"]
+
+
+def _mapped_gpu_data_get(self: Any) -> Any:
+    d = self.__dict__
+    mem = d.get("gpu_data")
+    if mem is None:
+        root = d.get("_mapped_root")
+        lo, hi = _byte_extent(self)
+        if root is None or not (root[1] <= lo and hi <= root[2]):
+            raise ValueError(
+                f"this {type(self).__name__} does not lie in mapped memory (it is a copy, or the "
+                "result of a NumPy operation on a mapped array), so the device cannot address "
+                "it; pass the mapped array or a view of it, or an ordinary ndarray"
+            )
+        mem = d["gpu_data"] = root[0].view(_data_address(self) - root[1])
+    return mem
+
+
+def _mapped_gpu_data_set(self: Any, mem: Any) -> None:
+    self.__dict__["gpu_data"] = mem  # numba's device_setup
+
+
+def _mapped_device_ctypes_pointer(self: Any) -> Any:
+    return self.gpu_data.device_ctypes_pointer
+
+
+_MAPPED_DEVICE_POINTER = {
+    "__array_finalize__": _mapped_finalize,
+    "gpu_data": property(_mapped_gpu_data_get, _mapped_gpu_data_set),
+    "device_ctypes_pointer": property(_mapped_device_ctypes_pointer),
 }
 
 
@@ -326,9 +472,13 @@ def _counted_class(base: type) -> type:
     counted = _COUNTED.get(base)
     if counted is None:
         namespace: dict[str, Any] = {"__module__": __name__}
+        mixin: type = _Counted
         if issubclass(base, np.ndarray):
             namespace.update(_NDARRAY_PASSTHROUGH)
-        counted = type(base.__name__, (_Counted, base), namespace)
+            mixin = _CountedMapped
+            if not SIMULATOR:  # the simulator's kernels run on the host memory itself
+                namespace.update(_MAPPED_DEVICE_POINTER)
+        counted = type(base.__name__, (mixin, base), namespace)
         _COUNTED[base] = counted
         _COUNTED[counted] = counted
     return counted
@@ -351,29 +501,12 @@ class _SimMappedNDArray(np.ndarray):
     kernels on host memory anyway, so the ndarray itself is the mapping.
     """
 
-    @property
-    def alloc_size(self) -> int:
-        return self.nbytes
-
-    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
-        if ary is None:
-            return np.array(self, copy=True, subok=False)
-        np.copyto(ary, self.view(np.ndarray))
-        return ary
-
-    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
-        np.copyto(self.view(np.ndarray), np.asarray(ary))
+    # alloc_size, copy_to_host, copy_to_device and is_c/f_contiguous: _CountedMapped, as on a GPU.
 
     def split(self, section: int, stream: Any = 0) -> list[np.ndarray]:
         if self.ndim != 1:
             raise ValueError("only support 1d array")
         return [self[i : i + section] for i in range(0, self.size, section)]
-
-    def is_c_contiguous(self) -> bool:
-        return bool(self.flags.c_contiguous)
-
-    def is_f_contiguous(self) -> bool:
-        return bool(self.flags.f_contiguous)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,12 +566,22 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
     host = _host_array_from(obj)
     if not copy:
         if isinstance(host, np.void):
-            return _adopt(cuda.to_device(np.zeros((), dtype=host.dtype)[()], stream=stream))
+            return _device_record_like(host, stream)
         return device_array_like(host, stream=stream)
     devobj = _adopt(cuda.to_device(host, stream=stream))
     if host.nbytes:
         _record("h2d", host.nbytes, "to_device", describe(host))
     return devobj
+
+
+def _device_record_like(rec: np.void, stream: Any) -> Any:
+    """An uninitialised device record like ``rec``: allocated, nothing uploaded."""
+    if SIMULATOR:
+        # The simulator allocates by copying a host record (host memory, nothing crosses).
+        return _adopt(cuda.to_device(np.zeros((), dtype=rec.dtype)[()], stream=stream))
+    from numba.cuda.cudadrv.devicearray import from_record_like
+
+    return _adopt(from_record_like(rec, stream=stream))
 
 
 def device_array(
@@ -511,7 +654,9 @@ def pinned_array(
     ('ndarray', (4,))
     """
     dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
-    return cuda.pinned_array(dims, dtype=dt, strides=strides, order=order)
+    return _registry.track_allocation(
+        cuda.pinned_array(dims, dtype=dt, strides=strides, order=order)
+    )
 
 
 def mapped_array(
@@ -542,7 +687,11 @@ def mapped_array(
     -------
     MappedNDArray
         An ``ndarray`` subclass with the device-array methods ``copy_to_host``,
-        ``copy_to_device`` and ``split``.
+        ``copy_to_device``, ``split`` and ``bind``. Its copies are made by the host (after
+        waiting for the stream given, or the device): nothing crosses between host and device,
+        so they are not counted as transfers. Views (slices, reshapes) reach kernels with the
+        device address of their first element; an array derived by copying (``m + 1``,
+        ``m.copy()``) is not mapped, and a kernel launch with it raises ``ValueError``.
 
     Examples
     --------
@@ -557,7 +706,7 @@ def mapped_array(
     if SIMULATOR:
         # The simulator's mapped_array is a fake device array, not an ndarray.
         host = np.ndarray(dims, dtype=dt, strides=strides, order=order)
-        return _adopt(host.view(_SimMappedNDArray))
+        return _registry.track_allocation(_adopt(host.view(_SimMappedNDArray)))
     if portable or wc:
         # numba.cuda.mapped_array accepts these flags but does not pass them to the driver.
         ctx = cuda.current_context()
@@ -568,8 +717,8 @@ def mapped_array(
 
         mappedview = np.ndarray.view(npary, type=MappedNDArray)
         mappedview.device_setup(buffer, stream=stream)
-        return _adopt(mappedview)
-    return _adopt(cuda.mapped_array(dims, dt, strides, order, stream))
+        return _registry.track_allocation(_adopt(mappedview))
+    return _registry.track_allocation(_adopt(cuda.mapped_array(dims, dt, strides, order, stream)))
 
 
 def _extent_nbytes(dims: tuple[int, ...], strides: Any, dt: np.dtype, order: str) -> int:
@@ -591,16 +740,63 @@ def _byte_extent(ary: np.ndarray) -> tuple[int, int]:
     return int(low), int(high)
 
 
+def _memory_owner(ary: np.ndarray) -> Any:
+    """The object whose life is the life of ``ary``'s memory (the end of its base chain)."""
+    owner: Any = ary
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner
+
+
 class _Registry:
-    """Host memory ranges page-locked through :func:`register`, keyed by byte extent."""
+    """Host memory ranges page-locked through :func:`register`, keyed by byte extent.
+
+    It also knows the memory that was allocated page-locked (:func:`pinned_array`,
+    :func:`mapped_array`, so the host copy of ``SmartArray(pinned=True)`` too): page-locking it
+    again fails on a GPU ("already registered"), so registering an array that lies in such an
+    allocation does nothing, and deregistering it does nothing (it stays page-locked until it
+    is freed). The simulator follows the same rules.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pins: dict[tuple[int, int], Any] = {}
+        # Byte extents of live page-locked allocations (a count: freed memory can come back at
+        # the same address before its finalizer's news is read).
+        self._allocated: dict[tuple[int, int], int] = {}
+        # Extents whose memory was freed. Finalizers run whenever the garbage collector does,
+        # possibly inside a locked section of this thread: they only append here (atomic).
+        self._freed: list[tuple[int, int]] = []
+
+    def track_allocation(self, ary: Any) -> Any:
+        """Remember that ``ary``'s memory was allocated page-locked (returns ``ary``)."""
+        extent = _byte_extent(ary)
+        if extent[0] == extent[1]:
+            return ary
+        with self._lock:
+            self._allocated[extent] = self._allocated.get(extent, 0) + 1
+        try:
+            weakref.finalize(_memory_owner(ary), self._freed.append, extent)
+        except TypeError:  # an owner without weak references: the array's own life, then
+            weakref.finalize(ary, self._freed.append, extent)
+        return ary
+
+    def _page_locked_at_allocation(self, extent: tuple[int, int]) -> bool:
+        """Whether ``extent`` lies in a live page-locked allocation (call with the lock held)."""
+        while self._freed:
+            gone = self._freed.pop()
+            left = self._allocated.pop(gone, 1) - 1
+            if left > 0:
+                self._allocated[gone] = left
+        # Linear in the live page-locked allocations: registration is not a fast path.
+        return any(lo <= extent[0] and extent[1] <= hi for lo, hi in self._allocated)
 
     def is_registered(self, ary: np.ndarray) -> bool:
         with self._lock:
-            return _byte_extent(ary) in self._pins
+            extent = _byte_extent(ary)
+            return extent in self._pins or (
+                extent[0] != extent[1] and self._page_locked_at_allocation(extent)
+            )
 
     def register(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Page-lock the arrays not registered yet; return those it registered."""
@@ -610,6 +806,8 @@ class _Registry:
                 extent = _byte_extent(ary)
                 if extent in self._pins or extent in todo or extent[0] == extent[1]:
                     continue
+                if self._page_locked_at_allocation(extent):
+                    continue  # page-locked since its allocation: locking it again would fail
                 for other in (*self._pins, *todo):
                     if extent[0] < other[1] and other[0] < extent[1]:
                         raise RegistrationError(
@@ -636,19 +834,50 @@ class _Registry:
                 if extent[0] == extent[1]:
                     continue
                 if extent not in self._pins:
+                    if self._page_locked_at_allocation(extent):
+                        continue  # allocated page-locked: it stays so until it is freed
                     raise RegistrationError(
                         "cannot deregister an array that is not registered "
                         "(register it first, or check that it is the same array)"
                     )
                 extents.append(extent)
+            if extents:
+                _wait_before_unpinning()
             for extent in dict.fromkeys(extents):
                 _unpin(self._pins.pop(extent))
+
+
+#: What :func:`_pin` returns for memory the driver reports as page-locked already.
+_LOCKED_ELSEWHERE = object()
 
 
 def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
     if SIMULATOR:
         return None  # page-locking is emulated on the simulator
-    return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    try:
+        return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+    except CudaAPIError as exc:
+        # Memory page-locked outside this registry (numba.cuda.pinned_array, another
+        # library): registered in name only, its deregistration unpins nothing.
+        if getattr(exc.code, "name", exc.code) in _ALREADY_REGISTERED:
+            return _LOCKED_ELSEWHERE
+        raise
+
+
+_ALREADY_REGISTERED = ("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", 712)
+
+
+def _wait_before_unpinning() -> None:
+    """Wait for the device before memory stops being page-locked.
+
+    An asynchronous copy from or to the memory (``to_device(a, stream=s)``,
+    ``copy_to_host(a, stream=s)``) may still be queued: the DMA engine reads page-locked memory
+    directly, and unpinning under it is undefined. Which streams used the memory is not known
+    here, so this waits for the whole device; deregistration is rare.
+    """
+    cuda.synchronize()
 
 
 def _unpin(pin: Any) -> None:
@@ -686,8 +915,10 @@ def register(*arrays: np.ndarray) -> _Registration:
     """Page-lock every given host array until :func:`deregister`; also a context manager.
 
     Registering an array that is already registered does nothing (it stays registered once,
-    and one :func:`deregister` releases it). Used in a ``with`` block, the arrays this call
-    registered are deregistered on exit.
+    and one :func:`deregister` releases it). Nor does registering memory that was allocated
+    page-locked (by :func:`pinned_array`, :func:`mapped_array`, or the host copy of a
+    ``SmartArray(pinned=True)``): it stays page-locked until it is freed. Used in a ``with``
+    block, the arrays this call registered are deregistered on exit.
 
     Parameters
     ----------
@@ -715,6 +946,9 @@ def register(*arrays: np.ndarray) -> _Registration:
 def deregister(*arrays: np.ndarray) -> None:
     """Release the page-locking of arrays registered with :func:`register`.
 
+    Waits for the device first (an asynchronous copy from or to the memory may be queued).
+    Memory allocated page-locked is left as it is.
+
     Raises
     ------
     RegistrationError
@@ -733,7 +967,7 @@ def deregister(*arrays: np.ndarray) -> None:
 
 
 def is_registered(ary: np.ndarray) -> bool:
-    """Whether ``ary`` is currently registered with :func:`register`."""
+    """Whether ``ary`` is page-locked: registered with :func:`register`, or allocated so."""
     return _registry.is_registered(_check_host_array(ary, "ary"))
 
 
@@ -741,7 +975,9 @@ def is_registered(ary: np.ndarray) -> bool:
 def pinned(*arrays: np.ndarray) -> Iterator[None]:
     """A context manager page-locking a sequence of host ndarrays for its duration.
 
-    Arrays already registered with :func:`register` stay registered afterwards.
+    Arrays already registered with :func:`register`, or allocated page-locked, stay so
+    afterwards. On exit it waits for the device before unpinning: asynchronous copies issued
+    in the block finish while the memory is still page-locked.
 
     Examples
     --------
@@ -764,7 +1000,8 @@ def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
     """A context manager mapping host ndarrays into device memory for its duration.
 
     Yields one device array for one host array, a list of them for several. Kernel writes to
-    the device arrays land directly in the host arrays, without a copy.
+    the device arrays land directly in the host arrays, without a copy. On exit it waits for
+    the device before unmapping, so the block's kernels have finished.
 
     Examples
     --------
@@ -784,13 +1021,21 @@ def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
         devarys = [_adopt(FakeCUDAArray(ary, stream=stream)) for ary in arrays]
-        yield devarys[0] if len(devarys) == 1 else devarys
+        try:
+            yield devarys[0] if len(devarys) == 1 else devarys
+        finally:
+            _wait_before_unpinning()  # as on a GPU: the block's kernels are done at its end
         return
     with cuda.mapped(*arrays, stream=stream) as devs:
-        if len(arrays) == 1:
-            yield _adopt(devs)
-        else:
-            yield [_adopt(d) for d in devs]
+        try:
+            if len(arrays) == 1:
+                yield _adopt(devs)
+            else:
+                yield [_adopt(d) for d in devs]
+        finally:
+            # numba unmaps on leaving its block: kernels launched in ours may still be using
+            # the mapping (launches are asynchronous), so wait for them first.
+            _wait_before_unpinning()
 
 
 def stream() -> Any:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import inspect
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -113,6 +117,42 @@ def test_to_device_copy_false_allocates_without_copying():
     d = sa.to_device(host, copy=False)
     assert d.shape == host.shape and d.dtype == host.dtype
     assert delta(before).count == 0
+
+
+def test_to_device_record_copy_false_allocates_without_copying():
+    rec = np.array([(1.5, 7)], dtype=[("x", np.float64), ("n", np.int32)])[0]
+    before = sa.stats()
+    d = sa.to_device(rec, copy=False)
+    assert d.dtype == rec.dtype and delta(before).count == 0
+
+
+REAL_RECORD_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, ctypes
+    import numpy as np
+    from numba.cuda.cudadrv import devices, driver
+    import smartarray as sa
+
+    uploads = []
+
+    class Context:  # no driver here: allocations at a made-up address, uploads recorded
+        def memalloc(self, size):
+            return driver.MemoryPointer(None, ctypes.c_void_p(0x7F0000000000), size)
+
+    devices.get_context = lambda devnum=None: Context()
+    devices._runtime.ensure_context = contextlib.nullcontext
+    driver.host_to_device = lambda *args, **kws: uploads.append(args[-1])
+    rec = np.zeros((), dtype=[("x", np.float64), ("n", np.int32)])[()]
+    d = sa.to_device(rec, copy=False)
+    print(type(d).__name__, "uploads", uploads, "counted", sa.stats().count)
+    """
+)
+
+
+def test_to_device_record_copy_false_uploads_nothing_on_the_real_target():
+    # It uploaded a zero record there, without counting it: now it only allocates.
+    out = _run_real_target(REAL_RECORD_SCRIPT)
+    assert "DeviceRecord uploads [] counted 0" in out, out
 
 
 def test_to_device_to_existing_returns_it_and_copies():
@@ -376,6 +416,136 @@ def test_mapped_array_device_methods():
     assert m.is_c_contiguous()
 
 
+def test_mapped_array_copies_are_host_side_and_not_transfers():
+    # Mapped memory is host memory: copying in and out of it moves nothing between host and
+    # device (like a kernel's zero-copy access), so nothing is counted.
+    m = sa.mapped_array(6, dtype=np.int64)
+    before = sa.stats()
+    m.copy_to_device(np.arange(6))
+    back = m.copy_to_host()
+    part = np.zeros(3, dtype=np.int64)
+    m[::2].copy_to_host(part, stream=sa.stream())
+    assert delta(before).count == 0
+    assert type(back) is np.ndarray and not np.may_share_memory(back, m)
+    np.testing.assert_array_equal(back, np.arange(6))
+    np.testing.assert_array_equal(part, [0, 2, 4])
+    assert m.alloc_size == 48 and m.reshape(1, 6).squeeze().shape == (6,)
+    with pytest.raises(ValueError, match="shape"):
+        m.copy_to_device(np.arange(5))
+    np.testing.assert_array_equal(m, np.arange(6))  # refused before anything moved
+
+
+def test_mapped_array_filled_from_a_device_array_counts_the_download():
+    m = sa.mapped_array(4)
+    d = sa.to_device(np.arange(4.0))
+    with sa.trace() as t:
+        m.copy_to_device(d)
+    assert [(e.direction, e.nbytes) for e in t.events] == [("d2h", 32)]
+    np.testing.assert_array_equal(m, np.arange(4.0))
+
+
+def test_mapped_array_bind_shares_the_memory():
+    m = sa.mapped_array(4)
+    s = sa.stream()
+    bound = m.bind(s)
+    bound[:] = 5.0
+    assert bound.stream is s
+    np.testing.assert_array_equal(m, 5.0)
+
+
+def _run_real_target(script: str) -> str:
+    """Run ``script`` with the real numba.cuda (no simulator, no GPU needed); return stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+# numba.cuda.mapped_array builds its MappedNDArray like this (memhostalloc needs a driver: a
+# MemoryPointer at a made-up device address stands in for the mapping).
+REAL_MAPPED_PRELUDE = """
+import ctypes
+import numpy as np
+import numba.cuda
+from numba.cuda.args import InOut
+from numba.cuda.cudadrv import driver
+from numba.cuda.cudadrv.devicearray import MappedNDArray
+import smartarray as sa
+from smartarray import memory
+
+BASE = 0x7F0000000000
+host = np.zeros(12, dtype=np.int64)
+m = np.ndarray.view(host, type=MappedNDArray)
+m.device_setup(driver.MemoryPointer(None, ctypes.c_void_p(BASE), host.nbytes))
+m = memory._adopt(m)
+"""
+
+REAL_MAPPED_COPY_SCRIPT = REAL_MAPPED_PRELUDE + textwrap.dedent(
+    """
+    waits = []
+    numba.cuda.synchronize = lambda: waits.append("device")  # no driver: record the waits
+
+    class Stream:
+        def synchronize(self):
+            waits.append("stream")
+
+    m.copy_to_device(np.arange(12))
+    back = m.copy_to_host()
+    part = np.zeros(4, dtype=np.int64)
+    m[::3].copy_to_host(part, stream=Stream())
+    print("values", back.tolist() == list(range(12)), part.tolist())
+    print("waits", waits, "transfers", sa.stats().count)
+    print("surface", m.alloc_size, m.is_c_contiguous(), m.reshape(1, 12).squeeze().shape)
+    """
+)
+
+
+def test_mapped_array_copies_work_on_the_real_target():
+    # numba's MappedNDArray is built without DeviceNDArrayBase.__init__: its own copy methods
+    # read alloc_size and fail on a GPU. The host-side copies wait for the device first.
+    out = _run_real_target(REAL_MAPPED_COPY_SCRIPT)
+    assert "values True [0, 3, 6, 9]" in out, out
+    assert "waits ['device', 'device', 'stream'] transfers 0" in out, out
+    assert "surface 96 True (12,)" in out, out
+
+
+REAL_MAPPED_VIEW_SCRIPT = REAL_MAPPED_PRELUDE + textwrap.dedent(
+    """
+    def expected(v):
+        return BASE + v.__array_interface__["data"][0] - host.__array_interface__["data"][0]
+
+    views = {
+        "root": m, "slice": m[2:], "step": m[1::3], "reversed": m[::-1],
+        "twice": m[::-1][2::-2], "row": m.reshape(3, 4)[1], "T": m.reshape(3, 4).T,
+        "empty": m[5:5], "bind": m[4:].bind(0),
+    }
+    for name, v in views.items():
+        arg = InOut(v).to_device([], 0)  # what numba-cuda's dispatcher reads for a launch
+        ok = (
+            arg.ptr == expected(v)
+            and v.__cuda_array_interface__["data"][0] == expected(v)
+            and tuple(arg._layout.strides_in_bytes) == v.strides
+        )
+        print(name, "ok" if ok else f"wrong {arg.ptr} != {expected(v)}")
+    for name, v in (("ufunc", m + 1), ("copy", m[2:].copy())):
+        try:
+            InOut(v).to_device([], 0)
+            print(name, "accepted")
+        except ValueError as exc:
+            print(name, "refused" if "mapped memory" in str(exc) else exc)
+    """
+)
+
+
+def test_views_of_mapped_arrays_reach_kernels_with_their_device_pointer():
+    # Views NumPy makes of a mapped array had no gpu_data, so the launch passed NULL.
+    lines = _run_real_target(REAL_MAPPED_VIEW_SCRIPT).split("\n")
+    names = ["root", "slice", "step", "reversed", "twice", "row", "T", "empty", "bind"]
+    assert [f"{n} ok" for n in names] + ["ufunc refused", "copy refused"] == lines[:-1]
+
+
 def test_pinned_context_manager():
     a, b = np.arange(4.0), np.arange(3.0)
     with sa.pinned(a, b):
@@ -471,6 +641,201 @@ def test_register_overlapping_view_is_refused():
         sa.deregister(base[:60])
 
 
+def _gpu_like_pinning(monkeypatch):
+    """Page-locking that fails as a GPU does for memory already page-locked (here: any)."""
+    calls = []
+
+    def pin(ary, extent, mapped=False):
+        calls.append(extent)
+        raise RuntimeError("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED")
+
+    monkeypatch.setattr(memory, "_pin", pin)
+    return calls
+
+
+def test_memory_allocated_page_locked_is_not_page_locked_again(monkeypatch):
+    pinned = sa.pinned_array(16)
+    mapped = sa.mapped_array(16)
+    smart = sa.SmartArray(np.arange(16.0), pinned=True)
+    calls = _gpu_like_pinning(monkeypatch)
+    arrays = [pinned, pinned[2:9], mapped, mapped[::2], smart.host()]
+    for ary in arrays:
+        with sa.register(ary):
+            assert memory.is_registered(ary)
+        sa.register(ary)
+        sa.deregister(ary)  # a no-op: it stays page-locked until it is freed
+        with sa.pinned(ary):
+            pass
+        assert memory.is_registered(ary)
+    assert calls == []
+    with pytest.raises(RuntimeError, match="ALREADY_REGISTERED"):  # the stand-in does fail
+        sa.register(np.zeros(4))
+
+
+def test_freed_page_locked_allocation_is_forgotten():
+    import gc
+
+    a = sa.pinned_array(1024)
+    extent = memory._byte_extent(a)
+    with memory._registry._lock:
+        assert memory._registry._page_locked_at_allocation(extent)
+    del a
+    gc.collect()
+    with memory._registry._lock:
+        assert not memory._registry._page_locked_at_allocation(extent)
+
+
+def test_unpinning_waits_for_the_device_first(monkeypatch):
+    # An asynchronous copy from the memory may still be queued: unpinning under it is undefined.
+    events = []
+    monkeypatch.setattr(cuda, "synchronize", lambda: events.append("wait"))
+    unpin = memory._unpin
+    monkeypatch.setattr(memory, "_unpin", lambda pin: (events.append("unpin"), unpin(pin)))
+    a, b = np.zeros(8), np.zeros(8)
+    sa.register(a, b)
+    sa.deregister(a, b)
+    assert events == ["wait", "unpin", "unpin"]
+    events.clear()
+    with sa.pinned(a):
+        d = sa.to_device(a, stream=sa.stream())
+    assert events == ["wait", "unpin"]
+    events.clear()
+    sa.register(a)
+    with sa.pinned(a):  # registered before: nothing is unpinned, no wait
+        pass
+    assert events == []
+    sa.deregister(a)
+    assert d.shape == (8,)
+
+
+REAL_ALREADY_LOCKED_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    import numba.cuda
+    from numba.cuda.cudadrv.driver import CudaAPIError, binding
+    import smartarray as sa
+    from smartarray import memory
+
+    class Context:  # the driver's answer for memory page-locked elsewhere (no driver here)
+        code = binding.CUresult.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+
+        def mempin(self, owner, pointer, size, mapped=False):
+            raise CudaAPIError(self.code, "cuMemHostRegister")
+
+    numba.cuda.current_context = lambda: Context()
+    numba.cuda.synchronize = lambda: None
+    a = np.zeros(64)
+    with sa.pinned(a):
+        pass
+    sa.register(a)
+    print("registered", memory.is_registered(a))
+    sa.deregister(a)  # registered in name only: nothing is unpinned
+    Context.code = binding.CUresult.CUDA_ERROR_OUT_OF_MEMORY
+    try:
+        sa.register(a)
+    except CudaAPIError:
+        print("other errors raise")
+    print("registered", memory.is_registered(a))
+    """
+)
+
+
+def test_memory_page_locked_elsewhere_is_not_an_error_on_the_real_target():
+    out = _run_real_target(REAL_ALREADY_LOCKED_SCRIPT)
+    assert out.split("\n")[:-1] == ["registered True", "other errors raise", "registered False"]
+
+
+def test_mapped_block_waits_for_the_device_before_unmapping(monkeypatch):
+    events = []
+    monkeypatch.setattr(cuda, "synchronize", lambda: events.append("wait"))
+    a = np.zeros(4)
+    with sa.mapped(a) as d_a:
+        _add_one[1, 4](d_a)
+        events.append("launched")
+    assert events == ["launched", "wait"]
+    with pytest.raises(KeyError):
+        with sa.mapped(a):
+            raise KeyError("in the block")
+    assert events == ["launched", "wait", "wait"]
+    np.testing.assert_array_equal(a, np.ones(4))
+
+
+REAL_MAPPED_BLOCK_SCRIPT = textwrap.dedent(
+    """
+    import contextlib
+    import numpy as np
+    import numba.cuda
+    import smartarray as sa
+
+    events = []
+
+    @contextlib.contextmanager
+    def mapped(*arrays, stream=0):  # numba's: maps on entry, unmaps on exit (no driver here)
+        yield arrays[0] if len(arrays) == 1 else list(arrays)
+        events.append("unmap")
+
+    numba.cuda.mapped = mapped
+    numba.cuda.synchronize = lambda: events.append("wait")
+    with sa.mapped(np.zeros(4), np.zeros(2)) as devs:
+        events.append(len(devs))
+    print(events)
+    """
+)
+
+
+def test_mapped_block_waits_before_numba_unmaps_on_the_real_target():
+    assert _run_real_target(REAL_MAPPED_BLOCK_SCRIPT).strip() == "[2, 'wait', 'unmap']"
+
+
+REAL_PAGE_LOCKED_ALLOCATIONS_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, gc
+    import numpy as np
+    import numba.cuda
+    import numba.cuda.api as api
+    from numba.cuda.cudadrv import devices
+    import smartarray as sa
+    from smartarray import memory
+
+    pins = []
+
+    class Context:  # no driver here: host allocations are bytearrays, page-locking is recorded
+        def memhostalloc(self, size, mapped=False, portable=False, wc=False):
+            return bytearray(size)
+
+        def mempin(self, owner, pointer, size, mapped=False):
+            pins.append(size)
+            return object()
+
+    devices._runtime.ensure_context = contextlib.nullcontext
+    numba.cuda.current_context = api.current_context = lambda: Context()
+    numba.cuda.synchronize = lambda: None
+    p = sa.pinned_array(16)
+    m = sa.mapped_array(16)
+    wc = sa.mapped_array(16, wc=True)
+    smart = sa.SmartArray(np.zeros(16), pinned=True)
+    for a in (p, p[3:], m, wc[::2], smart.host()):
+        with sa.pinned(a):
+            pass
+        sa.register(a)
+        sa.deregister(a)
+    print("pinned again", pins)
+    sa.register(np.zeros(3))
+    print("pinned", pins)
+    extent = memory._byte_extent(p)
+    del p
+    gc.collect()
+    with memory._registry._lock:
+        print("forgotten", not memory._registry._page_locked_at_allocation(extent))
+    """
+)
+
+
+def test_page_locked_allocations_are_not_pinned_again_on_the_real_target():
+    out = _run_real_target(REAL_PAGE_LOCKED_ALLOCATIONS_SCRIPT)
+    assert out.split("\n")[:-1] == ["pinned again []", "pinned [24]", "forgotten True"], out
+
+
 def test_register_rejects_non_arrays():
     with pytest.raises(TypeError, match=r"arrays\[0\] must be numpy.ndarray"):
         sa.register([1, 2])
@@ -539,6 +904,18 @@ def test_gpu_register_page_locks_memory():
         assert entry is not None and entry.size >= a.nbytes
     finally:
         sa.deregister(a)
+
+
+@pytest.mark.gpu
+def test_gpu_register_of_memory_allocated_page_locked_does_not_fail():
+    a = sa.pinned_array(1 << 12)
+    m = sa.mapped_array(1 << 12)
+    smart = sa.SmartArray(np.zeros(1 << 12), pinned=True)
+    with sa.pinned(a, m, smart.host()):
+        pass
+    sa.register(a[8:])
+    sa.deregister(a[8:])
+    np.testing.assert_array_equal(sa.to_device(a, stream=sa.stream()).shape, a.shape)
 
 
 @pytest.mark.gpu

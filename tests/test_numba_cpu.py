@@ -225,6 +225,49 @@ def test_intent_of_a_plain_array_is_refused_by_njit():
         total(sa.In(np.zeros(3)))
 
 
+PACKED = np.dtype([("n", "i1"), ("x", "f8")])  # 'x' at offset 1 in 9-byte records
+
+
+def test_field_view_of_packed_records_is_typed_unaligned_and_njit_reads_and_writes_it():
+    records = np.zeros(5, PACKED)
+    records["n"] = np.arange(5)
+    records["x"] = np.arange(5) * 1.5
+    a = sa.SmartArray(records)
+    x = a["x"]
+    assert x._numba_type_.aligned is False  # offset 1, stride 9: no element is 8-aligned
+    assert a["n"]._numba_type_.aligned is True  # int8 needs no alignment
+    assert sa.SmartArray(np.arange(4.0))[1:]._numba_type_.aligned is True
+    assert double(x) == 2 * records["x"].sum()
+    np.testing.assert_array_equal(np.asarray(a["x"]), records["x"] * 2)
+    np.testing.assert_array_equal(np.asarray(a["n"]), np.arange(5))  # neighbours untouched
+
+
+def test_adopted_misaligned_host_buffer_is_typed_unaligned():
+    host = np.frombuffer(bytearray(8 * 4 + 1), dtype=np.float64, offset=1)
+    assert not host.flags.aligned
+    a = sa.SmartArray(host, copy=False)
+    assert a._numba_type_.aligned is False
+    assert sa.SmartArray(host)._numba_type_.aligned is True  # a copy is in aligned memory
+    set_first(a, 3.5)
+    assert host[0] == 3.5
+
+
+def test_plain_array_passed_where_a_smartarray_version_is_compiled():
+    # An eager signature with the SmartArray type: a plain array of the same type converts
+    # to it (same data model). Numba's array_to_array cast asserted here before.
+    sig = numba.types.float64(sa.SmartArray(np.zeros(3))._numba_type_)
+
+    @numba.njit(sig)
+    def inner(x):
+        return x.sum()
+
+    @numba.njit
+    def outer(y):
+        return inner(y)
+
+    assert outer(np.arange(4.0)) == 6.0
+
+
 CACHE_SCRIPT = textwrap.dedent(
     """
     import numba, numpy as np, smartarray as sa

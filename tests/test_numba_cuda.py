@@ -327,6 +327,88 @@ def test_kernels_taking_smartarrays_compile_to_ptx_for_a_real_gpu():
     assert "compiled 24 convertible True" in out.stdout
 
 
+def _run_real_target(script: str) -> str:
+    """Run ``script`` with the real numba.cuda (no simulator, no GPU needed); return stdout."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+PACKED_FIELD_PTX_SCRIPT = textwrap.dedent(
+    """
+    import re
+    import numpy as np
+    from numba import cuda
+    import smartarray as sa
+
+    def kernel(x):
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] = x[i] * 2.0
+
+    packed = np.zeros(4, np.dtype([("n", "i1"), ("x", "f8")]))
+    for name, arg in (("field", sa.SmartArray(packed)["x"]), ("plain", sa.SmartArray(np.zeros(4)))):
+        ptx, _ = cuda.compile_ptx(kernel, (arg._numba_type_,), cc=(8, 0))
+        # 8-byte loads and stores of x (kernel parameters are read with ld.param).
+        wide = re.findall(r"\\b(?:ld|st)(?:\\.(?!param)\\w+)*\\.(?:f64|b64|u64)\\b", ptx)
+        print(name, len(wide))
+    """
+)
+
+
+def test_field_view_of_packed_records_compiles_without_misaligned_8_byte_accesses():
+    # 'x' sits at offset 1 with stride 9: an ld.f64 there faults on a GPU ("misaligned
+    # address"). Typed unaligned, the elements are loaded and stored byte-wise.
+    out = _run_real_target(PACKED_FIELD_PTX_SCRIPT)
+    assert "field 0" in out, out
+    assert "plain 0" not in out, out  # the check would see 8-byte accesses
+
+
+def test_kernel_on_a_field_view_of_packed_records_moves_and_writes_only_that_field():
+    records = np.zeros(8, np.dtype([("n", "i1"), ("x", "f8")]))
+    records["n"] = np.arange(8)
+    a = sa.SmartArray(records)
+    add_one[1, 8](a["x"])
+    np.testing.assert_array_equal(np.asarray(a["x"]), np.ones(8))
+    np.testing.assert_array_equal(np.asarray(a["n"]), np.arange(8))
+
+
+DEVICE_FUNCTION_CAST_SCRIPT = textwrap.dedent(
+    """
+    import numpy as np
+    from numba import cuda, types
+    import numba.cuda.dispatcher as dispatcher
+    from smartarray._numba_cpu import smartarray_type
+
+    class _Device:  # eager device functions ask the current device for its compute capability
+        compute_capability = (8, 0)
+
+    dispatcher.get_current_device = lambda: _Device()
+    smart = smartarray_type(np.dtype("f8"), 1, "C")
+    plain = types.float64[::1]
+    for caller, callee in ((plain, smart), (smart, plain)):
+        @cuda.jit(types.void(callee), device=True)
+        def dev(x):
+            x[0] = 1.0
+
+        def kernel(a):
+            dev(a)
+
+        ptx, _ = cuda.compile_ptx(kernel, (caller,), cc=(8, 0))
+        print("compiled", caller, "->", callee)
+    """
+)
+
+
+def test_plain_array_passed_to_a_device_function_compiled_for_smartarrays():
+    # The plain-to-SmartArray cast reached numba-cuda's array_to_array, whose assertion fails.
+    out = _run_real_target(DEVICE_FUNCTION_CAST_SCRIPT)
+    assert out.count("compiled") == 2, out
+
+
 # --- real GPU only ---------------------------------------------------------------------------
 
 
@@ -387,10 +469,21 @@ def test_gpu_pinned_smartarray_uses_page_locked_host_memory():
 
 
 @pytest.mark.gpu
-def test_gpu_mapped_array_copies_are_counted():
+def test_gpu_mapped_array_copies_are_host_side_and_not_counted():
+    # Mapped memory is host memory: these copies move nothing between host and device (the
+    # test counted them as 128 bytes each way before; numba's own methods raised there).
     m = sa.mapped_array(16)
     sa.reset_stats()
     m.copy_to_device(np.arange(16.0))
-    m.copy_to_host()
-    s = sa.stats()
-    assert (s.h2d_bytes, s.d2h_bytes) == (128, 128)
+    np.testing.assert_array_equal(m.copy_to_host(), np.arange(16.0))
+    assert sa.stats().count == 0
+
+
+@pytest.mark.gpu
+def test_gpu_kernel_on_views_of_a_mapped_array():
+    m = sa.mapped_array(16)
+    m[:] = 0.0
+    add_one[1, 16](m[4:])
+    add_one_2d[(1, 1), (4, 4)](m.reshape(4, 4)[:2])
+    cuda.synchronize()
+    np.testing.assert_array_equal(m, [1.0] * 4 + [2.0] * 4 + [1.0] * 8)
