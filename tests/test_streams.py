@@ -12,6 +12,11 @@ for the default stream, a fresh object per launch configuration).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -184,3 +189,57 @@ def test_construction_on_the_device_is_ordered_before_a_launch_elsewhere(log):
     a = sa.SmartArray(np.arange(8.0), where="gpu")
     launch(sa.In(a), NumbaStream(log, "s", 0x1000))
     assert log == [("record", 0), ("wait", "s")]
+
+
+REAL_STREAMS = """
+import json, warnings
+warnings.simplefilter("ignore")
+from cuda.bindings import driver as binding
+from numba import cuda
+from numba.cuda.cudadrv import driver
+from smartarray import _streams
+
+@cuda.jit
+def kernel(x):
+    pass
+
+user = driver.Stream(binding.CUstream(0x1000))  # as cuda.stream() / external_stream(ptr) give
+default = kernel[1, 32].stream  # what the dispatcher hands ArgHint.to_device
+on_user = kernel[1, 32, user].stream
+other_config = kernel[2, 32, user].stream
+print("RESULT " + json.dumps({
+    "type": type(default).__module__ + "." + type(default).__name__,
+    "default is 0": _streams.same(default, 0),
+    "default is DEFAULT": _streams.same(default, _streams.DEFAULT),
+    "default equals 0": default == 0,
+    "has synchronize": hasattr(default, "synchronize"),
+    "has sync": hasattr(default, "sync"),
+    "on user is user": _streams.same(on_user, user),
+    "configs share a stream": _streams.same(on_user, other_config),
+    "configs share an object": on_user is other_config,
+    "user is not default": not _streams.same(on_user, default),
+}))
+"""
+
+
+def test_the_streams_numba_cudas_real_dispatcher_passes_are_recognised():
+    # Real numba-cuda (no simulator), no GPU needed: a launch configuration's stream.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_STREAMS], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    facts = json.loads(line[len("RESULT ") :])
+    assert facts == {
+        "type": "cuda.core._stream.Stream",
+        "default is 0": True,
+        "default is DEFAULT": True,
+        "default equals 0": False,  # so `stream != 0` cannot tell a default-stream launch
+        "has synchronize": False,  # so a host wait must call sync()
+        "has sync": True,
+        "on user is user": True,
+        "configs share a stream": True,
+        "configs share an object": False,  # so streams are compared by handle
+        "user is not default": True,
+    }
