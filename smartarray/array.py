@@ -406,7 +406,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 # (a synchronous download waited for the default stream's earlier work)
                 if stream is buf.stream:
                     buf.stream = 0
-            elif uploads and native == 0 and buf.stream == 0:
+            if uploads and native == 0 and buf.stream == 0:
                 # A synchronous upload from pageable memory returns once the bytes are staged:
                 # the DMA may still run on the default stream. Launches elsewhere order after it.
                 buf.stream = _streams.DEFAULT
