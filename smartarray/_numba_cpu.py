@@ -8,9 +8,10 @@ array and everything derived from it (slices, views) is a plain array.
 
 The two targets differ in conversions (:meth:`SmartArrayType.can_convert_to`):
 
-- CUDA: a SmartArrayType converts to and from the plain array type, so a kernel compiled for
-  device arrays runs for SmartArrays of the same dtype, rank and layout without compiling
-  again (and the other way round); kernel arguments are prepared through the ArgHint protocol
+- CUDA: a SmartArrayType converts to and from the plain array type, so a kernel compiled
+  eagerly for device arrays runs for SmartArrays of the same dtype, rank and layout (a lazily
+  compiled one compiles a SmartArray version once: numba-cuda's dispatcher wants an exact
+  match while it can compile); kernel arguments are prepared through the ArgHint protocol
   whatever the compiled type (see :mod:`smartarray._numba_cuda`).
 - CPU: no conversion to plain arrays, so ``njit`` compiles a SmartArray version whose unboxing
   asks the object for its current host ndarray and hands that to Numba's own array unboxer.

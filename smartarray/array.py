@@ -36,7 +36,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
-from . import _numba_cpu, _numba_cuda, memory
+from . import _numba_cpu, _numba_cuda, _streams, memory
 from ._numba_cuda import IN, INOUT, OUT
 from .coherence import BufferState
 from .errors import CoherenceError, TransferError
@@ -115,7 +115,9 @@ class _Buffer:
         self.exports: list[tuple[weakref.ref, int, int]] = []
         self.pinned = pinned
         # The stream of the latest device work on this buffer: host reads of device data and
-        # host writes wait for it (and only for it).
+        # host writes wait for it (and only for it), and device work on another stream is
+        # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
+        # stream, which is never assumed to order itself before other streams' work.
         self.stream: Any = 0
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them.
@@ -133,7 +135,7 @@ class _Buffer:
     def wait_for_device(self) -> None:
         """Block until the latest device work on this buffer (on its stream) finished."""
         if self.stream != 0:
-            self.stream.synchronize()
+            _streams.synchronize(self.stream)  # numba's, cuda.core's or the default stream
             self.stream = 0  # nothing of this buffer is queued any more
 
     def ensure_host(self) -> np.ndarray:
@@ -285,6 +287,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 memory.copy_range("h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc())
             except Exception as exc:
                 raise TransferError(f"uploading the initial data failed: {exc}") from exc
+            buf.stream = _streams.DEFAULT  # a staged synchronous upload: see SmartArray._copy
             if adopt:
                 buf.state.apply(buf.state.plan_read("gpu", 0, ary.nbytes))
 
@@ -383,20 +386,30 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         buf = self._buf
         host = buf.ensure_host()
         dev = buf.ensure_device()
-        downloads = False
+        downloads = uploads = False
+        # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
+        native = _streams.native(stream)
         try:
             for c in plan.copies:
                 direction = "h2d" if c.target == "gpu" else "d2h"
                 if direction == "h2d":
                     buf.disarm_fast_paths()
-                downloads = downloads or direction == "d2h"
+                    uploads = True
+                else:
+                    downloads = True
                 memory.copy_range(
-                    direction, host, dev, c.start, c.stop, stream, reason, self._desc()
+                    direction, host, dev, c.start, c.stop, native, reason, self._desc()
                 )
             if downloads and stream != 0:
-                stream.synchronize()  # the host reads these bytes next
+                if native != 0:
+                    _streams.synchronize(stream)  # the host reads these bytes next
+                # (a synchronous download waited for the default stream's earlier work)
                 if stream is buf.stream:
                     buf.stream = 0
+            if uploads and native == 0 and buf.stream == 0:
+                # A synchronous upload from pageable memory returns once the bytes are staged:
+                # the DMA may still run on the default stream. Launches elsewhere order after it.
+                buf.stream = _streams.DEFAULT
         except Exception as exc:
             raise TransferError(
                 f"copying to the host or device copy failed ({reason}): {exc}"
@@ -473,6 +486,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._buf.ensure(where)
             self._sync(where, self._lo, self._hi, "explicit get")
             if where == "host":
+                # A writable view: an upload from this memory may still be in flight (pinned
+                # memory, a launch's stream), and the caller's write would race it.
+                self._buf.wait_for_device()
                 view = self._host_view()
                 self._buf.export(view, self._lo, self._hi)
                 return view
@@ -577,22 +593,28 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         """Make the device copy current for a launch on ``stream``; record the write after it."""
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         buf = self._buf
+        # What the buffer records for this launch's stream: the object, or _streams.DEFAULT
+        # for 0 (the simulator passes 0; a GPU's dispatcher a cuda.core Stream, even for the
+        # default stream).
+        launch_stream = _streams.pending(stream)
         if (
             self._gpu_only_at == buf.state.version
-            and stream == 0
-            and buf.stream == 0
+            and buf.stream is launch_stream
             and self._device_view is not None
         ):
             # The loop-of-launches fast path: nothing changed since this view was found current
-            # on the device only, so nothing moves, a write changes nothing, no lock is needed
-            # (reading a version number is atomic) and no callback is registered.
+            # on the device only, and the latest work on this buffer is on this launch's stream
+            # (ordered before it), so nothing moves, nothing waits, a write changes nothing, no
+            # lock is needed (reading a version number is atomic) and no callback is registered.
             return _numba_cuda.launch_argument(self._device_view, retr, stream)
         lo, hi = self._lo, self._hi
         with buf.lock:
-            if buf.stream != 0 and buf.stream is not stream:
-                # Work on this buffer is queued on another stream: finish it first, or this
-                # launch could overtake it.
-                buf.wait_for_device()
+            if buf.stream != 0 and not _streams.same(buf.stream, launch_stream):
+                # Work on this buffer is queued on another stream (the default stream
+                # included): order it before this launch on the device, with an event. No host
+                # wait; host reads then wait for this launch's stream, which waited for it.
+                _streams.order(buf.stream, launch_stream)
+                buf.stream = launch_stream
             # Fast path: current on the device only (a loop of launches). Nothing to upload,
             # and a write by the kernel changes nothing: no callback at all.
             record = False
@@ -608,8 +630,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                         self._copy(plan, "device use", stream)
                         buf.state.apply(plan)
                 record = intent != IN
-            if stream != 0:
-                buf.stream = stream  # host reads of this buffer wait for this stream
+            buf.stream = launch_stream  # host reads of this buffer wait for this stream
             devary = self._device_view
             if devary is None:
                 devary = self._device_view = memory.device_view(

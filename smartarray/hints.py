@@ -3,7 +3,8 @@
 They tell smartarray (and Numba) what a kernel or ``njit`` function does with an argument:
 
 - ``In(x)``: only reads ``x``. Its device (or host) copy is made current, but nothing is
-  recorded as written afterwards; ``njit`` sees it as a read-only array.
+  recorded as written afterwards; ``njit`` and ``cuda.jit`` see it as a read-only array, so a
+  write fails at compile time (a lazily compiled kernel compiles a read-only version once).
 - ``Out(x)``: overwrites *every element* of ``x``. Nothing is uploaded first; afterwards ``x``
   is marked written. A strided view (with gaps between its elements) falls back to ``InOut``:
   the gaps must stay current, so the view is synced first.

@@ -413,7 +413,10 @@ def test_plain_array_passed_to_a_device_function_compiled_for_smartarrays():
 
 
 @pytest.mark.gpu
-def test_gpu_kernel_compiled_once_for_device_arrays_and_smartarrays():
+def test_gpu_kernel_compiles_once_for_smartarrays_next_to_device_arrays():
+    # numba-cuda's dispatcher wants an exact type match while it can compile: SmartArrays get
+    # one version of their own, In(SmartArray) a read-only one; each compiled once
+    # (tests/test_dispatch.py shows the same without a GPU).
     @cuda.jit
     def inc(x):
         i = cuda.grid(1)
@@ -421,9 +424,15 @@ def test_gpu_kernel_compiled_once_for_device_arrays_and_smartarrays():
             x[i] += 1
 
     inc[1, 32](sa.to_device(np.zeros(32)))
-    inc[1, 32](sa.SmartArray(np.zeros(32)))
-    inc[1, 32](sa.SmartArray(np.zeros(32)))
+    inc[1, 32](sa.to_device(np.zeros(32)))
     assert len(inc.overloads) == 1
+    a = sa.SmartArray(np.zeros(32))
+    inc[1, 32](a)
+    inc[1, 32](sa.SmartArray(np.zeros(32)))
+    inc[1, 32](a[:16])
+    inc[1, 32](sa.Out(a))
+    assert len(inc.overloads) == 2
+    np.testing.assert_array_equal(np.asarray(a), np.r_[np.full(16, 3.0), np.full(16, 2.0)])
 
 
 @pytest.mark.gpu

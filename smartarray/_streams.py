@@ -1,0 +1,107 @@
+"""Streams as the engine sees them: identity, host waits, and ordering across streams.
+
+A base buffer records the stream of its latest device work (``_Buffer.stream``; ``0`` when
+nothing of it is queued). These helpers take any stream object that reaches smartarray:
+
+- ``0``: the default stream, as users and the simulator pass it;
+- numba.cuda's ``Stream`` (``cuda.stream()``, ``default_stream()``, ``per_thread_default_stream()``,
+  ``external_stream(ptr)`` of CuPy's or PyTorch's streams): ``synchronize()`` and ``handle``;
+- cuda.core's ``Stream``: what numba-cuda's real dispatcher hands ``ArgHint.to_device`` during a
+  launch, *the default stream included* (``_LaunchConfiguration`` converts every launch stream
+  with ``driver._to_core_stream``; a fresh object per launch configuration): ``sync()`` and
+  ``handle``, no ``synchronize()``, never equal to ``0``;
+- the simulator's streams, and test stand-ins: ``synchronize()``, compared by identity.
+
+Nothing here assumes the legacy default stream's implicit ordering: with per-thread default
+streams, and for non-blocking streams (CuPy's, PyTorch's), work on the default stream is not
+ordered before work on another stream unless an event says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from . import memory
+
+__all__ = ["DEFAULT", "native", "order", "pending", "same", "synchronize"]
+
+
+class _DefaultStream:
+    """The default stream as a buffer records it: device work queued there, not yet waited for.
+
+    Distinct from ``0`` (nothing queued), so that default-stream work is ordered before work on
+    other streams like any other stream's work.
+    """
+
+    __slots__ = ()
+
+    def synchronize(self) -> None:
+        """Block until the default stream's work finished."""
+        cuda.default_stream().synchronize()
+
+    def __repr__(self) -> str:
+        return "<default stream>"
+
+
+#: Pending work on the default stream (a launch or copy on stream 0 or on a handle-0 stream).
+DEFAULT = _DefaultStream()
+
+
+def _is_zero(stream: Any) -> bool:
+    return stream is None or stream.__class__ is int or isinstance(stream, np.integer)
+
+
+def pending(stream: Any) -> Any:
+    """What a buffer records for device work queued on ``stream``: the object, or DEFAULT for 0."""
+    return DEFAULT if _is_zero(stream) else stream
+
+
+def native(stream: Any) -> Any:
+    """The stream numba's copies and events accept: ``0`` for :data:`DEFAULT`."""
+    return 0 if stream is DEFAULT else stream
+
+
+def _key(stream: Any) -> Any:
+    if stream is DEFAULT or _is_zero(stream):
+        return 0
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        return stream  # the simulator's streams, stand-ins: identity
+    try:
+        return int(handle)  # numba's Stream, cuda.core's Stream: the CUstream's address
+    except (TypeError, ValueError):
+        return stream
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same CUDA stream (wrappers of one handle are the same)."""
+    return a is b or _key(a) == _key(b)
+
+
+def synchronize(stream: Any) -> None:
+    """Block the host until ``stream``'s work finished (numba's, cuda.core's or 0)."""
+    if _is_zero(stream):
+        stream = DEFAULT
+    sync = getattr(stream, "synchronize", None)
+    if sync is None:
+        sync = stream.sync  # cuda.core's Stream
+    sync()
+
+
+def _event() -> Any:
+    # The simulator's Event takes no arguments; a GPU's needs no timing data.
+    return cuda.event() if memory.SIMULATOR else cuda.event(timing=False)
+
+
+def order(before: Any, after: Any) -> None:
+    """Make work queued later on ``after`` wait for the work queued so far on ``before``.
+
+    An event recorded on ``before`` that ``after`` waits for: the device orders the two, the
+    host does not block.
+    """
+    event = _event()
+    event.record(native(before))
+    event.wait(native(after))

@@ -1,0 +1,245 @@
+"""Stream ordering of a SmartArray's device work, with stand-in streams and events.
+
+The simulator completes every copy and kernel at once, so ordering bugs never show in values.
+These tests drive the launch protocol as numba-cuda's real dispatcher does (``to_device(retr,
+stream)`` before the launch, the ``retr`` callbacks right after it, without a sync) with stream
+objects that record what the host is made to wait for, and events that record how work on
+one stream is ordered after another's. Two shapes of stream objects reach smartarray on a GPU:
+numba.cuda's ``Stream`` (``synchronize()``; what users create and pass to copies) and cuda.core's
+``Stream`` (``sync()``; what numba-cuda's dispatcher hands ``to_device`` during a launch, even
+for the default stream, a fresh object per launch configuration).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import smartarray as sa
+
+
+class Log(list):
+    """Host waits (``('sync', name)``) and event operations, in order."""
+
+
+class NumbaStream:
+    """A stand-in for numba.cuda's Stream: ``synchronize()`` and a ``handle``."""
+
+    def __init__(self, log: Log, name: str, handle: int) -> None:
+        self.log, self.name, self.handle = log, name, handle
+
+    def synchronize(self) -> None:
+        self.log.append(("sync", self.name))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class CoreStream:
+    """A stand-in for cuda.core's Stream (what the dispatcher passes): ``sync()``, ``handle``."""
+
+    def __init__(self, log: Log, name: str, handle: int) -> None:
+        self.log, self.name, self.handle = log, name, handle
+
+    def sync(self) -> None:
+        self.log.append(("sync", self.name))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Event:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+
+    def record(self, stream: object = 0) -> None:
+        self.log.append(("record", getattr(stream, "name", stream)))
+
+    def wait(self, stream: object = 0) -> None:
+        self.log.append(("wait", getattr(stream, "name", stream)))
+
+    def synchronize(self) -> None:
+        self.log.append(("event sync",))
+
+
+@pytest.fixture
+def log(monkeypatch: pytest.MonkeyPatch) -> Log:
+    """The log of host waits and events; numba.cuda's default stream and events record into it."""
+    log = Log()
+    monkeypatch.setattr(cuda, "event", lambda *args, **kwargs: Event(log))
+    monkeypatch.setattr(cuda, "default_stream", lambda: NumbaStream(log, "default", 0))
+    return log
+
+
+def launch(arg: object, stream: object) -> None:
+    """What numba-cuda's dispatcher does with a kernel argument around an asynchronous launch."""
+    retr: list = []
+    arg.to_device(retr, stream)
+    for callback in retr:
+        callback()
+
+
+# --- finding 4: get('host') / host() wait for an upload in flight ----------------------------
+
+
+@pytest.mark.parametrize("method", ["get", "host"])
+def test_a_writable_host_array_waits_for_an_upload_from_it_in_flight(log, method):
+    a = sa.SmartArray(np.arange(8.0), pinned=True)
+    s = NumbaStream(log, "s", 0x1000)
+    launch(sa.In(a), s)  # an asynchronous upload from the pinned host copy, on s
+    assert a.is_valid("host") and log == []
+    host = a.get("host") if method == "get" else a.host()  # nothing to copy, but the DMA
+    assert log == [("sync", "s")]  # reading this memory must be done before it is written
+    host[0] = 5.0
+    a.host_changed()
+    a.host()
+    assert log == [("sync", "s")]  # waited once
+    np.testing.assert_array_equal(np.asarray(a), [5.0, 1, 2, 3, 4, 5, 6, 7])
+
+
+def test_a_read_only_host_view_does_not_wait_for_an_upload(log):
+    a = sa.SmartArray(np.arange(8.0), pinned=True)
+    launch(sa.In(a), NumbaStream(log, "s", 0x1000))
+    np.asarray(a)  # reading memory a DMA reads is no race
+    assert log == []
+
+
+# --- finding 7: default-stream work and user streams -----------------------------------------
+
+
+def test_default_stream_work_is_ordered_before_a_launch_on_another_stream(log):
+    a = sa.SmartArray(np.zeros(8))
+    launch(a, 0)  # a kernel on the default stream writes a's device copy
+    assert log == []
+    s = NumbaStream(log, "s", 0x1000)  # e.g. cuda.external_stream(ptr) of a non-blocking stream
+    launch(a, s)
+    # An event on the default stream that s waits for: no reliance on the legacy default
+    # stream's implicit ordering (per-thread default streams and non-blocking streams have
+    # none), and no host wait.
+    assert log == [("record", 0), ("wait", "s")]
+    np.asarray(a)
+    assert log[2:] == [("sync", "s")]  # the host read waits for s, the stream of the latest work
+
+
+def test_default_stream_launch_as_the_dispatcher_passes_it(log):
+    # On a GPU the dispatcher hands to_device a cuda.core Stream wrapping handle 0.
+    a = sa.SmartArray(np.zeros(8), pinned=True)
+    default = CoreStream(log, "core default", 0)
+    launch(sa.In(a), default)  # an asynchronous upload from pinned memory on the default stream
+    a[0] = 1.0  # a host write must wait for it
+    assert log == [("sync", "core default")]
+    log.clear()
+    launch(a, CoreStream(log, "core default again", 0))  # another launch configuration
+    launch(a, NumbaStream(log, "s", 0x1000))
+    assert log == [("record", "core default again"), ("wait", "s")]
+
+
+def test_user_streams_are_ordered_on_the_device_and_the_host_waits_for_the_last_only(log):
+    a = sa.SmartArray(np.zeros(8))
+    s1, s2 = NumbaStream(log, "s1", 0x1000), NumbaStream(log, "s2", 0x2000)
+    launch(a, s1)
+    launch(a, s2)
+    assert log == [("record", "s1"), ("wait", "s2")]  # no host wait between the launches
+    np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
+    assert log[2:] == [("sync", "s2")]
+
+
+def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_event(log):
+    a = sa.SmartArray(np.zeros(8))
+    b = sa.SmartArray(np.zeros(8))
+    for i in range(5):
+        # The dispatcher's cuda.core wrappers of one stream differ per launch configuration.
+        launch(a, CoreStream(log, f"config {i}", 0x3000))
+        launch(sa.In(b), CoreStream(log, f"config {i}", 0x3000))
+    assert log == []
+    s = NumbaStream(log, "s", 0x4000)
+    for _ in range(5):
+        launch(a, s)
+    assert log == [("record", "config 4"), ("wait", "s")]  # one switch, one event
+
+
+def test_host_reads_wait_for_their_own_buffers_stream_only(log):
+    a, b = sa.SmartArray(np.zeros(8)), sa.SmartArray(np.ones(8))
+    launch(a, NumbaStream(log, "s1", 0x1000))
+    launch(b, CoreStream(log, "s2", 0x2000))
+    np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
+    assert log == [("sync", "s1")]
+    np.testing.assert_array_equal(np.asarray(b), np.ones(8))
+    assert log == [("sync", "s1"), ("sync", "s2")]  # cuda.core's Stream waited with sync()
+    np.asarray(a), np.asarray(b)
+    assert len(log) == 2  # nothing queued any more
+
+
+def test_explicit_upload_on_the_default_stream_is_ordered_before_a_launch_elsewhere(log):
+    # A synchronous upload from pageable memory returns once staged; the DMA may still run on
+    # the default stream while a non-blocking stream's kernel starts.
+    a = sa.SmartArray(np.arange(8.0))
+    a.get("gpu")
+    launch(sa.In(a), NumbaStream(log, "s", 0x1000))
+    assert log == [("record", 0), ("wait", "s")]
+
+
+def test_construction_on_the_device_is_ordered_before_a_launch_elsewhere(log):
+    a = sa.SmartArray(np.arange(8.0), where="gpu")
+    launch(sa.In(a), NumbaStream(log, "s", 0x1000))
+    assert log == [("record", 0), ("wait", "s")]
+
+
+REAL_STREAMS = """
+import json, warnings
+warnings.simplefilter("ignore")
+from cuda.bindings import driver as binding
+from numba import cuda
+from numba.cuda.cudadrv import driver
+from smartarray import _streams
+
+@cuda.jit
+def kernel(x):
+    pass
+
+user = driver.Stream(binding.CUstream(0x1000))  # as cuda.stream() / external_stream(ptr) give
+default = kernel[1, 32].stream  # what the dispatcher hands ArgHint.to_device
+on_user = kernel[1, 32, user].stream
+other_config = kernel[2, 32, user].stream
+print("RESULT " + json.dumps({
+    "type": type(default).__module__ + "." + type(default).__name__,
+    "default is 0": _streams.same(default, 0),
+    "default is DEFAULT": _streams.same(default, _streams.DEFAULT),
+    "default equals 0": default == 0,
+    "has synchronize": hasattr(default, "synchronize"),
+    "has sync": hasattr(default, "sync"),
+    "on user is user": _streams.same(on_user, user),
+    "configs share a stream": _streams.same(on_user, other_config),
+    "configs share an object": on_user is other_config,
+    "user is not default": not _streams.same(on_user, default),
+}))
+"""
+
+
+def test_the_streams_numba_cudas_real_dispatcher_passes_are_recognised():
+    # Real numba-cuda (no simulator), no GPU needed: a launch configuration's stream.
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_STREAMS], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    facts = json.loads(line[len("RESULT ") :])
+    assert facts == {
+        "type": "cuda.core._stream.Stream",
+        "default is 0": True,
+        "default is DEFAULT": True,
+        "default equals 0": False,  # so `stream != 0` cannot tell a default-stream launch
+        "has synchronize": False,  # so a host wait must call sync()
+        "has sync": True,
+        "on user is user": True,
+        "configs share a stream": True,
+        "configs share an object": False,  # so streams are compared by handle
+        "user is not default": True,
+    }
