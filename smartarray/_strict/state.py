@@ -1,0 +1,59 @@
+"""The state of the strict mode that is on: queues, memory budget, recorded ranges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["StrictState", "current", "get"]
+
+#: Device memory when the test sets none: a 16 GiB device.
+DEFAULT_DEVICE_MEMORY = 16 * 2**30
+
+
+class StrictState:
+    """What one strict session knows: see :func:`smartarray.testing.strict`."""
+
+    def __init__(self, seed: int | None, device_memory: int | None) -> None:
+        from .devmem import Ranges
+        from .scheduler import Scheduler, StrictStream
+
+        self.seed = seed
+        self.scheduler = Scheduler(seed)
+        self.default_stream = StrictStream(self.scheduler, default=True)
+        self.device_memory = DEFAULT_DEVICE_MEMORY if device_memory is None else device_memory
+        self.device_used = 0
+        self.device_ranges = Ranges()
+        self.host_ranges = Ranges()
+        self.launches = 0
+
+    @property
+    def host_syncs(self) -> int:
+        """How many times the host waited for device work (synchronize calls, sync copies)."""
+        return self.scheduler.host_syncs
+
+    @property
+    def log(self) -> list[str]:
+        """Labels of the device work run so far, in the order it ran."""
+        return self.scheduler.log
+
+    def pending(self) -> int:
+        """How many pieces of device work are queued and have not run."""
+        return self.scheduler.pending()
+
+
+_current: StrictState | None = None
+
+
+def current() -> StrictState:
+    if _current is None:
+        raise RuntimeError("strict mode is not on")
+    return _current
+
+
+def get() -> StrictState | None:
+    return _current
+
+
+def set_current(st: Any) -> None:
+    global _current
+    _current = st
