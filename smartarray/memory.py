@@ -646,8 +646,8 @@ class _Registry:
 
 
 def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
-    if SIMULATOR:
-        return None  # page-locking is emulated on the simulator
+    if SIMULATOR and not hasattr(cuda.current_context(), "mempin"):
+        return None  # page-locking is emulated on the simulator (strict mode models mempin)
     return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
 
 
@@ -778,9 +778,9 @@ def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
         _check_host_array(ary, f"arrays[{i}]")
         _check_dtype(ary.dtype, f"arrays[{i}].dtype")
     stream = _check_stream(stream)
-    if SIMULATOR:
-        # No cuda.mapped on the simulator: a fake device array wrapping the host array
-        # aliases its memory, which is what a mapping is.
+    if SIMULATOR and not hasattr(cuda, "mapped"):
+        # No cuda.mapped on the simulator (strict mode adds one): a fake device array wrapping
+        # the host array aliases its memory, which is what a mapping is.
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
         devarys = [_adopt(FakeCUDAArray(ary, stream=stream)) for ary in arrays]

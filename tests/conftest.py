@@ -35,7 +35,24 @@ def _cuda_driver_present() -> bool:
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
+#: Strict mode for the whole session (``SMARTARRAY_STRICT=1``): smartarray turns it on when it is
+#: imported, on the simulator.
+STRICT = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0")
+if STRICT:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+#: Tests that fail in strict mode because smartarray has a defect a GPU would show (fixed on
+#: other branches): marked xfail(strict=False) under SMARTARRAY_STRICT=1 only. Remove an entry
+#: once its fix is merged.
+STRICT_KNOWN_FAILURES: dict[str, str] = {
+    "tests/test_numba_cuda.py::test_failed_launch_leaves_validity_as_it_was": (
+        "a kernel's exception reaches the host only with debug=True, and a failed launch must "
+        "record its arguments' device bytes as changed (the kernel may have written): the test "
+        "expects the simulator's forgiveness and the old validity ('Make the GPU code paths right')"
+    ),
+}
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -63,6 +80,12 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
+    if STRICT:
+        seed = os.environ.get("SMARTARRAY_STRICT_SEED", "0")
+        return (
+            f"smartarray target: CUDA simulator in STRICT mode (SMARTARRAY_STRICT=1, seed {seed}); "
+            f"gpu tests skipped; {len(STRICT_KNOWN_FAILURES)} known strict-mode failures xfailed"
+        )
     if SIMULATOR:
         return "smartarray target: CUDA simulator (NUMBA_ENABLE_CUDASIM=1); gpu tests skipped"
     return "smartarray target: real CUDA GPU"
@@ -71,6 +94,11 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     if not SIMULATOR:
         return
+    if STRICT:
+        for item in items:
+            reason = STRICT_KNOWN_FAILURES.get(item.nodeid)
+            if reason is not None:
+                item.add_marker(pytest.mark.xfail(reason=f"strict mode: {reason}", strict=False))
     skip_gpu = pytest.mark.skip(reason="needs a real CUDA GPU (running on the CUDA simulator)")
     for item in items:
         if item.get_closest_marker("gpu") is not None:

@@ -32,7 +32,7 @@ def _stream(self: Any, stream: Any) -> Any:
     return self.stream if not stream else stream
 
 
-def __getattr__(self: Any, name: str) -> Any:  # noqa: N807 - installed as a method
+def _getattr(self: Any, name: str) -> Any:
     if in_kernel() or name in _FORWARDED:
         return _ORIG["__getattr__"](self, name)
     raise AttributeError(
@@ -41,7 +41,7 @@ def __getattr__(self: Any, name: str) -> Any:  # noqa: N807 - installed as a met
     )
 
 
-def __array__(self: Any, dtype: Any = None, copy: Any = None) -> np.ndarray:  # noqa: N807
+def _array(self: Any, dtype: Any = None, copy: Any = None) -> np.ndarray:
     host = copy_to_host(self)
     return host if dtype is None else host.astype(dtype, copy=False)
 
@@ -100,7 +100,7 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
         sch.enqueue(stream, lambda: np.copyto(dst, staged), "copy h2d")
 
 
-def __getitem__(self: Any, idx: Any) -> Any:  # noqa: N807
+def _getitem(self: Any, idx: Any) -> Any:
     ret = self._ary.__getitem__(idx)
     if type(ret) in (np.ndarray, np.void):
         return _FakeCUDAArray(ret, stream=self.stream)
@@ -112,7 +112,7 @@ def __getitem__(self: Any, idx: Any) -> Any:  # noqa: N807
     return self._ary.__getitem__(idx)
 
 
-def __setitem__(self: Any, idx: Any, val: Any) -> None:  # noqa: N807
+def _setitem(self: Any, idx: Any, val: Any) -> None:
     if in_kernel():
         self._ary.__setitem__(idx, val)
         return
@@ -150,7 +150,7 @@ def _device_ctypes_pointer(self: Any) -> ctypes.c_void_p:
     return ctypes.c_void_p(pointer(self._ary) if self._ary.size else 0)
 
 
-def __repr__(self: Any) -> str:  # noqa: N807
+def _repr(self: Any) -> str:
     # A real DeviceNDArray's repr does not read device memory.
     return f"<strict DeviceNDArray shape={tuple(self._ary.shape)} dtype={self._ary.dtype}>"
 
@@ -184,18 +184,18 @@ def _identity(name: str) -> Any:
 
 
 PATCHES: dict[str, Any] = {
-    "__getattr__": __getattr__,
-    "__array__": __array__,
+    "__getattr__": _getattr,
+    "__array__": _array,
     "copy_to_host": copy_to_host,
     "copy_to_device": copy_to_device,
-    "__getitem__": __getitem__,
-    "__setitem__": __setitem__,
+    "__getitem__": _getitem,
+    "__setitem__": _setitem,
     "squeeze": squeeze,
     "__cuda_array_interface__": property(_cuda_array_interface),
     "__cuda_memory__": True,
     "device_ctypes_pointer": property(_device_ctypes_pointer),
-    "__repr__": __repr__,
-    "__str__": __repr__,
+    "__repr__": _repr,
+    "__str__": _repr,
     "__hash__": object.__hash__,
     "__eq__": _identity("__eq__"),
     "__ne__": _identity("__ne__"),

@@ -278,10 +278,11 @@ def auto_device(obj: Any, stream: Any = 0, copy: bool = True, user_explicit: boo
 
 
 def _fit_strides(ary: np.ndarray) -> tuple[int, ...]:
-    # A device copy of ary with ary's strides (broadcast dimensions keep stride 0).
-    if ary.size <= 1:
-        return tuple(ary.itemsize for _ in ary.shape) if ary.ndim else ()
-    return ary.strides
+    # A device copy of ary with ary's strides (broadcast dimensions keep stride 0); a negative
+    # stride only occurs in a contiguous array of at most one element.
+    if all(st >= 0 for st in ary.strides):
+        return ary.strides
+    return layout(ary.shape, ary.dtype)[2]
 
 
 def pinned_array(

@@ -74,8 +74,25 @@ def _user_raised(exc: BaseException) -> bool:
         tb = tb.tb_next
     if last is None:
         return False
-    filename = os.path.normcase(last.tb_frame.f_code.co_filename)
-    return not any(part in filename for part in ("numba", "numpy", "threading"))
+    filename = os.path.normcase(os.path.abspath(last.tb_frame.f_code.co_filename))
+    return not filename.startswith(_LIBRARY_DIRS)
+
+
+def _library_dirs() -> tuple[str, ...]:
+    import threading
+
+    import numba
+    import numba.cuda
+
+    dirs = [
+        os.path.dirname(m.__file__ or "")
+        for m in (np, numba, numba.cuda, threading)
+        if getattr(m, "__file__", None)
+    ]
+    return tuple(os.path.normcase(os.path.abspath(d)) + os.sep for d in dirs)
+
+
+_LIBRARY_DIRS = _library_dirs()
 
 
 class StrictLaunch:

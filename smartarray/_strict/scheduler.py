@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import random
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -124,7 +125,8 @@ class Scheduler:
         self.host_syncs = 0
         self.log: list[str] = []
         self._seq = itertools.count()
-        self._running = False
+        # Host threads share the queues (a GPU's queues are shared by every host thread).
+        self.lock = threading.RLock()
 
     # -- queueing --------------------------------------------------------------------------
 
@@ -138,6 +140,12 @@ class Scheduler:
         self, stream: Any, fn: Callable[[], None], label: str, deps: list[Op] | None = None
     ) -> Op:
         """Queue ``fn`` on ``stream`` after everything CUDA orders before it; return the op."""
+        with self.lock:
+            return self._enqueue(stream, fn, label, deps)
+
+    def _enqueue(
+        self, stream: Any, fn: Callable[[], None], label: str, deps: list[Op] | None
+    ) -> Op:
         key = self.key(stream)
         deps = list(deps or ())
         if key is DEFAULT:
@@ -157,7 +165,8 @@ class Scheduler:
     # -- waiting ---------------------------------------------------------------------------
 
     def count_host_sync(self) -> None:
-        self.host_syncs += 1
+        with self.lock:
+            self.host_syncs += 1
 
     def host_wait_stream(self, stream: Any) -> None:
         """What ``stream.synchronize()`` does: run the work queued on ``stream``."""
@@ -166,9 +175,10 @@ class Scheduler:
         if key is DEFAULT:
             self.run_all()
             return
-        queue = self.queues.get(key)
-        if queue:
-            self.run_until([queue[-1]])
+        with self.lock:
+            queue = self.queues.get(key)
+            if queue:
+                self._run_until([queue[-1]])
 
     def host_wait_all(self) -> None:
         """What ``cuda.synchronize()`` does: run everything."""
@@ -176,9 +186,10 @@ class Scheduler:
         self.run_all()
 
     def run_all(self) -> None:
-        tails = [q[-1] for q in self.queues.values() if q]
-        if tails:
-            self.run_until(tails)
+        with self.lock:
+            tails = [q[-1] for q in self.queues.values() if q]
+            if tails:
+                self._run_until(tails)
 
     def pending(self) -> int:
         """How many ops are queued and not run yet."""
@@ -189,6 +200,10 @@ class Scheduler:
 
         Work nothing waits for stays queued: a host that forgot to wait for it sees old data.
         """
+        with self.lock:
+            self._run_until(targets)
+
+    def _run_until(self, targets: list[Op]) -> None:
         needed: set[int] = set()
         stack = [t for t in targets if not t.done]
         by_id: dict[int, Op] = {}
