@@ -23,8 +23,8 @@ _stack: list[Any] = []
 
 def select_simulator() -> None:
     """Choose numba's CUDA simulator before numba.cuda is imported (``SMARTARRAY_STRICT=1``)."""
-    cuda = sys.modules.get("numba.cuda")
-    if cuda is not None and "numba.cuda.simulator" not in sys.modules:
+    config = sys.modules.get("numba.cuda.core.config")
+    if "numba.cuda" in sys.modules and not getattr(config, "ENABLE_CUDASIM", 0):
         raise RuntimeError(
             "SMARTARRAY_STRICT=1 needs numba's CUDA simulator, but numba.cuda was already "
             "imported for a real GPU; import smartarray first, or set NUMBA_ENABLE_CUDASIM=1 "

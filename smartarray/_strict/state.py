@@ -36,6 +36,13 @@ class StrictState:
         """Labels of the device work run so far, in the order it ran."""
         return self.scheduler.log
 
+    def is_page_locked(self, ary: Any) -> bool:
+        """Whether the host array ``ary`` lies in page-locked (pinned or mapped) memory."""
+        from .devmem import byte_extent
+
+        lo, hi = byte_extent(ary)
+        return self.host_ranges.find(lo, hi) is not None
+
     def pending(self) -> int:
         """How many pieces of device work are queued and have not run."""
         return self.scheduler.pending()
