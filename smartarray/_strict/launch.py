@@ -9,6 +9,7 @@ into a live device allocation (or mapped host memory), aligned for its element t
 
 from __future__ import annotations
 
+import dis
 import inspect
 import os
 from typing import Any
@@ -74,8 +75,14 @@ def _user_raised(exc: BaseException) -> bool:
         tb = tb.tb_next
     if last is None:
         return False
-    filename = os.path.normcase(os.path.abspath(last.tb_frame.f_code.co_filename))
-    return not filename.startswith(_LIBRARY_DIRS)
+    code = last.tb_frame.f_code
+    filename = os.path.normcase(os.path.abspath(code.co_filename))
+    if filename.startswith(_LIBRARY_DIRS):
+        return False
+    # Only a raise statement is a kernel's exception on a GPU; a Python error elsewhere (a
+    # TypeError, a NameError) would be a compile error or undefined behaviour there.
+    lasti = last.tb_lasti
+    return 0 <= lasti < len(code.co_code) and code.co_code[lasti] == _RAISE
 
 
 def _library_dirs() -> tuple[str, ...]:
@@ -93,6 +100,7 @@ def _library_dirs() -> tuple[str, ...]:
 
 
 _LIBRARY_DIRS = _library_dirs()
+_RAISE = dis.opmap["RAISE_VARARGS"]
 
 
 class StrictLaunch:
