@@ -554,8 +554,9 @@ def mapped_array(
     """
     dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
     stream = _check_stream(stream)
-    if SIMULATOR:
-        # The simulator's mapped_array is a fake device array, not an ndarray.
+    if SIMULATOR and not hasattr(cuda, "mapped"):
+        # The simulator's mapped_array is a fake device array, not an ndarray (strict mode
+        # gives numba's MappedNDArray, so the GPU branch below runs).
         host = np.ndarray(dims, dtype=dt, strides=strides, order=order)
         return _adopt(host.view(_SimMappedNDArray))
     if portable or wc:

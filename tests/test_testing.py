@@ -318,7 +318,6 @@ def test_mapped_array_is_numbas_mapped_ndarray_surface():
         add_one[1, 32](m)  # kernels address mapped memory directly, no copy
         cuda.synchronize()
         np.testing.assert_array_equal(m, 1.0)
-        np.testing.assert_array_equal(m.copy_to_host(), 1.0)
 
 
 def test_pinned_and_mapped_take_several_arrays():
@@ -540,3 +539,29 @@ def test_register_of_page_locked_memory_is_no_driver_error():
             pass
     except sa.RegistrationError:
         pass
+
+
+def test_view_of_a_mapped_array_reaches_a_kernel_as_null():
+    with strict():
+        m = cuda.mapped_array(8)
+        m[:] = 0.0
+        add_one[1, 32](m)  # the array mapped_array returned has a device pointer
+        with pytest.raises(StrictModeError, match=r"argument 'x'.*NULL device pointer"):
+            add_one[1, 32](m[2:6])
+
+
+def test_mapped_ndarray_has_no_alloc_size_as_numba_builds_it():
+    with strict():
+        m = cuda.mapped_array(4)
+        with pytest.raises(AttributeError, match="alloc_size"):
+            m.copy_to_host()
+
+
+@strict_only
+def test_strict_twin_mapped_array_copies_are_counted():
+    m = sa.mapped_array(16)
+    before = sa.stats()
+    m.copy_to_device(np.arange(16.0))
+    np.testing.assert_array_equal(m.copy_to_host(), np.arange(16.0))
+    moved = sa.stats() - before
+    assert (moved.h2d_bytes, moved.d2h_bytes) == (128, 128)

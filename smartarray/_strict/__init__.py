@@ -95,6 +95,7 @@ def _install() -> None:
         "get_memory_info": devmem.get_memory_info,
     }.items():
         _patch(devices.FakeCUDAContext, name, fn)
+    _patch(devicearray, "MappedNDArray", devmem.StrictMappedNDArray)
     for name, value in arrays.PATCHES.items():
         _patch(devicearray.FakeCUDAArray, name, value)
     _patch(FakeCUDAKernel, "__getitem__", launch.kernel_getitem)

@@ -265,8 +265,12 @@ def auto_device(obj: Any, stream: Any = 0, copy: bool = True, user_explicit: boo
     if isinstance(obj, _sim.FakeCUDAArray):
         return obj, False
     if isinstance(obj, np.ndarray) and getattr(obj, "__cuda_memory__", False):
-        # A mapped array: the device addresses this host memory directly.
-        return _sim.FakeCUDAArray(obj.view(np.ndarray), stream=stream), False
+        # A mapped array: the device addresses this host memory directly (a view of one has
+        # no gpu_data, so numba passes a NULL pointer: the launch check reports it).
+        devary = _sim.FakeCUDAArray(obj.view(np.ndarray), stream=stream)
+        if "gpu_data" not in getattr(obj, "__dict__", {}):
+            devary.__dict__["_strict_null"] = True
+        return devary, False
     if isinstance(obj, np.void):
         return _sim.FakeCUDAArray(np.copy(obj)), True
     ary = np.array(obj, copy=None, subok=True)
@@ -298,36 +302,39 @@ def pinned_array_like(ary: Any) -> np.ndarray:
 
 
 class StrictMappedNDArray(np.ndarray):
-    """numba's ``MappedNDArray`` in strict mode: page-locked host memory the device addresses."""
+    """numba-cuda's ``MappedNDArray`` in strict mode: page-locked host memory the device addresses.
+
+    As numba builds it (``np.ndarray.view`` plus ``device_setup``, without
+    ``DeviceNDArrayBase.__init__``), it has no ``alloc_size``: its ``copy_to_host``,
+    ``copy_to_device`` and ``split`` raise ``AttributeError`` as on a GPU. Only the array
+    ``mapped_array`` returned has a device pointer (``gpu_data``); its views (slices, reshapes)
+    reach a kernel as a NULL pointer, as on a GPU.
+    """
 
     __cuda_memory__ = True
     __cuda_ndarray__ = True
 
-    @property
-    def alloc_size(self) -> int:
-        return _extent_bytes(self.shape, self.strides, self.itemsize)
+    def device_setup(self, gpu_data: Any, stream: Any = 0) -> None:
+        self.gpu_data = gpu_data
+        self.stream = stream
 
     @property
     def device_ctypes_pointer(self) -> Any:
         import ctypes
 
-        return ctypes.c_void_p(pointer(self) if self.size else 0)
+        return ctypes.c_void_p(pointer(self) if "gpu_data" in self.__dict__ else 0)
 
-    @property
-    def _numba_type_(self) -> Any:
-        return _sim.FakeCUDAArray(self.view(np.ndarray))._numba_type_
-
-    def _device(self, stream: Any = 0) -> Any:
-        return _sim.FakeCUDAArray(self.view(np.ndarray), stream=stream)
+    def _missing(self, name: str) -> AttributeError:
+        return AttributeError(f"'MappedNDArray' object has no attribute {name!r}")
 
     def copy_to_host(self, ary: Any = None, stream: Any = 0) -> np.ndarray:
-        return self._device().copy_to_host(ary, stream=stream)
+        raise self._missing("alloc_size")
 
     def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
-        self._device().copy_to_device(ary, stream=stream)
+        raise self._missing("alloc_size")
 
     def split(self, section: int, stream: Any = 0) -> list[Any]:
-        return self._device().split(section, stream=stream)
+        raise self._missing("_dummy")
 
     def is_c_contiguous(self) -> bool:
         return bool(self.flags.c_contiguous)
@@ -345,7 +352,10 @@ def mapped_array(
     portable: bool = False,
     wc: bool = False,
 ) -> np.ndarray:
-    return on_host(*layout(shape, dtype, strides, order), "mapped").view(StrictMappedNDArray)
+    host = on_host(*layout(shape, dtype, strides, order), "mapped")
+    mapped = host.view(StrictMappedNDArray)
+    mapped.device_setup(host.base, stream=stream)
+    return mapped
 
 
 def _host_size(ary: np.ndarray) -> tuple[int, int]:

@@ -51,6 +51,11 @@ def check_argument(kernel_name: str, arg_name: str, devary: Any) -> None:
     ptr = pointer(ary)
     align = ary.dtype.alignment
     where = f"kernel {kernel_name!r}, argument {arg_name!r} ({ary.dtype}{list(ary.shape)})"
+    if devary.__dict__.get("_strict_null"):
+        raise StrictModeError(
+            f"{where}: NULL device pointer: a view of a mapped array has no device pointer in "
+            "numba-cuda (only the array mapped_array returned has one)"
+        )
     if ptr % align:
         raise StrictModeError(
             f"{where}: device pointer {ptr:#x} is not aligned to {align} bytes, as "
