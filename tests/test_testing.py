@@ -565,3 +565,29 @@ def test_strict_twin_mapped_array_copies_are_counted():
     np.testing.assert_array_equal(m.copy_to_host(), np.arange(16.0))
     moved = sa.stats() - before
     assert (moved.h2d_bytes, moved.d2h_bytes) == (128, 128)
+
+
+def test_unpinning_memory_an_async_copy_still_uses_is_an_error():
+    a = np.ones(64)
+    with strict():
+        s = cuda.stream()
+        d = cuda.device_array(64)
+        with pytest.raises(StrictModeError, match="still queued"):
+            with cuda.pinned(a):
+                d.copy_to_device(a, stream=s)
+        s.synchronize()
+        with cuda.pinned(a):
+            d.copy_to_device(a, stream=s)
+            s.synchronize()  # waited for: unpinning is safe
+
+
+@strict_only
+def test_deregister_waits_for_an_async_copy_from_the_memory():
+    a = np.ones(64)
+    sa.register(a)
+    s = sa.stream()
+    d = sa.device_array(64)
+    d.copy_to_device(a, stream=s)
+    sa.deregister(a)  # must not unpin under a pending DMA
+    s.synchronize()
+    np.testing.assert_array_equal(d.copy_to_host(), 1.0)

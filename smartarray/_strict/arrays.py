@@ -15,7 +15,7 @@ import numpy as np
 from numba.cuda.simulator.cudadrv import devicearray as _sim
 
 from . import state as _state
-from .devmem import in_kernel, is_page_locked, pointer
+from .devmem import byte_extent, in_kernel, is_page_locked, pointer
 from .scheduler import DEFAULT
 
 __all__ = ["PATCHES"]
@@ -59,6 +59,8 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> np.ndarray:
         synchronous = sch.key(stream) is DEFAULT or not is_page_locked(ary)
     src = self._ary
     op = sch.enqueue(stream, lambda: np.copyto(host, src), "copy d2h")
+    if not synchronous:
+        op.host_range = byte_extent(host)
     if synchronous:
         sch.count_host_sync()
         sch.run_until([op])
@@ -93,7 +95,8 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
         sch.run_until([op])
     elif is_page_locked(ary_core):
         # Page-locked source: the DMA reads it when the copy runs, not now.
-        sch.enqueue(stream, lambda: np.copyto(dst, ary_core), "copy h2d")
+        op = sch.enqueue(stream, lambda: np.copyto(dst, ary_core), "copy h2d")
+        op.host_range = byte_extent(ary_core)
     else:
         # Pageable source: staged before the call returns, written to the device later.
         staged = np.array(ary_core, copy=True)

@@ -163,8 +163,23 @@ class PinnedMemory:
         self._finalizer = weakref.finalize(self, _unlock_if, st, start, mapped, [self._freed])
 
     def free(self) -> None:
-        """Unregister the memory (it is pageable again)."""
+        """Unregister the memory (it is pageable again).
+
+        Raises
+        ------
+        StrictModeError
+            An asynchronous copy queued and not run yet still uses this memory (on a GPU the
+            DMA would read or write memory that is no longer page-locked).
+        """
         if not self._freed:
+            op = _state.current().scheduler.pending_host_use(self.handle, self.handle + self.size)
+            if op is not None:
+                from .launch import StrictModeError
+
+                raise StrictModeError(
+                    f"host memory is unregistered while an asynchronous copy ({op.label}) "
+                    "that uses it is still queued: wait for its stream first"
+                )
             self._freed = True
             self._finalizer()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dis
 import inspect
 import os
+import types
 from typing import Any
 
 import numpy as np
@@ -166,6 +167,13 @@ def launch(kernel: Any, args: tuple, griddim: Any, blockdim: Any, stream: Any, s
         for _, ret in prepared
     ]
     debug = bool(kernel._debug)
+    # The body runs later, when the host waits: freeze the kernel's globals now, as a GPU
+    # compiles them in as constants (and a doctest clears its globals when it ends).
+    frozen = types.FunctionType(
+        fn.__code__, dict(fn.__globals__), fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    frozen.__kwdefaults__ = fn.__kwdefaults__
+    fn = frozen
 
     def body() -> None:
         module = FakeCUDAModule(griddim, blockdim, shmem)

@@ -23,7 +23,7 @@ __all__ = ["DEFAULT", "Op", "Scheduler", "StrictEvent", "StrictStream"]
 class Op:
     """One piece of queued device work."""
 
-    __slots__ = ("deps", "done", "fn", "label", "seq", "stream")
+    __slots__ = ("deps", "done", "fn", "host_range", "label", "seq", "stream")
 
     def __init__(self, fn: Callable[[], None], stream: Any, label: str, deps: list[Op]) -> None:
         self.fn = fn
@@ -32,6 +32,8 @@ class Op:
         self.deps = deps
         self.done = False
         self.seq = 0
+        # The page-locked host bytes an asynchronous copy reads or writes when it runs.
+        self.host_range: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return f"<Op {self.label} done={self.done}>"
@@ -190,6 +192,16 @@ class Scheduler:
             tails = [q[-1] for q in self.queues.values() if q]
             if tails:
                 self._run_until(tails)
+
+    def pending_host_use(self, lo: int, hi: int) -> Op | None:
+        """A queued copy that will still read or write host bytes in ``[lo, hi)``."""
+        with self.lock:
+            for queue in self.queues.values():
+                for op in queue:
+                    r = op.host_range
+                    if r is not None and r[0] < hi and lo < r[1]:
+                        return op
+        return None
 
     def pending(self) -> int:
         """How many ops are queued and not run yet."""
