@@ -11,7 +11,21 @@ DEFAULT_DEVICE_MEMORY = 16 * 2**30
 
 
 class StrictState:
-    """What one strict session knows: see :func:`smartarray.testing.strict`."""
+    """The state of one strict session, yielded by :func:`smartarray.testing.strict`.
+
+    Attributes
+    ----------
+    seed : int or None
+        The seed of the order in which work on different streams runs.
+    scheduler : Scheduler
+        The queues of device work.
+    device_memory : int
+        Size of the simulated device in bytes.
+    device_used : int
+        Bytes of device memory allocated and alive.
+    launches : int
+        Kernel launches so far.
+    """
 
     def __init__(self, seed: int | None, device_memory: int | None) -> None:
         from .devmem import Ranges
