@@ -167,6 +167,21 @@ def test_default_stream_copy_waits_for_every_stream():
         np.testing.assert_array_equal(b.copy_to_host(), 1.0)
 
 
+def test_user_stream_work_waits_for_earlier_default_stream_work():
+    for seed in range(4):
+        with strict(seed=seed) as state:
+            s = cuda.stream()
+            d = cuda.device_array(4)
+            d.copy_to_device(np.zeros(4), stream=s)
+            s.synchronize()
+            add_one[1, 32](d)  # legacy default stream: queued
+            out = cuda.pinned_array(4)
+            d.copy_to_host(out, stream=s)  # must wait for the default-stream kernel
+            s.synchronize()
+            assert state.log[-2:] == ["kernel add_one", "copy d2h"]
+            np.testing.assert_array_equal(out, 1.0)
+
+
 def test_stream_synchronize_does_not_run_other_streams():
     with strict() as state:
         s1, s2 = cuda.stream(), cuda.stream()
