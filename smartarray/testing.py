@@ -37,7 +37,11 @@ def _env_seed() -> int:
 
 
 @contextlib.contextmanager
-def strict(seed: int | None = None, device_memory: int | None = None) -> Iterator[StrictState]:
+def strict(
+    seed: int | None = None,
+    device_memory: int | None = None,
+    per_thread_default_stream: bool = False,
+) -> Iterator[StrictState]:
     """Run the block in strict mode (on numba's CUDA simulator).
 
     Parameters
@@ -48,6 +52,10 @@ def strict(seed: int | None = None, device_memory: int | None = None) -> Iterato
     device_memory : int, optional
         Size of the simulated device in bytes (default 16 GiB): an allocation past it raises
         numba's ``CudaAPIError`` (``CUDA_ERROR_OUT_OF_MEMORY``).
+    per_thread_default_stream : bool, optional
+        Model stream 0 as the per-thread default stream (numba's
+        ``CUDA_PER_THREAD_DEFAULT_STREAM=1``): an ordinary stream, not ordered with the others.
+        Default: the legacy default stream, which waits for every stream and they for it.
 
     Yields
     ------
@@ -79,7 +87,7 @@ def strict(seed: int | None = None, device_memory: int | None = None) -> Iterato
     >>> pending, state.pending(), state.host_syncs
     (1, 0, 1)
     """
-    st = _enable(_env_seed() if seed is None else seed, device_memory)
+    st = _enable(_env_seed() if seed is None else seed, device_memory, per_thread_default_stream)
     try:
         yield st
     finally:

@@ -38,6 +38,13 @@ def plus_one_into(out, x):
 
 
 @cuda.jit
+def fill_five(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 5.0
+
+
+@cuda.jit
 def write_then_raise(x):
     x[0] = 5.0
     raise ValueError("kernel failed")
@@ -180,6 +187,24 @@ def test_user_stream_work_waits_for_earlier_default_stream_work():
             s.synchronize()
             assert state.log[-2:] == ["kernel add_one", "copy d2h"]
             np.testing.assert_array_equal(out, 1.0)
+
+
+def test_per_thread_default_stream_is_not_ordered_with_other_streams():
+    orders = set()
+    for seed in range(12):
+        with strict(seed=seed, per_thread_default_stream=True) as state:
+            s = cuda.stream()
+            a = cuda.device_array(4)
+            a.copy_to_device(np.zeros(4), stream=s)
+            b = cuda.device_array(4)
+            fill_five[1, 32](b)  # stream 0, which s does not wait for (nor it for s)
+            add_one[1, 32, s](a)
+            if seed == 0:
+                s.synchronize()
+                assert state.pending() == 1  # the stream-0 kernel was not needed
+            cuda.synchronize()
+            orders.add(tuple(state.log))
+    assert len(orders) > 1
 
 
 def test_stream_synchronize_does_not_run_other_streams():
@@ -515,6 +540,19 @@ def test_failed_debug_launch_leaves_nothing_stale_marked_valid():
         write_then_raise_debug[1, 1](a)
     # The kernel wrote before it failed: the host copy must not be declared current.
     np.testing.assert_array_equal(np.asarray(a), [5.0])
+
+
+@strict_only
+def test_default_stream_launch_is_ordered_before_a_user_stream_launch():
+    # With per-thread default streams (or non-blocking / external streams) nothing orders
+    # stream-0 work before a later launch on a user stream but smartarray itself.
+    for seed in range(4):
+        with strict(seed=seed, per_thread_default_stream=True):
+            a = sa.SmartArray(np.zeros(64))
+            fill_five[blocks(64), 32](a)  # on stream 0
+            s = sa.stream()
+            add_one[blocks(64), 32, s](a)  # must run after fill_five
+            np.testing.assert_array_equal(np.asarray(a), 6.0)
 
 
 @strict_only

@@ -111,7 +111,9 @@ def _uninstall() -> None:
             setattr(obj, name, value)
 
 
-def enable(seed: int | None = None, device_memory: int | None = None) -> Any:
+def enable(
+    seed: int | None = None, device_memory: int | None = None, per_thread: bool = False
+) -> Any:
     """Turn strict mode on (again, nested) with a fresh state; return the state."""
     import numba
 
@@ -128,7 +130,7 @@ def enable(seed: int | None = None, device_memory: int | None = None) -> Any:
     else:
         _install()
     _stack.append(previous)
-    st = _state.StrictState(seed, device_memory)
+    st = _state.StrictState(seed, device_memory, per_thread)
     _state.set_current(st)
     return st
 

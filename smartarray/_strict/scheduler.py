@@ -119,8 +119,11 @@ DEFAULT = "default"
 class Scheduler:
     """The queues of device work and the seeded choice of what runs next."""
 
-    def __init__(self, seed: int | None) -> None:
+    def __init__(self, seed: int | None, per_thread_default_stream: bool = False) -> None:
         self.seed = seed
+        # Stream 0 as the per-thread default stream: an ordinary stream, not ordered with the
+        # other streams (CUDA_API_PER_THREAD_DEFAULT_STREAM); otherwise the legacy one.
+        self.per_thread = per_thread_default_stream
         self.rng = random.Random(seed)
         self.queues: dict[Any, deque[Op]] = {}
         self.last_default: Op | None = None
@@ -150,7 +153,9 @@ class Scheduler:
     ) -> Op:
         key = self.key(stream)
         deps = list(deps or ())
-        if key is DEFAULT:
+        if key is DEFAULT and self.per_thread:
+            pass
+        elif key is DEFAULT:
             # The legacy default stream waits for the work of every (blocking) stream.
             for other, queue in self.queues.items():
                 if other is not DEFAULT and queue:
@@ -160,7 +165,7 @@ class Scheduler:
         op = Op(fn, key, label, deps)
         op.seq = next(self._seq)
         self.queues.setdefault(key, deque()).append(op)
-        if key is DEFAULT:
+        if key is DEFAULT and not self.per_thread:
             self.last_default = op
         return op
 

@@ -27,12 +27,14 @@ class StrictState:
         Kernel launches so far.
     """
 
-    def __init__(self, seed: int | None, device_memory: int | None) -> None:
+    def __init__(
+        self, seed: int | None, device_memory: int | None, per_thread_default_stream: bool = False
+    ) -> None:
         from .devmem import Ranges
         from .scheduler import Scheduler, StrictStream
 
         self.seed = seed
-        self.scheduler = Scheduler(seed)
+        self.scheduler = Scheduler(seed, per_thread_default_stream)
         self.default_stream = StrictStream(self.scheduler, default=True)
         self.device_memory = DEFAULT_DEVICE_MEMORY if device_memory is None else device_memory
         self.device_used = 0
