@@ -579,6 +579,20 @@ def test_packed_record_field_view_is_refused_or_works_not_misaligned():
 
 
 @strict_only
+def test_view_of_a_mapped_array_is_refused_or_works_not_null():
+    m = sa.mapped_array(64)
+    m[:] = 0.0
+    try:
+        add_one[blocks(32), 32](m[16:48])
+        cuda.synchronize()
+    except StrictModeError as exc:
+        pytest.fail(f"a NULL pointer reached the kernel: {exc}")
+    except (TypeError, ValueError):
+        return  # refused with a clear error before anything ran
+    np.testing.assert_array_equal(np.asarray(m)[16:48], 1.0)
+
+
+@strict_only
 def test_register_of_page_locked_memory_is_no_driver_error():
     host = sa.pinned_array(16)
     try:
