@@ -16,7 +16,8 @@ JSON layout (:func:`run` returns it; other tools read it)::
          "ratios": {"smartarray_over_hand_bytes": float, ...}},
         ...
       ],
-      "overhead": {"<name>_<unit>": float, ...}
+      "overhead": {"<name>_<unit>": float, ...},
+      "strict_host_syncs_per_launch": {"hand" | "smartarray" | ...: float} or null
     }
 
 Run it through ``python -m smartarray bench [--quick] [--json PATH]``, which picks the CUDA
@@ -31,6 +32,7 @@ from typing import Any
 
 import bench_coherence
 import bench_overhead
+import bench_strict
 import numpy as np
 import workloads
 from strategies import STRATEGIES
@@ -102,6 +104,9 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     if progress:
         print("bench: overhead micro-benchmarks", file=sys.stderr, flush=True)
     overhead = {**bench_overhead.run(quick), **bench_coherence.run(quick)}
+    if progress:
+        print("bench: host synchronisations (strict mode)", file=sys.stderr, flush=True)
+    syncs = bench_strict.run(quick)
     return {
         "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
         "simulator": memory.SIMULATOR,
@@ -109,6 +114,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
         "params": asdict(workloads.QUICK if quick else workloads.FULL),
         "workloads": rows,
         "overhead": overhead,
+        "strict_host_syncs_per_launch": syncs,
     }
 
 
@@ -176,4 +182,5 @@ def format_report(report: dict[str, Any]) -> str:
         "coherence state machine (ns/call):",
     ]
     out += [f"  {k:36s} {v:10.1f}" for k, v in o.items() if k.startswith(("coherence", "python"))]
+    out += ["", bench_strict.format_figures(report.get("strict_host_syncs_per_launch"))]
     return "\n".join(out)

@@ -4,6 +4,14 @@ The low-level primitives have the signatures of numba.cuda's reference pages; ev
 they move is counted (:func:`stats`, :func:`trace`).
 """
 
+import os as _os
+
+if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+    # Strict mode runs on the CUDA simulator, which must be chosen before numba.cuda loads.
+    from ._strict import select_simulator as _select_simulator
+
+    _select_simulator()
+
 from ._version import __version__
 from .array import SmartArray
 from .errors import (
@@ -27,6 +35,11 @@ from .memory import (
     to_device,
 )
 from .stats import Trace, TransferEvent, TransferStats, reset_stats, stats, trace
+
+if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+    from .testing import _enable_from_environment
+
+    _enable_from_environment()
 
 __all__ = [
     "CoherenceError",

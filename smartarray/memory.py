@@ -383,6 +383,16 @@ class _CountedMapped(_Counted):
         view.__dict__["stream"] = stream
         return view
 
+    def split(self, section: int, stream: Any = 0) -> list[Any]:
+        """Split a 1-d mapped array into views of ``section`` elements (the last may be smaller).
+
+        (numba's ``split`` reads ``_dummy``, which a ``MappedNDArray`` does not have.)
+        """
+        if self.ndim != 1:  # type: ignore[attr-defined]
+            raise ValueError("only support 1d array")
+        size = self.size  # type: ignore[attr-defined]
+        return [self[i : i + section] for i in range(0, size, section)]  # type: ignore[index]
+
     def is_c_contiguous(self) -> bool:
         """Whether the array is C-contiguous."""
         return bool(self.flags.c_contiguous)  # type: ignore[attr-defined]
@@ -476,7 +486,7 @@ def _counted_class(base: type) -> type:
         if issubclass(base, np.ndarray):
             namespace.update(_NDARRAY_PASSTHROUGH)
             mixin = _CountedMapped
-            if not SIMULATOR:  # the simulator's kernels run on the host memory itself
+            if base is not _SimMappedNDArray:  # the plain simulator's kernels use host memory
                 namespace.update(_MAPPED_DEVICE_POINTER)
         counted = type(base.__name__, (mixin, base), namespace)
         _COUNTED[base] = counted
@@ -501,12 +511,8 @@ class _SimMappedNDArray(np.ndarray):
     kernels on host memory anyway, so the ndarray itself is the mapping.
     """
 
-    # alloc_size, copy_to_host, copy_to_device and is_c/f_contiguous: _CountedMapped, as on a GPU.
-
-    def split(self, section: int, stream: Any = 0) -> list[np.ndarray]:
-        if self.ndim != 1:
-            raise ValueError("only support 1d array")
-        return [self[i : i + section] for i in range(0, self.size, section)]
+    # alloc_size, copy_to_host, copy_to_device, split and is_c/f_contiguous: _CountedMapped,
+    # as on a GPU.
 
 
 # ---------------------------------------------------------------------------------------------
@@ -703,8 +709,9 @@ def mapped_array(
     """
     dims, dt, strides, order = _check_layout(shape, dtype, strides, order)
     stream = _check_stream(stream)
-    if SIMULATOR:
-        # The simulator's mapped_array is a fake device array, not an ndarray.
+    if SIMULATOR and not hasattr(cuda, "mapped"):
+        # The simulator's mapped_array is a fake device array, not an ndarray (strict mode
+        # gives numba's MappedNDArray, so the GPU branch below runs).
         host = np.ndarray(dims, dtype=dt, strides=strides, order=order)
         return _registry.track_allocation(_adopt(host.view(_SimMappedNDArray)))
     if portable or wc:
@@ -852,8 +859,8 @@ _LOCKED_ELSEWHERE = object()
 
 
 def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
-    if SIMULATOR:
-        return None  # page-locking is emulated on the simulator
+    if SIMULATOR and not hasattr(cuda.current_context(), "mempin"):
+        return None  # page-locking is emulated on the simulator (strict mode models mempin)
     from numba.cuda.cudadrv.driver import CudaAPIError
 
     try:
@@ -1015,9 +1022,9 @@ def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
         _check_host_array(ary, f"arrays[{i}]")
         _check_dtype(ary.dtype, f"arrays[{i}].dtype")
     stream = _check_stream(stream)
-    if SIMULATOR:
-        # No cuda.mapped on the simulator: a fake device array wrapping the host array
-        # aliases its memory, which is what a mapping is.
+    if SIMULATOR and not hasattr(cuda, "mapped"):
+        # No cuda.mapped on the simulator (strict mode adds one): a fake device array wrapping
+        # the host array aliases its memory, which is what a mapping is.
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
         devarys = [_adopt(FakeCUDAArray(ary, stream=stream)) for ary in arrays]

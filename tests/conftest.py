@@ -35,7 +35,28 @@ def _cuda_driver_present() -> bool:
 if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
+#: Strict mode for the whole session (``SMARTARRAY_STRICT=1``): smartarray turns it on when it is
+#: imported, on the simulator.
+STRICT = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0")
+if STRICT:
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+#: Tests that fail in strict mode because smartarray has a defect a GPU would show (fixed on
+#: other branches): marked xfail(strict=False) under SMARTARRAY_STRICT=1 only. Remove an entry
+#: once its fix is merged.
+STRICT_KNOWN_FAILURES: dict[str, str] = {
+    "tests/test_numba_cuda.py::test_failed_launch_leaves_validity_as_it_was": (
+        "a kernel's exception reaches the host only with debug=True, and a failed launch must "
+        "record its arguments' device bytes as changed (the kernel may have written): the test "
+        "expects the simulator's forgiveness and the old validity ('GPU code paths' 3)"
+    ),
+    "tests/test_testing.py::test_failed_debug_launch_leaves_nothing_stale_marked_valid": (
+        "a launch that fails after its arguments were prepared never runs retr, so a kernel that "
+        "wrote before failing leaves the host copy recorded as current ('GPU code paths' 3)"
+    ),
+}
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
@@ -58,11 +79,33 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True)
+def _strict_drain():
+    """Under strict mode, run the device work a test left queued when it ends.
+
+    A GPU runs queued work eventually; strict mode runs it when the host waits. Work nobody
+    waited for runs here, so that a crash it causes is reported by the test that queued it.
+    """
+    yield
+    if STRICT:
+        from smartarray.testing import strict_state
+
+        state = strict_state()
+        if state is not None:
+            state.scheduler.run_all()
+
+
 def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "error::smartarray.errors.SmartArrayWarning")
 
 
 def pytest_report_header(config):
+    if STRICT:
+        seed = os.environ.get("SMARTARRAY_STRICT_SEED", "0")
+        return (
+            f"smartarray target: CUDA simulator in STRICT mode (SMARTARRAY_STRICT=1, seed {seed}); "
+            f"gpu tests skipped; {len(STRICT_KNOWN_FAILURES)} known strict-mode failures xfailed"
+        )
     if SIMULATOR:
         return "smartarray target: CUDA simulator (NUMBA_ENABLE_CUDASIM=1); gpu tests skipped"
     return "smartarray target: real CUDA GPU"
@@ -71,6 +114,11 @@ def pytest_report_header(config):
 def pytest_collection_modifyitems(config, items):
     if not SIMULATOR:
         return
+    if STRICT:
+        for item in items:
+            reason = STRICT_KNOWN_FAILURES.get(item.nodeid)
+            if reason is not None:
+                item.add_marker(pytest.mark.xfail(reason=f"strict mode: {reason}", strict=False))
     skip_gpu = pytest.mark.skip(reason="needs a real CUDA GPU (running on the CUDA simulator)")
     for item in items:
         if item.get_closest_marker("gpu") is not None:

@@ -34,7 +34,11 @@ WORKLOADS = (
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "figures.json"
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+    }
     out = subprocess.run(
         [sys.executable, "-m", "smartarray", "bench", "--quick", "--json", str(path)],
         env=env,
@@ -77,6 +81,16 @@ def test_bench_smartarray_bytes_at_most_hand_optimal(bench):
         assert s["smartarray"]["bytes"] <= s["hand"]["bytes"], w["name"]
         assert s["smartarray"]["bytes"] <= s["whole_array_flags"]["bytes"], w["name"]
         assert s["hand"]["bytes"] < s["auto"]["bytes"], w["name"]
+
+
+def test_bench_host_syncs_per_launch_in_strict_mode(bench):
+    out, report = bench
+    syncs = report["strict_host_syncs_per_launch"]
+    assert set(syncs) == {"hand", "smartarray", "smartarray_in_input", "smartarray_host_held"}
+    assert syncs["hand"] == 0.0  # the goal: no host wait inside a loop of launches
+    assert syncs["smartarray_host_held"] >= 1.0  # a held host array is refreshed each launch
+    assert all(isinstance(v, float) and v >= 0 for v in syncs.values())
+    assert "host synchronisations per launch" in out.stdout
 
 
 def test_bench_table_on_the_terminal(bench):

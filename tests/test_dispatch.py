@@ -123,7 +123,11 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def dispatch() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+    }
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
     )

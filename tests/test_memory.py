@@ -455,7 +455,11 @@ def test_mapped_array_bind_shares_the_memory():
 
 def _run_real_target(script: str) -> str:
     """Run ``script`` with the real numba.cuda (no simulator, no GPU needed); return stdout."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+    }
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
     )
@@ -688,7 +692,8 @@ def test_freed_page_locked_allocation_is_forgotten():
 def test_unpinning_waits_for_the_device_first(monkeypatch):
     # An asynchronous copy from the memory may still be queued: unpinning under it is undefined.
     events = []
-    monkeypatch.setattr(cuda, "synchronize", lambda: events.append("wait"))
+    synchronize = cuda.synchronize  # still waits: strict mode runs queued work there
+    monkeypatch.setattr(cuda, "synchronize", lambda: (events.append("wait"), synchronize()))
     unpin = memory._unpin
     monkeypatch.setattr(memory, "_unpin", lambda pin: (events.append("unpin"), unpin(pin)))
     a, b = np.zeros(8), np.zeros(8)
@@ -747,7 +752,8 @@ def test_memory_page_locked_elsewhere_is_not_an_error_on_the_real_target():
 
 def test_mapped_block_waits_for_the_device_before_unmapping(monkeypatch):
     events = []
-    monkeypatch.setattr(cuda, "synchronize", lambda: events.append("wait"))
+    synchronize = cuda.synchronize  # still waits: strict mode runs queued work there
+    monkeypatch.setattr(cuda, "synchronize", lambda: (events.append("wait"), synchronize()))
     a = np.zeros(4)
     with sa.mapped(a) as d_a:
         _add_one[1, 4](d_a)

@@ -319,7 +319,12 @@ PTX_SCRIPT = textwrap.dedent(
 
 
 def test_kernels_taking_smartarrays_compile_to_ptx_for_a_real_gpu():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    # The real target: neither the simulator nor strict mode (which selects the simulator).
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+    }
     out = subprocess.run(
         [sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True, text=True, timeout=600
     )
@@ -329,7 +334,11 @@ def test_kernels_taking_smartarrays_compile_to_ptx_for_a_real_gpu():
 
 def _run_real_target(script: str) -> str:
     """Run ``script`` with the real numba.cuda (no simulator, no GPU needed); return stdout."""
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+    }
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
     )
