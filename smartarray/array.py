@@ -38,7 +38,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import _numba_cpu, _numba_cuda, memory
 from ._numba_cuda import IN, INOUT, OUT
-from .coherence import BufferState
+from .coherence import BufferState, IntervalSet
 from .errors import CoherenceError, TransferError
 
 __all__ = ["SmartArray"]
@@ -410,23 +410,62 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 # Current there only (a kernel writing the same array again): nothing else to
                 # make stale, and no held host array to refresh (it would be current).
                 return
-            if where != "host":
-                buf.disarm_fast_paths()
-            buf.state.mark_changed(where, lo, hi)
-            plan = buf.state.plan_consolidate()
-            if plan.copies:
-                self._copy(plan, "consolidation", buf.stream)
-            buf.state.apply(plan)
-            if where == "gpu" and lo < hi:
-                live = []
-                for ref, elo, ehi in buf.exports:
-                    if ref() is None:
-                        continue
-                    live.append((ref, elo, ehi))
-                    a, b = max(lo, elo), min(hi, ehi)
-                    if a < b:
-                        self._sync("host", a, b, "eager refresh of an exported view")
-                buf.exports = live
+            self._record(where, lo, hi)
+            if where == "gpu":
+                self._refresh_exports(lo, hi)
+
+    def _record(self, where: str, lo: int, hi: int) -> None:
+        """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
+
+        The write is recorded before the consolidation copies run: a failed copy leaves the
+        write recorded (and the consolidation undone), never a stale byte marked valid.
+        """
+        buf = self._buf
+        if where != "host":
+            buf.disarm_fast_paths()
+        buf.state.mark_changed(where, lo, hi)
+        plan = buf.state.plan_consolidate()
+        if plan.copies:
+            self._copy(plan, "consolidation", buf.stream)
+        buf.state.apply(plan)
+
+    def _record_where_valid(self, where: str, lo: int, hi: int) -> None:
+        """Record a write that may have touched any byte of ``[lo, hi)`` at ``where`` but
+        could only be trusted where that copy was current: a failed kernel or NumPy call.
+
+        Bytes current at ``where`` become current there only (the failed call may have
+        changed them, and they were right before). Bytes stale at ``where`` stay stale (the
+        other copy holds their value; a partial write into stale memory is dropped). Nothing
+        is declared valid that may be stale, and nothing current is lost.
+        """
+        buf = self._buf
+        runs = buf.state.valid(where).intersection(IntervalSet.span(lo, hi))
+        if not runs:
+            return
+        if where != "host":
+            buf.disarm_fast_paths()
+        for a, b in runs:
+            buf.state.mark_changed(where, a, b)
+        plan = buf.state.plan_consolidate()
+        if plan.copies:
+            self._copy(plan, "consolidation", buf.stream)
+        buf.state.apply(plan)
+
+    def _refresh_exports(self, lo: int, hi: int) -> None:
+        """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
+        buf = self._buf
+        if not buf.exports or lo >= hi:
+            return
+        live = []
+        for ref, elo, ehi in buf.exports:
+            if ref() is None:
+                continue
+            live.append((ref, elo, ehi))
+        buf.exports = live
+        for _, elo, ehi in live:
+            a, b = max(lo, elo), min(hi, ehi)
+            if a < b:
+                self._sync("host", a, b, "eager refresh of an exported view")
 
     def _host_view(self) -> np.ndarray:
         """The writable host view (no sync; host memory allocated)."""
@@ -590,6 +629,15 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                         self._copy(plan, "device use", stream)
                         buf.state.apply(plan)
                 record = intent != IN
+                if record:
+                    # Record the device write now, before the launch: a launch that fails
+                    # (a kernel raising after it wrote, a later argument that cannot be
+                    # prepared) runs no callback, and nothing may stay marked valid on the
+                    # host that the kernel may have overwritten. Only bytes current on the
+                    # device are claimed (Out skipped the upload of the others: if the kernel
+                    # never runs, the host holds their value). The callback records the
+                    # whole write again after the launch and refreshes held host arrays.
+                    self._record_where_valid("gpu", lo, hi)
             if stream != 0:
                 buf.stream = stream  # host reads of this buffer wait for this stream
             devary = self._device_view
@@ -599,22 +647,42 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 )
             arg = _numba_cuda.launch_argument(devary, retr, stream)
             if record:
-                retr.append(self._after_launch)
+                retr.append(functools.partial(self._after_launch, retr))
             return arg
 
-    def _after_launch(self) -> None:
-        """Record the kernel's write (the dispatcher runs this right after the launch)."""
+    def _after_launch(self, retr: list[Any] | None = None) -> None:
+        """Record the kernel's write (the dispatcher runs this right after the launch).
+
+        The write is recorded first; then held host arrays are refreshed. A failed refresh
+        must not stop the dispatcher's loop over ``retr`` (the later arguments' writes would
+        go unrecorded): it leaves those host bytes marked stale (which they are), and the
+        error is raised by a callback appended to the end of ``retr``, after every argument
+        recorded its write.
+        """
         buf = self._buf
-        with buf.lock:
-            self._changed("gpu", self._lo, self._hi)
-            if buf.state.is_exclusive("gpu", self._lo, self._hi):
-                self._gpu_only_at = buf.state.version
+        lo, hi = self._lo, self._hi
+        try:
+            with buf.lock:
+                if not buf.state.is_exclusive("gpu", lo, hi):
+                    self._record("gpu", lo, hi)
+                if buf.state.is_exclusive("gpu", lo, hi):
+                    self._gpu_only_at = buf.state.version
+                self._refresh_exports(lo, hi)
+        except TransferError as exc:
+            if retr is None:
+                raise
+            if not (retr and isinstance(retr[-1], _LaunchFailures)):
+                retr.append(_LaunchFailures())
+            retr[-1].errors.append(exc)
 
     def _njit_enter(self) -> np.ndarray:
         return self._njit_enter_as(INOUT)
 
     def _njit_exit(self) -> None:
         self._njit_exit_as(INOUT)
+
+    def _njit_abort(self) -> None:
+        self._njit_abort_as(INOUT)
 
     def _njit_enter_as(self, intent: str) -> np.ndarray:
         """The current host ndarray handed to an njit function (its exact type and layout)."""
@@ -642,6 +710,21 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 if buf.state.is_exclusive("host", self._lo, self._hi):
                     self._njit_fast = self._njit_view
                     buf.fast_views.append(weakref.ref(self))
+
+    def _njit_abort_as(self, intent: str) -> None:
+        """The cleanup of an njit call that failed with a Python error pending.
+
+        Numba runs it when a later argument failed to unbox (the function never ran), and in
+        the rare case that the function itself left a Python error (an object-mode block).
+        Only host bytes that were current when the call began are recorded as written
+        (conservative: they may have been written); an ``Out`` argument whose download was
+        skipped keeps its current bytes where they are, so nothing valid is lost.
+        """
+        if intent == IN:
+            return
+        buf = self._buf
+        with buf.lock:
+            self._record_where_valid("host", self._lo, self._hi)
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -987,6 +1070,21 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 mutated._changed("host", mutated._lo, mutated._hi)
                 return result
             return SmartArray._wrap(result, tuple(hosts))
+
+
+class _LaunchFailures:
+    """The last post-launch callback of a launch whose host refresh failed: raises then."""
+
+    def __init__(self) -> None:
+        self.errors: list[TransferError] = []
+
+    def __call__(self) -> None:
+        first = self.errors[0]
+        raise TransferError(
+            f"the kernel ran and its writes are recorded, but refreshing {len(self.errors)} "
+            "held host array(s) failed; they are marked stale and the next host read "
+            f"downloads again (do not launch again to retry): {first}"
+        ) from first
 
 
 # NumPy functions that write into their first argument.
