@@ -1027,7 +1027,13 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                         hosts.append(o)
                     new_outs.append(o)
                 kwargs["out"] = tuple(new_outs)
-            result = getattr(ufunc, method)(*ins, **kwargs)
+            try:
+                result = getattr(ufunc, method)(*ins, **kwargs)
+            except BaseException:
+                # NumPy keeps what it wrote before failing (a floating-point error under
+                # errstate='raise', a bad index of ufunc.at): record it.
+                _failed_host_write(targets)
+                raise
             for t in targets:
                 t._changed("host", t._lo, t._hi)
             if method == "at":
@@ -1065,7 +1071,12 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             hosts: list[np.ndarray] = []
             new_args = _convert(args, hosts, mutated)
             new_kwargs = _convert(kwargs, hosts, mutated)
-            result = func(*new_args, **new_kwargs)
+            try:
+                result = func(*new_args, **new_kwargs)
+            except BaseException:
+                if mutated is not None:
+                    _failed_host_write([mutated])
+                raise
             if mutated is not None:
                 mutated._changed("host", mutated._lo, mutated._hi)
                 return result
@@ -1089,6 +1100,19 @@ class _LaunchFailures:
 
 # NumPy functions that write into their first argument.
 _MUTATING = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis}
+
+
+def _failed_host_write(targets: list[SmartArray]) -> None:
+    """Record what a NumPy call that raised may have written into writable host views.
+
+    NumPy keeps a partial write (``a.put([0, 99], v)`` writes index 0, then fails). Where the
+    host bytes were current when the view was handed out, they are recorded as written
+    (conservative: the device copy becomes stale there); bytes that were stale (a pure
+    overwrite skips the download) keep the device's value.
+    """
+    for t in targets:
+        with t._buf.lock:
+            t._record_where_valid("host", t._lo, t._hi)
 
 
 def _call_reshape(a: SmartArray, *args: Any, **kwargs: Any) -> SmartArray:
@@ -1224,7 +1248,11 @@ def _writer(name: str, reads: bool) -> Any:
             args = _convert(args, hosts, None)
             kwargs = _convert(kwargs, hosts, None)
             host = self._host_rw(full=reads)
-            result = getattr(host, name)(*args, **kwargs)
+            try:
+                result = getattr(host, name)(*args, **kwargs)
+            except BaseException:
+                _failed_host_write([self])  # e.g. put: index 0 written, then index 99 fails
+                raise
             self._changed("host", self._lo, self._hi)
             return result
 

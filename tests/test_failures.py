@@ -206,3 +206,44 @@ def test_kernel_In_failing_records_nothing():
     with pytest.raises(ValueError, match="read and failed"):
         read_then_fail[1, 32](sa.In(a))
     assert a.valid_at == ("host", "gpu")
+
+
+# --- in-place NumPy calls that raise after a partial write (D2) ------------------------------
+
+
+def both_valid(values) -> SmartArray:
+    a = SmartArray(np.array(values, dtype=np.float64))
+    a.gpu()
+    return a
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda a: a.put([0, 99], [5.0, 6.0]), IndexError),
+        (lambda a: np.put(a, [0, 99], [5.0, 6.0]), IndexError),
+        (lambda a: np.divide(a, 0, out=a), FloatingPointError),
+        (lambda a: np.divide(a[:2], 0, out=a[:2]), FloatingPointError),
+    ],
+    ids=["method put", "np.put", "ufunc out", "ufunc out view"],
+)
+def test_numpy_call_raising_after_a_partial_write_records_it(call, error):
+    a = both_valid([1.0, 2.0, 3.0, 4.0])
+    expected = np.array([1.0, 2.0, 3.0, 4.0])
+    with np.errstate(all="raise"):
+        with pytest.raises(error):
+            call(a)
+        with pytest.raises(error):
+            call(expected)  # NumPy's own partial write
+    assert_coherent(a)
+    np.testing.assert_array_equal(np.asarray(a), expected)
+    np.testing.assert_array_equal(a.gpu().copy_to_host(), expected)
+
+
+def test_failed_overwrite_keeps_the_device_values_it_did_not_download():
+    # out= of a whole covering view skips the download: a failure leaves the device's value.
+    a = on_device_only(4)
+    with np.errstate(all="raise"), pytest.raises(FloatingPointError):
+        np.divide(np.ones(4), 0, out=a)
+    assert_coherent(a)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(4.0) + 10)
