@@ -155,9 +155,62 @@ class _Buffer:
         else:
             self.ensure_device()
 
-    def export(self, ary: np.ndarray, lo: int, hi: int) -> None:
+    def export(self, ary: Any, lo: int, hi: int) -> None:
         self.exports = [e for e in self.exports if e[0]() is not None]
         self.exports.append((weakref.ref(ary), lo, hi))
+
+    def export_view(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        offset: int,
+        strides: tuple[int, ...],
+        lo: int,
+        hi: int,
+        readonly: bool,
+    ) -> np.ndarray:
+        """A host ndarray handed out to the user, tracked for as long as any view of it lives.
+
+        NumPy collapses the ``.base`` of every view derived from an ndarray (``h[2:5]``,
+        ``h.T``, ``h.reshape(..)``, a field) to the first array that owns its memory or whose
+        base is of another type. Over the host buffer directly, that is the buffer: a weak
+        reference to ``h`` dies while ``row = h[2:5]`` lives on, and ``row`` is never
+        refreshed. So the handed-out array is built over a small holder object (not an
+        ndarray): every derived view keeps the holder alive, and the weak reference to the
+        holder lives exactly as long as anything that shows these bytes. A read-only export
+        gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
+        its views, and ``np.asarray(h.base)`` is read-only too.
+        """
+        host = self.ensure_host()
+        holder = _Exported()
+        holder.host = host
+        address = host.__array_interface__["data"][0]
+        if dtype.fields is None and dtype.subdtype is None:
+            holder.__array_interface__ = {
+                "shape": shape,
+                "typestr": dtype.str,
+                "strides": strides,
+                "data": (address + offset, readonly),
+                "version": 3,
+            }
+            view = np.asarray(holder)
+        else:  # records and subarrays: the exact dtype through a byte view of [lo, hi)
+            holder.__array_interface__ = {
+                "shape": (hi - lo,),
+                "typestr": "|u1",
+                "data": (address + lo, readonly),
+                "version": 3,
+            }
+            raw = np.asarray(holder)
+            view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
+        self.export(holder, lo, hi)
+        return view
+
+
+class _Exported:
+    """The base object of a host array handed out (see :meth:`_Buffer.export_view`)."""
+
+    __slots__ = ("__array_interface__", "host", "__weakref__")
 
 
 class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
@@ -275,7 +328,12 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
         if adopt:
             buf.host_bytes = raw
-            buf.export(obj, 0, ary.nbytes)
+            # The user holds the array this one is a view of (``x`` of ``x[2:6]``), and every
+            # view of it has that owner as its ``.base``: track the owner.
+            owner = obj
+            while isinstance(owner.base, np.ndarray):
+                owner = owner.base
+            buf.export(owner, 0, ary.nbytes)
         elif where == "host":
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
@@ -474,6 +532,12 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
         )
 
+    def _export(self, readonly: bool) -> np.ndarray:
+        """This view's host data as an ndarray handed out (tracked; no sync)."""
+        return self._buf.export_view(
+            self._shape, self._dtype, self._offset, self._strides, self._lo, self._hi, readonly
+        )
+
     def _host_ro(self, reason: str = "host read") -> np.ndarray:
         """A synced read-only host view (not tracked)."""
         with self._buf.lock:
@@ -512,9 +576,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._buf.ensure(where)
             self._sync(where, self._lo, self._hi, "explicit get")
             if where == "host":
-                view = self._host_view()
-                self._buf.export(view, self._lo, self._hi)
-                return view
+                return self._export(readonly=False)
             return memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )
@@ -992,11 +1054,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         ``copy=True`` (or a different ``dtype``) returns a plain writable copy instead.
         """
         with self._buf.lock:
-            view = self._host_ro("__array__")
             if copy or (dtype is not None and np.dtype(dtype) != self._dtype):
-                return np.array(view, dtype=dtype, copy=True)
-            self._buf.export(view, self._lo, self._hi)
-            return view
+                return np.array(self._host_ro("__array__"), dtype=dtype, copy=True)
+            self._sync("host", self._lo, self._hi, "__array__")
+            return self._export(readonly=True)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         outs = kwargs.get("out", ())
