@@ -17,6 +17,8 @@ Choices made here (see ``DESIGN.md``):
   It is tracked as an exported view, so it is refreshed at once when the device copy changes;
   a write through it raises NumPy's read-only error instead of going silently stale. Use
   ``a.host()`` (then ``a.host_changed()``) or item assignment to write.
+- ``a[i]`` of a structured array returns a record view (a 0-d SmartArray), as NumPy returns a
+  record (``np.void``) that is a view: ``a[0]['x'] = 5`` writes the array and is recorded.
 - ``mark_changed`` on a view that does not cover its byte interval contiguously requires the
   gaps to be current where the write happened (``get(where)`` first); otherwise it raises
   :class:`~smartarray.errors.CoherenceError`.
@@ -937,6 +939,13 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 view, scalar = self._basic(key)
                 if not scalar:
                     return view
+                if view._dtype.names is not None:
+                    # NumPy's record scalar (np.void) is a view: ``a[0]['x'] = 5`` writes the
+                    # array. A copy would drop that write silently; a record view lands it
+                    # and records it.
+                    return _Record._view(
+                        view._buf, view._offset, view._shape, view._strides, view._dtype
+                    )
                 return view._host_ro().copy()[()]
             touched, lo, hi = self._advanced(key)
             self._sync("host", lo, hi, "host read")
@@ -1142,6 +1151,67 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 mutated._changed("host", mutated._lo, mutated._hi)
                 return result
             return SmartArray._wrap(result, tuple(hosts))
+
+
+class _Record(SmartArray):
+    """One element of a structured SmartArray, as ``a[i]`` returns it.
+
+    NumPy returns a record (``np.void``) that is a view of the array: assigning a field
+    through it (``a[0]['x'] = 5``) writes the array. This 0-d SmartArray view does the same
+    and records the write, so the device copy never keeps a stale value. Reading a field
+    (by name or position) gives a NumPy scalar, as a record does (a copy of the current
+    value; a subarray field gives a SmartArray view, a nested record another record view).
+    ``a[i][()]`` gives a plain ``np.void`` copy.
+    """
+
+    __slots__ = ()
+
+    def _field(self, key: Any) -> str:
+        names = self._dtype.names
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            try:
+                return names[key]
+            except IndexError:
+                raise IndexError(
+                    f"record field index {key} out of range for {len(names)} fields"
+                ) from None
+        return key
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, tuple) and not key:
+            with self._buf.lock:
+                return self._host_ro().copy()[()]  # the plain record, a copy
+        if not isinstance(key, (str, int, np.integer)):
+            return SmartArray.__getitem__(self, key)
+        name = self._field(key)
+        with self._buf.lock:
+            probe = self._probe()
+            result = probe[name]
+            offset = self._offset + _address(result) - _address(probe)
+            field = SmartArray._view(self._buf, offset, result.shape, result.strides, result.dtype)
+            if field.ndim:
+                return field
+            if field._dtype.names is not None:
+                return _Record._view(self._buf, offset, (), (), field._dtype)
+            return field._host_ro().copy()[()]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, (int, np.integer)):
+            key = self._field(key)
+        SmartArray.__setitem__(self, key, value)
+
+    def __len__(self) -> int:
+        return len(self._dtype.names)
+
+    def __iter__(self) -> Iterator[Any]:
+        for name in self._dtype.names:
+            yield self[name]
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self[()] == (other[()] if isinstance(other, SmartArray) else other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self[()] != (other[()] if isinstance(other, SmartArray) else other)
 
 
 class _LaunchFailures:
