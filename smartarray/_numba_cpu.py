@@ -28,9 +28,10 @@ Unboxing (:func:`_unbox_smartarray`):
 Traps handled (numba 0.68): the cleanup also runs when a later argument failed to unbox, with
 an exception pending: the exception is set aside around the hook, and ``obj._njit_abort()`` runs
 instead of ``_njit_exit()`` (for ``Out`` the enter hook skipped the download: recording a host
-write would declare stale host bytes current and lose the device's); errors raised in a cleanup would be
-swallowed: they are reported with ``PyErr_WriteUnraisable``; ``pyapi.string_from_constant_string``
-crashes on numba 0.68: only constant-name calls (``call_method``, ``GetAttrString``) are used.
+write would declare stale host bytes current and lose the device's); errors raised in a cleanup
+would be swallowed: they are reported with ``PyErr_WriteUnraisable``;
+``pyapi.string_from_constant_string`` crashes on numba 0.68: only constant-name calls
+(``call_method``, ``GetAttrString``) are used.
 """
 
 from __future__ import annotations

@@ -511,6 +511,23 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._copy(plan, "consolidation", buf.stream)
         buf.state.apply(plan)
 
+    def _stale_export(self, lo: int, hi: int) -> bool:
+        """Whether a held host array shows bytes of ``[lo, hi)`` that are stale on the host.
+
+        Only after a failure (a kernel that raised, a refresh that failed): otherwise a device
+        write refreshes them at once. The next launch then refreshes them: it must not take
+        the fast path that registers no post-launch callback.
+        """
+        buf = self._buf
+        if not buf.exports:
+            return False
+        valid = buf.state.valid("host")
+        for ref, elo, ehi in buf.exports:
+            a, b = max(lo, elo), min(hi, ehi)
+            if a < b and ref() is not None and not valid.contains(a, b):
+                return True
+        return False
+
     def _refresh_exports(self, lo: int, hi: int) -> None:
         """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
         buf = self._buf
@@ -684,7 +701,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             state = buf.state
             if self._gpu_only_at == state.version:
                 pass
-            elif state.is_exclusive("gpu", lo, hi):
+            elif state.is_exclusive("gpu", lo, hi) and not self._stale_export(lo, hi):
                 self._gpu_only_at = state.version
             else:
                 if intent != OUT or not self._covers():  # Out of a covering view: no upload
@@ -729,9 +746,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             with buf.lock:
                 if not buf.state.is_exclusive("gpu", lo, hi):
                     self._record("gpu", lo, hi)
-                if buf.state.is_exclusive("gpu", lo, hi):
-                    self._gpu_only_at = buf.state.version
                 self._refresh_exports(lo, hi)
+                if buf.state.is_exclusive("gpu", lo, hi):  # and no held array is stale
+                    self._gpu_only_at = buf.state.version
         except TransferError as exc:
             if retr is None:
                 raise

@@ -247,3 +247,15 @@ def test_failed_overwrite_keeps_the_device_values_it_did_not_download():
         np.divide(np.ones(4), 0, out=a)
     assert_coherent(a)
     np.testing.assert_array_equal(np.asarray(a), np.arange(4.0) + 10)
+
+
+def test_next_launch_refreshes_a_held_array_left_stale_by_a_failure(monkeypatch):
+    a = SmartArray(np.zeros(4))
+    held = a.host()
+    fail_on_call(monkeypatch, 1, "d2h")
+    with pytest.raises(sa.TransferError):
+        add_one_to_both[1, 32](a, SmartArray(np.zeros(4)))
+    monkeypatch.undo()
+    assert a.valid_at == ("gpu",)  # held is stale, and marked so
+    add_one_to_both[1, 32](a, SmartArray(np.zeros(4)))  # current on the device only
+    np.testing.assert_array_equal(held, np.full(4, 2.0))  # refreshed: no fast path skipped it
