@@ -27,10 +27,12 @@ Unboxing (:func:`_unbox_smartarray`):
   conversions) is unboxed as it is.
 
 Traps handled (numba 0.68): the cleanup also runs when a later argument failed to unbox, with
-an exception pending: the exception is set aside around the hook (recording a host write that
-did not happen is harmless, the host copy was current); errors raised in a cleanup would be
-swallowed: they are reported with ``PyErr_WriteUnraisable``; ``pyapi.string_from_constant_string``
-crashes on numba 0.68: only constant-name calls (``call_method``, ``GetAttrString``) are used.
+an exception pending: the exception is set aside around the hook, and ``obj._njit_abort()`` runs
+instead of ``_njit_exit()`` (for ``Out`` the enter hook skipped the download: recording a host
+write would declare stale host bytes current and lose the device's); errors raised in a cleanup
+would be swallowed: they are reported with ``PyErr_WriteUnraisable``;
+``pyapi.string_from_constant_string`` crashes on numba 0.68: only constant-name calls
+(``call_method``, ``GetAttrString``) are used.
 """
 
 from __future__ import annotations
@@ -154,17 +156,27 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
             pyapi.err_clear()
             unbox_ndarray(obj)
 
+    def call_hook(name: str) -> None:
+        done = pyapi.call_method(obj, name)
+        with builder.if_else(cgutils.is_null(builder, done), likely=False) as (failed, ok):
+            with failed:
+                pyapi.err_write_unraisable(obj)
+            with ok:
+                pyapi.decref(done)
+
     def cleanup() -> None:
         with builder.if_then(builder.load(hooked_ptr), likely=False):
+            # A Python error pending here means the call did not complete normally: a later
+            # argument failed to unbox (the function never ran). ``_njit_abort`` records
+            # only what may have been written over current bytes; ``_njit_exit`` records the
+            # write of a call that returned (or raised a nopython exception, which numba
+            # sets only after the cleanups: the writes before the raise are recorded).
+            pending = cgutils.is_not_null(builder, pyapi.err_occurred())
             with pyapi.err_push():
-                done = pyapi.call_method(obj, "_njit_exit")
-                with builder.if_else(cgutils.is_null(builder, done), likely=False) as (
-                    failed,
-                    ok,
-                ):
-                    with failed:
-                        pyapi.err_write_unraisable(obj)
-                    with ok:
-                        pyapi.decref(done)
+                with builder.if_else(pending, likely=False) as (aborted, returned):
+                    with aborted:
+                        call_hook("_njit_abort")
+                    with returned:
+                        call_hook("_njit_exit")
 
     return NativeValue(builder.load(value_ptr), is_error=builder.load(error_ptr), cleanup=cleanup)

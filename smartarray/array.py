@@ -17,6 +17,8 @@ Choices made here (see ``DESIGN.md``):
   It is tracked as an exported view, so it is refreshed at once when the device copy changes;
   a write through it raises NumPy's read-only error instead of going silently stale. Use
   ``a.host()`` (then ``a.host_changed()``) or item assignment to write.
+- ``a[i]`` of a structured array returns a record view (a 0-d SmartArray), as NumPy returns a
+  record (``np.void``) that is a view: ``a[0]['x'] = 5`` writes the array and is recorded.
 - ``mark_changed`` on a view that does not cover its byte interval contiguously requires the
   gaps to be current where the write happened (``get(where)`` first); otherwise it raises
   :class:`~smartarray.errors.CoherenceError`.
@@ -38,7 +40,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import _numba_cpu, _numba_cuda, _streams, memory
 from ._numba_cuda import IN, INOUT, OUT
-from .coherence import BufferState
+from .coherence import BufferState, IntervalSet
 from .errors import CoherenceError, TransferError
 
 __all__ = ["SmartArray"]
@@ -157,9 +159,62 @@ class _Buffer:
         else:
             self.ensure_device()
 
-    def export(self, ary: np.ndarray, lo: int, hi: int) -> None:
+    def export(self, ary: Any, lo: int, hi: int) -> None:
         self.exports = [e for e in self.exports if e[0]() is not None]
         self.exports.append((weakref.ref(ary), lo, hi))
+
+    def export_view(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        offset: int,
+        strides: tuple[int, ...],
+        lo: int,
+        hi: int,
+        readonly: bool,
+    ) -> np.ndarray:
+        """A host ndarray handed out to the user, tracked for as long as any view of it lives.
+
+        NumPy collapses the ``.base`` of every view derived from an ndarray (``h[2:5]``,
+        ``h.T``, ``h.reshape(..)``, a field) to the first array that owns its memory or whose
+        base is of another type. Over the host buffer directly, that is the buffer: a weak
+        reference to ``h`` dies while ``row = h[2:5]`` lives on, and ``row`` is never
+        refreshed. So the handed-out array is built over a small holder object (not an
+        ndarray): every derived view keeps the holder alive, and the weak reference to the
+        holder lives exactly as long as anything that shows these bytes. A read-only export
+        gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
+        its views, and ``np.asarray(h.base)`` is read-only too.
+        """
+        host = self.ensure_host()
+        holder = _Exported()
+        holder.host = host
+        address = host.__array_interface__["data"][0]
+        if dtype.fields is None and dtype.subdtype is None:
+            holder.__array_interface__ = {
+                "shape": shape,
+                "typestr": dtype.str,
+                "strides": strides,
+                "data": (address + offset, readonly),
+                "version": 3,
+            }
+            view = np.asarray(holder)
+        else:  # records and subarrays: the exact dtype through a byte view of [lo, hi)
+            holder.__array_interface__ = {
+                "shape": (hi - lo,),
+                "typestr": "|u1",
+                "data": (address + lo, readonly),
+                "version": 3,
+            }
+            raw = np.asarray(holder)
+            view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
+        self.export(holder, lo, hi)
+        return view
+
+
+class _Exported:
+    """The base object of a host array handed out (see :meth:`_Buffer.export_view`)."""
+
+    __slots__ = ("__array_interface__", "host", "__weakref__")
 
 
 class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
@@ -277,7 +332,12 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
         if adopt:
             buf.host_bytes = raw
-            buf.export(obj, 0, ary.nbytes)
+            # The user holds the array this one is a view of (``x`` of ``x[2:6]``), and every
+            # view of it has that owner as its ``.base``: track the owner.
+            owner = obj
+            while isinstance(owner.base, np.ndarray):
+                owner = owner.base
+            buf.export(owner, 0, ary.nbytes)
         elif where == "host":
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
@@ -423,29 +483,91 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 # Current there only (a kernel writing the same array again): nothing else to
                 # make stale, and no held host array to refresh (it would be current).
                 return
-            if where != "host":
-                buf.disarm_fast_paths()
-            buf.state.mark_changed(where, lo, hi)
-            plan = buf.state.plan_consolidate()
-            if plan.copies:
-                self._copy(plan, "consolidation", buf.stream)
-            buf.state.apply(plan)
-            if where == "gpu" and lo < hi:
-                live = []
-                for ref, elo, ehi in buf.exports:
-                    if ref() is None:
-                        continue
-                    live.append((ref, elo, ehi))
-                    a, b = max(lo, elo), min(hi, ehi)
-                    if a < b:
-                        self._sync("host", a, b, "eager refresh of an exported view")
-                buf.exports = live
+            self._record(where, lo, hi)
+            if where == "gpu":
+                self._refresh_exports(lo, hi)
+
+    def _record(self, where: str, lo: int, hi: int) -> None:
+        """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
+
+        The write is recorded before the consolidation copies run: a failed copy leaves the
+        write recorded (and the consolidation undone), never a stale byte marked valid.
+        """
+        buf = self._buf
+        if where != "host":
+            buf.disarm_fast_paths()
+        buf.state.mark_changed(where, lo, hi)
+        plan = buf.state.plan_consolidate()
+        if plan.copies:
+            self._copy(plan, "consolidation", buf.stream)
+        buf.state.apply(plan)
+
+    def _record_where_valid(self, where: str, lo: int, hi: int) -> None:
+        """Record a write that may have touched any byte of ``[lo, hi)`` at ``where`` but
+        could only be trusted where that copy was current: a failed kernel or NumPy call.
+
+        Bytes current at ``where`` become current there only (the failed call may have
+        changed them, and they were right before). Bytes stale at ``where`` stay stale (the
+        other copy holds their value; a partial write into stale memory is dropped). Nothing
+        is declared valid that may be stale, and nothing current is lost.
+        """
+        buf = self._buf
+        runs = buf.state.valid(where).intersection(IntervalSet.span(lo, hi))
+        if not runs:
+            return
+        if where != "host":
+            buf.disarm_fast_paths()
+        for a, b in runs:
+            buf.state.mark_changed(where, a, b)
+        plan = buf.state.plan_consolidate()
+        if plan.copies:
+            self._copy(plan, "consolidation", buf.stream)
+        buf.state.apply(plan)
+
+    def _stale_export(self, lo: int, hi: int) -> bool:
+        """Whether a held host array shows bytes of ``[lo, hi)`` that are stale on the host.
+
+        Only after a failure (a kernel that raised, a refresh that failed): otherwise a device
+        write refreshes them at once. The next launch then refreshes them: it must not take
+        the fast path that registers no post-launch callback.
+        """
+        buf = self._buf
+        if not buf.exports:
+            return False
+        valid = buf.state.valid("host")
+        for ref, elo, ehi in buf.exports:
+            a, b = max(lo, elo), min(hi, ehi)
+            if a < b and ref() is not None and not valid.contains(a, b):
+                return True
+        return False
+
+    def _refresh_exports(self, lo: int, hi: int) -> None:
+        """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
+        buf = self._buf
+        if not buf.exports or lo >= hi:
+            return
+        live = []
+        for ref, elo, ehi in buf.exports:
+            if ref() is None:
+                continue
+            live.append((ref, elo, ehi))
+        buf.exports = live
+        for _, elo, ehi in live:
+            a, b = max(lo, elo), min(hi, ehi)
+            if a < b:
+                self._sync("host", a, b, "eager refresh of an exported view")
 
     def _host_view(self) -> np.ndarray:
         """The writable host view (no sync; host memory allocated)."""
         host = self._buf.ensure_host()
         return np.ndarray(
             self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
+        )
+
+    def _export(self, readonly: bool) -> np.ndarray:
+        """This view's host data as an ndarray handed out (tracked; no sync)."""
+        return self._buf.export_view(
+            self._shape, self._dtype, self._offset, self._strides, self._lo, self._hi, readonly
         )
 
     def _host_ro(self, reason: str = "host read") -> np.ndarray:
@@ -489,9 +611,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 # A writable view: an upload from this memory may still be in flight (pinned
                 # memory, a launch's stream), and the caller's write would race it.
                 self._buf.wait_for_device()
-                view = self._host_view()
-                self._buf.export(view, self._lo, self._hi)
-                return view
+                return self._export(readonly=False)
             return memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )
@@ -621,7 +741,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             state = buf.state
             if self._gpu_only_at == state.version:
                 pass
-            elif state.is_exclusive("gpu", lo, hi):
+            elif state.is_exclusive("gpu", lo, hi) and not self._stale_export(lo, hi):
                 self._gpu_only_at = state.version
             else:
                 if intent != OUT or not self._covers():  # Out of a covering view: no upload
@@ -630,6 +750,15 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                         self._copy(plan, "device use", stream)
                         buf.state.apply(plan)
                 record = intent != IN
+                if record:
+                    # Record the device write now, before the launch: a launch that fails
+                    # (a kernel raising after it wrote, a later argument that cannot be
+                    # prepared) runs no callback, and nothing may stay marked valid on the
+                    # host that the kernel may have overwritten. Only bytes current on the
+                    # device are claimed (Out skipped the upload of the others: if the kernel
+                    # never runs, the host holds their value). The callback records the
+                    # whole write again after the launch and refreshes held host arrays.
+                    self._record_where_valid("gpu", lo, hi)
             buf.stream = launch_stream  # host reads of this buffer wait for this stream
             devary = self._device_view
             if devary is None:
@@ -638,22 +767,42 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 )
             arg = _numba_cuda.launch_argument(devary, retr, stream)
             if record:
-                retr.append(self._after_launch)
+                retr.append(functools.partial(self._after_launch, retr))
             return arg
 
-    def _after_launch(self) -> None:
-        """Record the kernel's write (the dispatcher runs this right after the launch)."""
+    def _after_launch(self, retr: list[Any] | None = None) -> None:
+        """Record the kernel's write (the dispatcher runs this right after the launch).
+
+        The write is recorded first; then held host arrays are refreshed. A failed refresh
+        must not stop the dispatcher's loop over ``retr`` (the later arguments' writes would
+        go unrecorded): it leaves those host bytes marked stale (which they are), and the
+        error is raised by a callback appended to the end of ``retr``, after every argument
+        recorded its write.
+        """
         buf = self._buf
-        with buf.lock:
-            self._changed("gpu", self._lo, self._hi)
-            if buf.state.is_exclusive("gpu", self._lo, self._hi):
-                self._gpu_only_at = buf.state.version
+        lo, hi = self._lo, self._hi
+        try:
+            with buf.lock:
+                if not buf.state.is_exclusive("gpu", lo, hi):
+                    self._record("gpu", lo, hi)
+                self._refresh_exports(lo, hi)
+                if buf.state.is_exclusive("gpu", lo, hi):  # and no held array is stale
+                    self._gpu_only_at = buf.state.version
+        except TransferError as exc:
+            if retr is None:
+                raise
+            if not (retr and isinstance(retr[-1], _LaunchFailures)):
+                retr.append(_LaunchFailures())
+            retr[-1].errors.append(exc)
 
     def _njit_enter(self) -> np.ndarray:
         return self._njit_enter_as(INOUT)
 
     def _njit_exit(self) -> None:
         self._njit_exit_as(INOUT)
+
+    def _njit_abort(self) -> None:
+        self._njit_abort_as(INOUT)
 
     def _njit_enter_as(self, intent: str) -> np.ndarray:
         """The current host ndarray handed to an njit function (its exact type and layout)."""
@@ -681,6 +830,21 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 if buf.state.is_exclusive("host", self._lo, self._hi):
                     self._njit_fast = self._njit_view
                     buf.fast_views.append(weakref.ref(self))
+
+    def _njit_abort_as(self, intent: str) -> None:
+        """The cleanup of an njit call that failed with a Python error pending.
+
+        Numba runs it when a later argument failed to unbox (the function never ran), and in
+        the rare case that the function itself left a Python error (an object-mode block).
+        Only host bytes that were current when the call began are recorded as written
+        (conservative: they may have been written); an ``Out`` argument whose download was
+        skipped keeps its current bytes where they are, so nothing valid is lost.
+        """
+        if intent == IN:
+            return
+        buf = self._buf
+        with buf.lock:
+            self._record_where_valid("host", self._lo, self._hi)
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -831,6 +995,13 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 view, scalar = self._basic(key)
                 if not scalar:
                     return view
+                if view._dtype.names is not None:
+                    # NumPy's record scalar (np.void) is a view: ``a[0]['x'] = 5`` writes the
+                    # array. A copy would drop that write silently; a record view lands it
+                    # and records it.
+                    return _Record._view(
+                        view._buf, view._offset, view._shape, view._strides, view._dtype
+                    )
                 return view._host_ro().copy()[()]
             touched, lo, hi = self._advanced(key)
             self._sync("host", lo, hi, "host read")
@@ -948,11 +1119,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         ``copy=True`` (or a different ``dtype``) returns a plain writable copy instead.
         """
         with self._buf.lock:
-            view = self._host_ro("__array__")
             if copy or (dtype is not None and np.dtype(dtype) != self._dtype):
-                return np.array(view, dtype=dtype, copy=True)
-            self._buf.export(view, self._lo, self._hi)
-            return view
+                return np.array(self._host_ro("__array__"), dtype=dtype, copy=True)
+            self._sync("host", self._lo, self._hi, "__array__")
+            return self._export(readonly=True)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         outs = kwargs.get("out", ())
@@ -983,7 +1153,13 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                         hosts.append(o)
                     new_outs.append(o)
                 kwargs["out"] = tuple(new_outs)
-            result = getattr(ufunc, method)(*ins, **kwargs)
+            try:
+                result = getattr(ufunc, method)(*ins, **kwargs)
+            except BaseException:
+                # NumPy keeps what it wrote before failing (a floating-point error under
+                # errstate='raise', a bad index of ufunc.at): record it.
+                _failed_host_write(targets)
+                raise
             for t in targets:
                 t._changed("host", t._lo, t._hi)
             if method == "at":
@@ -1021,15 +1197,109 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             hosts: list[np.ndarray] = []
             new_args = _convert(args, hosts, mutated)
             new_kwargs = _convert(kwargs, hosts, mutated)
-            result = func(*new_args, **new_kwargs)
+            try:
+                result = func(*new_args, **new_kwargs)
+            except BaseException:
+                if mutated is not None:
+                    _failed_host_write([mutated])
+                raise
             if mutated is not None:
                 mutated._changed("host", mutated._lo, mutated._hi)
                 return result
             return SmartArray._wrap(result, tuple(hosts))
 
 
+class _Record(SmartArray):
+    """One element of a structured SmartArray, as ``a[i]`` returns it.
+
+    NumPy returns a record (``np.void``) that is a view of the array: assigning a field
+    through it (``a[0]['x'] = 5``) writes the array. This 0-d SmartArray view does the same
+    and records the write, so the device copy never keeps a stale value. Reading a field
+    (by name or position) gives a NumPy scalar, as a record does (a copy of the current
+    value; a subarray field gives a SmartArray view, a nested record another record view).
+    ``a[i][()]`` gives a plain ``np.void`` copy.
+    """
+
+    __slots__ = ()
+
+    def _field(self, key: Any) -> str:
+        names = self._dtype.names
+        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
+            try:
+                return names[key]
+            except IndexError:
+                raise IndexError(
+                    f"record field index {key} out of range for {len(names)} fields"
+                ) from None
+        return key
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, tuple) and not key:
+            with self._buf.lock:
+                return self._host_ro().copy()[()]  # the plain record, a copy
+        if not isinstance(key, (str, int, np.integer)):
+            return SmartArray.__getitem__(self, key)
+        name = self._field(key)
+        with self._buf.lock:
+            probe = self._probe()
+            result = probe[name]
+            offset = self._offset + _address(result) - _address(probe)
+            field = SmartArray._view(self._buf, offset, result.shape, result.strides, result.dtype)
+            if field.ndim:
+                return field
+            if field._dtype.names is not None:
+                return _Record._view(self._buf, offset, (), (), field._dtype)
+            return field._host_ro().copy()[()]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        if isinstance(key, (int, np.integer)):
+            key = self._field(key)
+        SmartArray.__setitem__(self, key, value)
+
+    def __len__(self) -> int:
+        return len(self._dtype.names)
+
+    def __iter__(self) -> Iterator[Any]:
+        for name in self._dtype.names:
+            yield self[name]
+
+    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+        return self[()] == (other[()] if isinstance(other, SmartArray) else other)
+
+    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+        return self[()] != (other[()] if isinstance(other, SmartArray) else other)
+
+
+class _LaunchFailures:
+    """The last post-launch callback of a launch whose host refresh failed: raises then."""
+
+    def __init__(self) -> None:
+        self.errors: list[TransferError] = []
+
+    def __call__(self) -> None:
+        first = self.errors[0]
+        raise TransferError(
+            f"the kernel ran and its writes are recorded, but refreshing {len(self.errors)} "
+            "held host array(s) failed; they are marked stale and the next host read "
+            f"downloads again (do not launch again to retry): {first}"
+        ) from first
+
+
 # NumPy functions that write into their first argument.
 _MUTATING = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis}
+
+
+def _failed_host_write(targets: list[SmartArray]) -> None:
+    """Record what a NumPy call that raised may have written into writable host views.
+
+    NumPy keeps a partial write (``a.put([0, 99], v)`` writes index 0, then fails). Where the
+    host bytes were current when the view was handed out, they are recorded as written
+    (conservative: the device copy becomes stale there); bytes that were stale (a pure
+    overwrite skips the download) keep the device's value.
+    """
+    for t in targets:
+        with t._buf.lock:
+            t._record_where_valid("host", t._lo, t._hi)
 
 
 def _call_reshape(a: SmartArray, *args: Any, **kwargs: Any) -> SmartArray:
@@ -1165,7 +1435,11 @@ def _writer(name: str, reads: bool) -> Any:
             args = _convert(args, hosts, None)
             kwargs = _convert(kwargs, hosts, None)
             host = self._host_rw(full=reads)
-            result = getattr(host, name)(*args, **kwargs)
+            try:
+                result = getattr(host, name)(*args, **kwargs)
+            except BaseException:
+                _failed_host_write([self])  # e.g. put: index 0 written, then index 99 fails
+                raise
             self._changed("host", self._lo, self._hi)
             return result
 

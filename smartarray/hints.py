@@ -61,6 +61,9 @@ class _Intent(_numba_cuda.KernelArgument):
     def _njit_exit(self) -> None:
         self.value._njit_exit_as(self.intent)
 
+    def _njit_abort(self) -> None:
+        self.value._njit_abort_as(self.intent)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.value!r})"
 

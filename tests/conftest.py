@@ -46,17 +46,7 @@ SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
 #: Tests that fail in strict mode because smartarray has a defect a GPU would show (fixed on
 #: other branches): marked xfail(strict=False) under SMARTARRAY_STRICT=1 only. Remove an entry
 #: once its fix is merged.
-STRICT_KNOWN_FAILURES: dict[str, str] = {
-    "tests/test_numba_cuda.py::test_failed_launch_leaves_validity_as_it_was": (
-        "a kernel's exception reaches the host only with debug=True, and a failed launch must "
-        "record its arguments' device bytes as changed (the kernel may have written): the test "
-        "expects the simulator's forgiveness and the old validity ('GPU code paths' 3)"
-    ),
-    "tests/test_testing.py::test_failed_debug_launch_leaves_nothing_stale_marked_valid": (
-        "a launch that fails after its arguments were prepared never runs retr, so a kernel that "
-        "wrote before failing leaves the host copy recorded as current ('GPU code paths' 3)"
-    ),
-}
+STRICT_KNOWN_FAILURES: dict[str, str] = {}
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

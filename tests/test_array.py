@@ -645,3 +645,45 @@ def test_constructor_has_the_reference_signature_plus_pinned():
     for method, default in [("get", "host"), ("mark_changed", "host"), ("is_valid", "host")]:
         where = inspect.signature(getattr(SmartArray, method)).parameters["where"]
         assert where.default == default
+
+
+# --- record elements -------------------------------------------------------------------------
+
+
+def test_field_assignment_through_a_record_element_lands_and_is_recorded():
+    data = sample(STRUCT, (4,))
+    a = SmartArray(data)
+    a.gpu()  # current on both copies
+    a[0]["x"] = 5  # NumPy: the record is a view, the write lands
+    data[0]["x"] = 5
+    a[1][1] = -7  # by field position
+    data[1][1] = -7
+    for rec in a[2:]:
+        rec["y"] = 3
+    data[2:]["y"] = 3
+    np.testing.assert_array_equal(a.host(), data)
+    np.testing.assert_array_equal(a.gpu().copy_to_host(), data)  # uploaded: recorded
+    assert a[0]["x"] == 5.0 and type(a[0]["x"]) is np.float32
+    assert a[1][1] == -7 and len(a[0]) == 2 and list(a[3]) == [3.0, 3]
+    assert a[0] == data[0] and a[0] != data[1]
+    assert a[0][()] == data[0] and type(a[0][()]) is np.void
+    with pytest.raises(IndexError, match="field"):
+        a[0][2]
+    with pytest.raises(ValueError):
+        a[0]["nope"]
+
+
+def test_record_element_of_a_2d_array_and_nested_records():
+    inner = np.dtype([("u", np.int32), ("v", np.float64, (2,))])
+    outer = np.dtype([("p", inner), ("q", np.int16)])
+    data = np.zeros((2, 3), outer)
+    a = SmartArray(data)
+    a.gpu()
+    a[1, 2]["p"]["u"] = 4
+    a[1, 2]["p"]["v"][1] = 2.5
+    a[0, 0]["q"] = 9
+    data[1, 2]["p"]["u"] = 4
+    data[1, 2]["p"]["v"][1] = 2.5
+    data[0, 0]["q"] = 9
+    np.testing.assert_array_equal(a.host(), data)
+    np.testing.assert_array_equal(a.gpu().copy_to_host(), data)

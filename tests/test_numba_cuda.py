@@ -51,7 +51,8 @@ def add_one_2d(x):
         x[i, j] += 1
 
 
-@cuda.jit
+# A GPU reports a kernel's exception only for a kernel compiled with debug=True.
+@cuda.jit(debug=True, opt=False)
 def fail_if_negative(x):
     i = cuda.grid(1)
     if i < x.size and x[i] < 0:
@@ -188,6 +189,76 @@ def test_eager_refresh_of_a_held_host_array_after_a_launch():
     assert moved().d2h_bytes == 512
 
 
+REC = np.dtype([("x", np.float64), ("y", np.float64)])
+
+
+@cuda.jit
+def add_one_to_x(r):
+    i = cuda.grid(1)
+    if i < r.size:
+        r[i].x += 1
+
+
+@pytest.mark.parametrize(
+    "derive, expected",
+    [
+        (lambda a: a.host()[2:5], np.ones(3)),
+        (lambda a: np.asarray(a).reshape(2, 4), np.ones((2, 4))),
+        (lambda a: a.host().reshape(2, 4).T, np.ones((4, 2))),
+        (lambda a: np.asarray(a)[::3], np.ones(3)),
+        (lambda a: a.host().view(np.int64)[:1].view(np.float64), np.ones(1)),
+    ],
+    ids=["slice", "reshape of asarray", "transpose", "strided", "view of view"],
+)
+def test_views_derived_from_a_held_host_array_are_refreshed(derive, expected):
+    a = sa.SmartArray(np.zeros(8))
+    held = derive(a)  # the array it was derived from is gone at once
+    launch(add_one, a, n=8)
+    np.testing.assert_array_equal(held, expected)
+
+
+def test_a_field_of_a_record_export_is_refreshed():
+    a = sa.SmartArray(np.zeros(4, REC))
+    x = a.host()["x"]
+    y = np.asarray(a)["y"]
+    launch(add_one_to_x, a, n=4)
+    np.testing.assert_array_equal(x, np.ones(4))
+    np.testing.assert_array_equal(y, np.zeros(4))
+
+
+def test_the_array_an_adopted_slice_came_from_is_refreshed():
+    x = np.zeros(10)
+    b = sa.SmartArray(x[2:6], copy=False)  # the slice object itself is gone at once
+    launch(add_one, b, n=4)
+    np.testing.assert_array_equal(x, [0, 0, 1, 1, 1, 1, 0, 0, 0, 0])
+
+
+def test_read_only_export_cannot_be_made_writable():
+    a = sa.SmartArray(np.zeros(4))
+    v = np.asarray(a)
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        v.flags.writeable = True
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        v[1:].flags.writeable = True
+    base = np.asarray(v.base)
+    assert not base.flags.writeable
+    with pytest.raises(ValueError):
+        base[0] = 9
+    a.gpu()
+    launch(add_one, a, n=4)  # nothing was written behind its back
+    np.testing.assert_array_equal(v, np.ones(4))
+
+
+def test_writable_export_stays_a_plain_ndarray():
+    a = sa.SmartArray(np.arange(6.0).reshape(2, 3))
+    h = a.host()
+    assert type(h) is np.ndarray and h.flags.writeable and h.flags.c_contiguous
+    h[0, 0] = 5.0
+    a.host_changed()
+    assert a[0, 0] == 5.0
+    assert np.shares_memory(h, a.host())
+
+
 def test_no_download_without_held_host_arrays():
     a = sa.SmartArray(np.zeros(64))
     view = a.host()
@@ -220,10 +291,21 @@ def test_argument_protocol_records_the_launch_stream():
 
 
 def test_failed_launch_leaves_validity_as_it_was():
+    # A kernel that only reads (In) changes no validity when it fails.
+    a = sa.SmartArray(np.array([1.0, -1.0, 2.0]))
+    with pytest.raises(ValueError, match="negative"):
+        launch(fail_if_negative, sa.In(a), n=3)
+    assert a.valid_at == ("host", "gpu")
+    np.testing.assert_array_equal(np.asarray(a), [1.0, -1.0, 2.0])
+
+
+def test_failed_launch_of_a_writing_kernel_records_the_device_write():
+    # A kernel that may write (InOut) and fails may have written before failing: the host
+    # copy is no longer claimed current (it was before the fix), the values stay right.
     a = sa.SmartArray(np.array([1.0, -1.0, 2.0]))
     with pytest.raises(ValueError, match="negative"):
         launch(fail_if_negative, a, n=3)
-    assert a.is_valid("host")  # not marked changed on the device
+    assert a.valid_at == ("gpu",)
     np.testing.assert_array_equal(np.asarray(a), [1.0, -1.0, 2.0])
 
 
