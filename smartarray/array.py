@@ -25,6 +25,7 @@ Choices made here (see ``DESIGN.md``):
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import threading
 import weakref
@@ -118,17 +119,18 @@ class _Buffer:
         # host writes wait for it (and only for it).
         self.stream: Any = 0
         # Views whose njit fast path is armed (bytes current on the host only): any transition
-        # that makes device bytes current, or starts device work, disarms them.
-        self.fast_views: list[weakref.ref[SmartArray]] = []
+        # that makes device bytes current, or starts device work, disarms them. Keyed by id and
+        # weak: an entry goes with its view, so fresh views in a loop do not grow it.
+        self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
+            weakref.WeakValueDictionary()
+        )
 
     def disarm_fast_paths(self) -> None:
         """The host is no longer the only current copy: njit calls must go through the hooks."""
         if self.fast_views:
-            for ref in self.fast_views:
-                view = ref()
-                if view is not None:
-                    view._njit_fast = None
-            self.fast_views = []
+            for view in list(self.fast_views.values()):
+                view._njit_fast = None
+            self.fast_views.clear()
 
     def wait_for_device(self) -> None:
         """Block until the latest device work on this buffer (on its stream) finished."""
@@ -239,8 +241,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if dims is None:
                 raise TypeError("SmartArray() needs obj (array-like data) or shape (and dtype)")
             dt = np.dtype(np.float64) if dt is None else dt
+            memory._check_shape(shape, itemsize=dt.itemsize)  # exact: no int64 wrap-around
             strides = _contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
-            nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+            nbytes = math.prod(dims) * dt.itemsize
             self._init(_Buffer(nbytes, None, bool(pinned)), 0, dims, strides, dt)
             return
         if isinstance(obj, SmartArray):
@@ -311,7 +314,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         self._device_view = self._njit_view = self._njit_fast = None
         self._gpu_only_at = -1  # state version at which this view was current on the gpu only
         if 0 in self._shape:
-            self._lo = self._hi = 0
+            # No bytes: the offset means nothing, and one past the buffer's end (a column of a
+            # (0, 4) array) would make every host or device view of it invalid.
+            self._offset = self._lo = self._hi = 0
         else:
             lo = hi = self._offset
             for d, s in zip(self._shape, self._strides, strict=True):
@@ -641,7 +646,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if intent == INOUT and self._njit_view is not None and buf.stream == 0:
                 if buf.state.is_exclusive("host", self._lo, self._hi):
                     self._njit_fast = self._njit_view
-                    buf.fast_views.append(weakref.ref(self))
+                    buf.fast_views[id(self)] = self
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -663,7 +668,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     @property
     def size(self) -> int:
         """int: the number of elements."""
-        return int(np.prod(self._shape, dtype=np.int64))
+        return math.prod(self._shape)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -737,14 +742,30 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         if order not in ("C", "F", "A", "K"):
             raise ValueError(f"order must be 'C', 'F', 'A' or 'K', got {order!r}")
         probe = self._probe()
-        eff = order
-        if order in ("A", "K"):
-            fortran = probe.flags.f_contiguous and not probe.flags.c_contiguous
-            eff = "F" if fortran else "C"
-        try:
-            return self._from_probe(probe, probe.reshape(-1, order=eff, copy=False))
-        except ValueError:
-            pass
+        flags = probe.flags
+        if order == "A":
+            order = "F" if flags.f_contiguous and not flags.c_contiguous else "C"
+        elif order == "K" and (flags.c_contiguous or flags.f_contiguous):
+            order = "C" if flags.c_contiguous else "F"
+        # NumPy's rule (PyArray_Ravel), decided on the geometry alone (ravelling the probe would
+        # allocate a copy of its size): a view iff contiguous in the order asked, or for 'K'
+        # iff the strides, sorted by size, tile the memory.
+        if order == "K":
+            view = True
+            step = self._dtype.itemsize
+            dims = sorted(zip(self._shape, self._strides, strict=True), key=lambda ds: abs(ds[1]))
+            for d, s in dims:
+                if d == 1:
+                    continue
+                if s != step:
+                    view = False
+                    break
+                step *= d
+            if view:
+                itemsize = self._dtype.itemsize
+                return self._view(self._buf, self._offset, (self.size,), (itemsize,), self._dtype)
+        elif flags.c_contiguous if order == "C" else flags.f_contiguous:
+            return self._from_probe(probe, probe.reshape(-1, order=order))
         with self._buf.lock:
             return SmartArray(self._host_ro().ravel(order))
 
@@ -795,7 +816,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 return view._host_ro().copy()[()]
             touched, lo, hi = self._advanced(key)
             self._sync("host", lo, hi, "host read")
-            return SmartArray(self._host_view()[key], copy=False)
+            # A fresh array nobody else holds: adopted, not an exported view.
+            return _owning(self._host_view()[key])
 
     def __setitem__(self, key: Any, value: Any) -> None:
         with self._buf.lock:
