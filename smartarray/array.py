@@ -571,8 +571,12 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             and self._device_view is not None
         ):
             # The loop-of-launches fast path: nothing changed since this view was found current
-            # on the device only, so nothing moves, a write changes nothing, no lock is needed
-            # (reading a version number is atomic) and no callback is registered.
+            # on the device only, so nothing moves and no lock is needed (reading a version
+            # number is atomic). A host read before the kernel runs (another thread, a later
+            # argument's preparation) would make the host "current" with pre-kernel values:
+            # a cached callback re-checks the version after the launch.
+            if intent != IN:
+                retr.append(self._after_fast_launch)
             return _numba_cuda.launch_argument(self._device_view, retr, stream)
         lo, hi = self._lo, self._hi
         with buf.lock:
@@ -581,13 +585,13 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 # launch could overtake it.
                 buf.wait_for_device()
             # Fast path: current on the device only (a loop of launches). Nothing to upload,
-            # and a write by the kernel changes nothing: no callback at all.
+            # and a write by the kernel changes nothing unless the host reads in between.
             record = False
             state = buf.state
-            if self._gpu_only_at == state.version:
-                pass
-            elif state.is_exclusive("gpu", lo, hi):
+            if self._gpu_only_at == state.version or state.is_exclusive("gpu", lo, hi):
                 self._gpu_only_at = state.version
+                if intent != IN:
+                    retr.append(self._after_fast_launch)
             else:
                 if intent != OUT or not self._covers():  # Out of a covering view: no upload
                     plan = buf.state.plan_read("gpu", lo, hi)
@@ -606,6 +610,23 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if record:
                 retr.append(self._after_launch)
             return arg
+
+    @functools.cached_property
+    def _after_fast_launch(self) -> Any:
+        """The post-launch check of the fast path, made once (no allocation per launch).
+
+        It holds this view weakly: a strong reference cached in the view would be a cycle.
+        """
+        ref = weakref.ref(self)
+
+        def check() -> None:
+            # The state moved since preparation found this view current on the device only
+            # (a host read made the host current with pre-kernel values): record the write.
+            view = ref()
+            if view is not None and view._gpu_only_at != view._buf.state.version:
+                view._after_launch()
+
+        return check
 
     def _after_launch(self) -> None:
         """Record the kernel's write (the dispatcher runs this right after the launch)."""
@@ -808,7 +829,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         return touched, lo, self._offset + int(touched.max()) + self._dtype.itemsize
 
     def __getitem__(self, key: Any) -> Any:
-        with self._buf.lock:
+        # Every array involved is locked up front, in the global order (a key's lock taken
+        # while holding self's would deadlock against ``key[self]`` in another thread).
+        with _locked(_arrays_in(self, key)):
             if _is_basic_index(key) or isinstance(key, str):
                 view, scalar = self._basic(key)
                 if not scalar:
@@ -820,7 +843,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             return _owning(self._host_view()[key])
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        with self._buf.lock:
+        with _locked(_arrays_in(self, key, value)):
             if isinstance(value, SmartArray):
                 value = value._host_ro()
             if _is_basic_index(key) or isinstance(key, str):
@@ -857,7 +880,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             yield self[i]
 
     def __contains__(self, value: Any) -> bool:
-        with self._buf.lock:
+        with _locked(_arrays_in(self, value)):
             return value in self._host_ro()
 
     def __bool__(self) -> bool:
@@ -1048,6 +1071,13 @@ def _convert(obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None) -> A
     return obj
 
 
+def _arrays_in(*objs: Any) -> list[SmartArray]:
+    """The SmartArrays in ``objs`` (and in their lists, tuples and dicts), to lock together."""
+    found: list[SmartArray] = []
+    _collect(objs, found)
+    return found
+
+
 class _locked:  # noqa: N801 - used like a function
     """Hold the locks of several arrays' buffers, taken in a fixed order (no deadlock)."""
 
@@ -1127,7 +1157,7 @@ _WRITERS = {"fill": False, "sort": True, "put": True, "partition": True}
 
 def _reader(name: str) -> Any:
     def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
-        with _locked([self]):
+        with _locked(_arrays_in(self, args, kwargs)):
             hosts: list[np.ndarray] = []
             host = _convert(self, hosts, None)
             result = getattr(host, name)(
@@ -1143,7 +1173,7 @@ def _reader(name: str) -> Any:
 
 def _writer(name: str, reads: bool) -> Any:
     def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
-        with _locked([self]):
+        with _locked(_arrays_in(self, args, kwargs)):
             hosts: list[np.ndarray] = []
             args = _convert(args, hosts, None)
             kwargs = _convert(kwargs, hosts, None)
