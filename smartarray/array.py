@@ -105,6 +105,7 @@ class _Buffer:
         "pinned",
         "stream",
         "fast_views",
+        "launch_writes",
     )
 
     def __init__(self, nbytes: int, valid_at: str | None, pinned: bool) -> None:
@@ -124,6 +125,8 @@ class _Buffer:
         self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
             weakref.WeakValueDictionary()
         )
+        # The writes of the launch being prepared (or run) on this buffer, see _LaunchWrites.
+        self.launch_writes: _LaunchWrites | None = None
 
     def disarm_fast_paths(self) -> None:
         """The host is no longer the only current copy: njit calls must go through the hooks."""
@@ -160,6 +163,17 @@ class _Buffer:
     def export(self, ary: np.ndarray, lo: int, hi: int) -> None:
         self.exports = [e for e in self.exports if e[0]() is not None]
         self.exports.append((weakref.ref(ary), lo, hi))
+
+
+class _LaunchWrites:
+    """The writes of one launch to one buffer (identified by the launch's ``retr`` list)."""
+
+    __slots__ = ("retr", "pending", "ranges")
+
+    def __init__(self, retr: list[Any]) -> None:
+        self.retr = retr
+        self.pending = 0  # argument callbacks still to run
+        self.ranges: list[tuple[int, int]] = []
 
 
 class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
@@ -407,8 +421,12 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 f"copying to the host or device copy failed ({reason}): {exc}"
             ) from exc
 
-    def _changed(self, where: str, lo: int, hi: int) -> None:
-        """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
+    def _changed(self, where: str, lo: int, hi: int, refresh: bool = True) -> None:
+        """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays.
+
+        ``refresh=False`` leaves that to the caller (:meth:`_refresh_exports`): a launch
+        refreshes once, after recording every argument's write.
+        """
         buf = self._buf
         with buf.lock:
             if buf.state.is_exclusive(where, lo, hi):
@@ -422,7 +440,14 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if plan.copies:
                 self._copy(plan, "consolidation", buf.stream)
             buf.state.apply(plan)
-            if where == "gpu" and lo < hi:
+            if where == "gpu" and refresh:
+                self._refresh_exports(lo, hi)
+
+    def _refresh_exports(self, lo: int, hi: int) -> None:
+        """Download the stale bytes of ``[lo, hi)`` that a held host array shows."""
+        buf = self._buf
+        with buf.lock:
+            if lo < hi:
                 live = []
                 for ref, elo, ehi in buf.exports:
                     if ref() is None:
@@ -608,7 +633,14 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 )
             arg = _numba_cuda.launch_argument(devary, retr, stream)
             if record:
-                retr.append(self._after_launch)
+                # One record of the writes to this buffer per launch: its held host arrays
+                # are refreshed once, after the last argument's write is recorded (one array
+                # passed twice, or overlapping views, must not download the overlap twice).
+                writes = buf.launch_writes
+                if writes is None or writes.retr is not retr:
+                    writes = buf.launch_writes = _LaunchWrites(retr)
+                writes.pending += 1
+                retr.append(functools.partial(self._after_launch, writes))
             return arg
 
     @functools.cached_property
@@ -628,11 +660,27 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
 
         return check
 
-    def _after_launch(self) -> None:
-        """Record the kernel's write (the dispatcher runs this right after the launch)."""
+    def _after_launch(self, writes: _LaunchWrites | None = None) -> None:
+        """Record the kernel's write (the dispatcher runs this right after the launch).
+
+        With ``writes`` (this launch's writes to the buffer), held host arrays are refreshed
+        by the last argument's callback, over every range written.
+        """
         buf = self._buf
         with buf.lock:
-            self._changed("gpu", self._lo, self._hi)
+            if writes is None:
+                self._changed("gpu", self._lo, self._hi)
+            else:
+                try:
+                    self._changed("gpu", self._lo, self._hi, refresh=False)
+                    writes.ranges.append((self._lo, self._hi))
+                finally:
+                    writes.pending -= 1
+                if writes.pending == 0:
+                    if buf.launch_writes is writes:
+                        buf.launch_writes = None
+                    for lo, hi in writes.ranges:
+                        self._refresh_exports(lo, hi)  # only stale bytes move: overlaps once
             if buf.state.is_exclusive("gpu", self._lo, self._hi):
                 self._gpu_only_at = buf.state.version
 

@@ -199,3 +199,43 @@ def test_njit_on_fresh_views_keeps_bookkeeping_bounded():
     a.gpu_changed()
     add_one(v)  # must see the device's values (a download), not the stale fast host view
     assert a[5] == 2004.0
+
+
+# --- D18: a held host array is refreshed once per launch, over the union of the writes --------
+
+
+@cuda.jit
+def two(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+@pytest.mark.parametrize(
+    "args", ["same twice", "overlapping views", "one view and the whole", "in and out"]
+)
+def test_held_host_array_refreshed_once_per_launch(args):
+    a = SmartArray(np.arange(8.0))
+    held = a.host()
+    a.get("gpu")
+    x, y = {
+        "same twice": (a, a),
+        "overlapping views": (a[0:6], a[2:8]),
+        "one view and the whole": (a[2:4], a),
+        "in and out": (a[0:6], sa.InOut(a[4:8])),
+    }[args]
+    before = sa.stats()
+    two[1, 8](x, y)
+    moved = delta(before)
+    assert moved.h2d_bytes == 0
+    assert moved.d2h_bytes == 8 * 8  # the union of the written bytes, once
+    lo, n = {
+        "same twice": (0, 8),
+        "overlapping views": (0, 6),
+        "one view and the whole": (2, 2),
+        "in and out": (0, 6),
+    }[args]  # the kernel writes x only
+    expect = np.arange(8.0)
+    expect[lo : lo + n] += 1
+    np.testing.assert_array_equal(held, expect)
+    assert a.valid_at == ("host", "gpu")
