@@ -34,6 +34,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
 from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
@@ -499,6 +500,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             refreshed as soon as the device copy is marked changed.
         """
         where = _check_where(where)
+        if where == "gpu":
+            self._check_device_geometry()  # before anything moves
         with self._buf.lock:
             self._buf.ensure(where)
             self._sync(where, self._lo, self._hi, "explicit get")
@@ -508,6 +511,14 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 return view
             return memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
+            )
+
+    def _check_device_geometry(self) -> None:
+        """Refuse a device view that numba cannot take (negative strides), moving nothing."""
+        if any(s < 0 for s in self._strides):
+            raise ValueError(
+                f"device views take no negative strides, got {self._strides!r}; "
+                "make a contiguous copy first (e.g. SmartArray(a))"
             )
 
     def host(self) -> np.ndarray:
@@ -603,6 +614,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if intent != IN:
                 retr.append(self._after_fast_launch)
             return _numba_cuda.launch_argument(self._device_view, retr, stream)
+        if self._device_view is None:
+            self._check_device_geometry()  # before anything moves
         lo, hi = self._lo, self._hi
         with buf.lock:
             if buf.stream != 0 and buf.stream is not stream:
@@ -1015,6 +1028,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         targets = [o for o in outs if isinstance(o, SmartArray)]
         if method == "at" and isinstance(inputs[0], SmartArray):
             targets.append(inputs[0])
+        if method == "__call__" and ufunc.signature is None:
+            _check_broadcast(inputs, outs, kwargs.get("where", True))  # before anything moves
         arrays = [x for x in (*inputs, *outs) if isinstance(x, SmartArray)]
         with _locked(arrays):
             hosts: list[np.ndarray] = []
@@ -1071,10 +1086,18 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         _collect(args, arrays)
         _collect(kwargs, arrays)
         mutated = first if func in _MUTATING and isinstance(first, SmartArray) else None
+        full = True  # whether the old values of ``mutated`` are read (or kept): sync them
+        if mutated is not None and func is np.copyto:
+            src = args[1] if len(args) > 1 else kwargs.get("src")
+            _check_broadcast((src,), (mutated,), True)  # before anything moves
+            where = args[3] if len(args) > 3 else kwargs.get("where", True)
+            # No mask: every element is overwritten, so nothing needs downloading first
+            # (_host_rw still syncs the gaps of a strided destination).
+            full = not (isinstance(where, (bool, np.bool_)) and where)
         with _locked(arrays):
             hosts: list[np.ndarray] = []
-            new_args = _convert(args, hosts, mutated)
-            new_kwargs = _convert(kwargs, hosts, mutated)
+            new_args = _convert(args, hosts, mutated, full)
+            new_kwargs = _convert(kwargs, hosts, mutated, full)
             result = func(*new_args, **new_kwargs)
             if mutated is not None:
                 mutated._changed("host", mutated._lo, mutated._hi)
@@ -1105,18 +1128,57 @@ def _collect(obj: Any, found: list[SmartArray]) -> None:
             _collect(x, found)
 
 
-def _convert(obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None) -> Any:
+def _convert(
+    obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None, full: bool = True
+) -> Any:
     if isinstance(obj, SmartArray):
-        view = obj._host_rw(full=True) if obj is mutated else obj._host_ro()
+        view = obj._host_rw(full=full) if obj is mutated else obj._host_ro()
         hosts.append(view)
         return view
     if isinstance(obj, tuple):
-        return tuple(_convert(x, hosts, mutated) for x in obj)
+        return tuple(_convert(x, hosts, mutated, full) for x in obj)
     if isinstance(obj, list):
-        return [_convert(x, hosts, mutated) for x in obj]
+        return [_convert(x, hosts, mutated, full) for x in obj]
     if isinstance(obj, dict):
-        return {k: _convert(v, hosts, mutated) for k, v in obj.items()}
+        return {k: _convert(v, hosts, mutated, full) for k, v in obj.items()}
     return obj
+
+
+def _shape_of(x: Any) -> tuple[int, ...] | None:
+    """The shape of an operand known without reading it, or None (NumPy will judge)."""
+    if isinstance(x, (SmartArray, np.ndarray, np.generic)):
+        return tuple(x.shape)
+    if isinstance(x, (bool, int, float, complex)):
+        return ()
+    return None
+
+
+def _check_broadcast(inputs: tuple[Any, ...], outs: tuple[Any, ...], where: Any) -> None:
+    """NumPy's broadcasting checks of an elementwise call, on shapes alone (nothing moves).
+
+    The inputs (and ``where``) broadcast together, and into each output's shape unchanged.
+    """
+    shapes = [_shape_of(x) for x in (*inputs, where)]
+    if any(shape is None for shape in shapes):
+        return
+    try:
+        full = np.broadcast_shapes(*shapes)
+    except ValueError:
+        text = " ".join(str(shape) for shape in shapes)
+        raise ValueError(f"operands could not be broadcast together with shapes {text}") from None
+    for out in outs:
+        shape = None if out is None else _shape_of(out)
+        if shape is None:
+            continue
+        try:
+            fits = np.broadcast_shapes(full, shape) == shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"non-broadcastable output operand with shape {shape} doesn't match the "
+                f"broadcast shape {full}"
+            )
 
 
 def _arrays_in(*objs: Any) -> list[SmartArray]:
@@ -1219,8 +1281,29 @@ def _reader(name: str) -> Any:
     return method
 
 
+def _check_sort_args(self: SmartArray, name: str, args: Any, kwargs: Any) -> None:
+    """Validate ``sort`` / ``partition`` arguments on a tiny stand-in (nothing moves)."""
+    if _arrays_in(args, kwargs):
+        return  # SmartArray arguments: NumPy judges them after conversion
+    tiny = np.zeros(tuple(min(d, 1) for d in self._shape), self._dtype)
+    if name == "sort":
+        tiny.sort(*args, **kwargs)  # axis, kind and order, checked by NumPy itself
+        return
+    rest = dict(kwargs)
+    kth = args[0] if args else rest.pop("kth", None)
+    axis = args[1] if len(args) > 1 else rest.pop("axis", -1)
+    tiny.partition(0, axis, *args[2:], **rest)  # axis, kind and order
+    if axis is not None:
+        n = self._shape[normalize_axis_index(axis, self.ndim)]
+        ks = np.asarray(kth)
+        if ks.dtype.kind in "iu" and ks.size and (ks.min() < -n or ks.max() >= n):
+            raise ValueError(f"kth(={kth!r}) out of bounds ({n})")
+
+
 def _writer(name: str, reads: bool) -> Any:
     def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
+        if name in ("sort", "partition"):
+            _check_sort_args(self, name, args, kwargs)
         with _locked(_arrays_in(self, args, kwargs)):
             hosts: list[np.ndarray] = []
             args = _convert(args, hosts, None)

@@ -239,3 +239,71 @@ def test_held_host_array_refreshed_once_per_launch(args):
     expect[lo : lo + n] += 1
     np.testing.assert_array_equal(held, expect)
     assert a.valid_at == ("host", "gpu")
+
+
+# --- D11: a write that covers the whole destination downloads nothing first -------------------
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        lambda a: np.copyto(a, np.ones(8)),
+        lambda a: np.copyto(a, 1.0),
+        lambda a: np.copyto(a, np.ones(8), where=True),
+        lambda a: np.copyto(a, np.ones(8), "same_kind", True),
+        lambda a: a.fill(1.0),
+        lambda a: a.__setitem__(..., 1.0),
+        lambda a: np.multiply(np.ones(8), 1.0, out=a),
+    ],
+)
+def test_full_overwrite_downloads_nothing(write):
+    a = SmartArray(np.arange(8.0), where="gpu")  # current on the device only
+    before = sa.stats()
+    write(a)
+    assert delta(before).nbytes == 0
+    assert a.valid_at == ("host",)
+    np.testing.assert_array_equal(a.host(), np.ones(8))
+    assert delta(before).nbytes == 0
+
+
+def test_copyto_with_a_mask_or_on_a_strided_view_keeps_the_rest():
+    a = SmartArray(np.arange(8.0), where="gpu")
+    np.copyto(a, -1.0, where=np.arange(8) % 2 == 0)
+    np.testing.assert_array_equal(a.host(), np.where(np.arange(8) % 2 == 0, -1, np.arange(8.0)))
+    b = SmartArray(np.arange(8.0), where="gpu")
+    np.copyto(b[::2], -1.0)  # the gaps between elements must stay current
+    np.testing.assert_array_equal(b.host(), np.where(np.arange(8) % 2 == 0, -1, np.arange(8.0)))
+
+
+# --- D12: bad arguments are refused before any byte moves -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda a: np.add(a, np.zeros(3), out=a),
+        lambda a: np.add(a, 1.0, out=a[:4]),
+        lambda a: np.add(np.zeros((2, 8)), a, out=a),
+        lambda a: np.negative(a, out=SmartArray(np.zeros(3))),
+        lambda a: a.sort(axis=3),
+        lambda a: a.sort(-2),
+        lambda a: a.partition(1, axis=2),
+        lambda a: a[::-1].gpu(),
+        lambda a: a[::-1].get("gpu"),
+        lambda a: double[1, 8](a[::-1]),
+        lambda a: double[1, 8](sa.In(a[::-1])),
+        lambda a: double[1, 8](sa.Out(a[::-1])),
+        lambda a: np.copyto(a, np.zeros(3)),
+        lambda a: np.copyto(a[::2], np.zeros(8)),
+    ],
+)
+@pytest.mark.parametrize("where", ["host", "gpu"])
+def test_bad_arguments_move_nothing(bad, where):
+    a = SmartArray(np.arange(8.0), where=where)
+    valid = a.valid_at
+    before = sa.stats()
+    with pytest.raises((ValueError, TypeError, IndexError)):
+        bad(a)
+    assert delta(before).nbytes == 0
+    assert a.valid_at == valid
+    np.testing.assert_array_equal(a.host(), np.arange(8.0))
