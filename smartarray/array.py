@@ -231,6 +231,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         "_njit_view",
         "_njit_fast",
         "_gpu_only_at",
+        "_fast_check",
         "__weakref__",
     )
 
@@ -328,6 +329,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         self._dtype = dtype
         self._device_view = self._njit_view = self._njit_fast = None
         self._gpu_only_at = -1  # state version at which this view was current on the gpu only
+        self._fast_check: Any = None  # see _make_fast_check
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.
@@ -612,7 +614,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             # argument's preparation) would make the host "current" with pre-kernel values:
             # a cached callback re-checks the version after the launch.
             if intent != IN:
-                retr.append(self._after_fast_launch)
+                retr.append(self._fast_check or self._make_fast_check())
             return _numba_cuda.launch_argument(self._device_view, retr, stream)
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
@@ -629,7 +631,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if self._gpu_only_at == state.version or state.is_exclusive("gpu", lo, hi):
                 self._gpu_only_at = state.version
                 if intent != IN:
-                    retr.append(self._after_fast_launch)
+                    retr.append(self._fast_check or self._make_fast_check())
             else:
                 if intent != OUT or not self._covers():  # Out of a covering view: no upload
                     plan = buf.state.plan_read("gpu", lo, hi)
@@ -656,21 +658,21 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 retr.append(functools.partial(self._after_launch, writes))
             return arg
 
-    @functools.cached_property
-    def _after_fast_launch(self) -> Any:
-        """The post-launch check of the fast path, made once (no allocation per launch).
-
-        It holds this view weakly: a strong reference cached in the view would be a cycle.
+    def _make_fast_check(self) -> Any:
+        """The post-launch check of the fast path, made once per view (cached in a slot, so a
+        launch allocates nothing for it). It holds this view weakly (no reference cycle).
         """
         ref = weakref.ref(self)
+        state = self._buf.state
 
         def check() -> None:
             # The state moved since preparation found this view current on the device only
             # (a host read made the host current with pre-kernel values): record the write.
             view = ref()
-            if view is not None and view._gpu_only_at != view._buf.state.version:
+            if view is not None and view._gpu_only_at != state.version:
                 view._after_launch()
 
+        self._fast_check = check
         return check
 
     def _after_launch(self, writes: _LaunchWrites | None = None) -> None:
