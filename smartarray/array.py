@@ -27,6 +27,7 @@ Choices made here (see ``DESIGN.md``):
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import threading
 import weakref
@@ -35,6 +36,7 @@ from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
 from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
@@ -106,6 +108,7 @@ class _Buffer:
         "pinned",
         "stream",
         "fast_views",
+        "launch_writes",
     )
 
     def __init__(self, nbytes: int, valid_at: str | None, pinned: bool) -> None:
@@ -122,17 +125,20 @@ class _Buffer:
         # stream, which is never assumed to order itself before other streams' work.
         self.stream: Any = 0
         # Views whose njit fast path is armed (bytes current on the host only): any transition
-        # that makes device bytes current, or starts device work, disarms them.
-        self.fast_views: list[weakref.ref[SmartArray]] = []
+        # that makes device bytes current, or starts device work, disarms them. Keyed by id and
+        # weak: an entry goes with its view, so fresh views in a loop do not grow it.
+        self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
+            weakref.WeakValueDictionary()
+        )
+        # The writes of the launch being prepared (or run) on this buffer, see _LaunchWrites.
+        self.launch_writes: _LaunchWrites | None = None
 
     def disarm_fast_paths(self) -> None:
         """The host is no longer the only current copy: njit calls must go through the hooks."""
         if self.fast_views:
-            for ref in self.fast_views:
-                view = ref()
-                if view is not None:
-                    view._njit_fast = None
-            self.fast_views = []
+            for view in list(self.fast_views.values()):
+                view._njit_fast = None
+            self.fast_views.clear()
 
     def wait_for_device(self) -> None:
         """Block until the latest device work on this buffer (on its stream) finished."""
@@ -217,6 +223,17 @@ class _Exported:
     __slots__ = ("__array_interface__", "host", "__weakref__")
 
 
+class _LaunchWrites:
+    """The writes of one launch to one buffer (identified by the launch's ``retr`` list)."""
+
+    __slots__ = ("retr", "pending", "ranges")
+
+    def __init__(self, retr: list[Any]) -> None:
+        self.retr = retr
+        self.pending = 0  # argument callbacks still to run
+        self.ranges: list[tuple[int, int]] = []
+
+
 class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     """An array with a host (NumPy) and a device (numba.cuda) copy, kept coherent by byte range.
 
@@ -271,6 +288,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         "_njit_view",
         "_njit_fast",
         "_gpu_only_at",
+        "_fast_check",
         "__weakref__",
     )
 
@@ -296,8 +314,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if dims is None:
                 raise TypeError("SmartArray() needs obj (array-like data) or shape (and dtype)")
             dt = np.dtype(np.float64) if dt is None else dt
+            memory._check_shape(shape, itemsize=dt.itemsize)  # exact: no int64 wrap-around
             strides = _contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
-            nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+            nbytes = math.prod(dims) * dt.itemsize
             self._init(_Buffer(nbytes, None, bool(pinned)), 0, dims, strides, dt)
             return
         if isinstance(obj, SmartArray):
@@ -373,8 +392,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         self._dtype = dtype
         self._device_view = self._njit_view = self._njit_fast = None
         self._gpu_only_at = -1  # state version at which this view was current on the gpu only
+        self._fast_check: Any = None  # see _make_fast_check
         if 0 in self._shape:
-            self._lo = self._hi = 0
+            # No bytes: the offset means nothing, and one past the buffer's end (a column of a
+            # (0, 4) array) would make every host or device view of it invalid.
+            self._offset = self._lo = self._hi = 0
         else:
             lo = hi = self._offset
             for d, s in zip(self._shape, self._strides, strict=True):
@@ -604,6 +626,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             refreshed as soon as the device copy is marked changed.
         """
         where = _check_where(where)
+        if where == "gpu":
+            self._check_device_geometry()  # before anything moves
         with self._buf.lock:
             self._buf.ensure(where)
             self._sync(where, self._lo, self._hi, "explicit get")
@@ -614,6 +638,14 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 return self._export(readonly=False)
             return memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
+            )
+
+    def _check_device_geometry(self) -> None:
+        """Refuse a device view that numba cannot take (negative strides), moving nothing."""
+        if any(s < 0 for s in self._strides):
+            raise ValueError(
+                f"device views take no negative strides, got {self._strides!r}; "
+                "make a contiguous copy first (e.g. SmartArray(a))"
             )
 
     def host(self) -> np.ndarray:
@@ -724,9 +756,15 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         ):
             # The loop-of-launches fast path: nothing changed since this view was found current
             # on the device only, and the latest work on this buffer is on this launch's stream
-            # (ordered before it), so nothing moves, nothing waits, a write changes nothing, no
-            # lock is needed (reading a version number is atomic) and no callback is registered.
+            # (ordered before it), so nothing moves, nothing waits and no lock is needed
+            # (reading a version number is atomic). A host read before the kernel runs (another
+            # thread, a later argument's preparation) would make the host "current" with
+            # pre-kernel values: a cached callback re-checks the version after the launch.
+            if intent != IN:
+                retr.append(self._fast_check or self._make_fast_check())
             return _numba_cuda.launch_argument(self._device_view, retr, stream)
+        if self._device_view is None:
+            self._check_device_geometry()  # before anything moves
         lo, hi = self._lo, self._hi
         with buf.lock:
             if buf.stream != 0 and not _streams.same(buf.stream, launch_stream):
@@ -736,13 +774,15 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 _streams.order(buf.stream, launch_stream)
                 buf.stream = launch_stream
             # Fast path: current on the device only (a loop of launches). Nothing to upload,
-            # and a write by the kernel changes nothing: no callback at all.
+            # and a write by the kernel changes nothing unless the host reads in between.
             record = False
             state = buf.state
-            if self._gpu_only_at == state.version:
-                pass
-            elif state.is_exclusive("gpu", lo, hi) and not self._stale_export(lo, hi):
+            if self._gpu_only_at == state.version or (
+                state.is_exclusive("gpu", lo, hi) and not self._stale_export(lo, hi)
+            ):
                 self._gpu_only_at = state.version
+                if intent != IN:
+                    retr.append(self._fast_check or self._make_fast_check())
             else:
                 if intent != OUT or not self._covers():  # Out of a covering view: no upload
                     plan = buf.state.plan_read("gpu", lo, hi)
@@ -767,28 +807,65 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 )
             arg = _numba_cuda.launch_argument(devary, retr, stream)
             if record:
-                retr.append(functools.partial(self._after_launch, retr))
+                # One record of the writes to this buffer per launch: its held host arrays
+                # are refreshed once, after the last argument's write is recorded (one array
+                # passed twice, or overlapping views, must not download the overlap twice).
+                writes = buf.launch_writes
+                if writes is None or writes.retr is not retr:
+                    writes = buf.launch_writes = _LaunchWrites(retr)
+                writes.pending += 1
+                retr.append(functools.partial(self._after_launch, writes))
             return arg
 
-    def _after_launch(self, retr: list[Any] | None = None) -> None:
+    def _make_fast_check(self) -> Any:
+        """The post-launch check of the fast path, made once per view (cached in a slot, so a
+        launch allocates nothing for it). It holds this view weakly (no reference cycle).
+        """
+        ref = weakref.ref(self)
+        state = self._buf.state
+
+        def check() -> None:
+            # The state moved since preparation found this view current on the device only
+            # (a host read made the host current with pre-kernel values): record the write.
+            view = ref()
+            if view is not None and view._gpu_only_at != state.version:
+                view._after_launch()
+
+        self._fast_check = check
+        return check
+
+    def _after_launch(self, writes: _LaunchWrites | None = None) -> None:
         """Record the kernel's write (the dispatcher runs this right after the launch).
 
-        The write is recorded first; then held host arrays are refreshed. A failed refresh
-        must not stop the dispatcher's loop over ``retr`` (the later arguments' writes would
-        go unrecorded): it leaves those host bytes marked stale (which they are), and the
-        error is raised by a callback appended to the end of ``retr``, after every argument
-        recorded its write.
+        The write is recorded first; then held host arrays are refreshed: with ``writes``
+        (this launch's writes to the buffer), by the last argument's callback, over every range
+        written, so an overlap downloads once. A failed refresh must not stop the dispatcher's
+        loop over ``retr`` (the later arguments' writes would go unrecorded): it leaves those
+        host bytes marked stale (which they are), and the error is raised by a callback
+        appended to the end of ``retr``, after every argument recorded its write.
         """
         buf = self._buf
         lo, hi = self._lo, self._hi
         try:
             with buf.lock:
-                if not buf.state.is_exclusive("gpu", lo, hi):
-                    self._record("gpu", lo, hi)
-                self._refresh_exports(lo, hi)
+                try:
+                    if not buf.state.is_exclusive("gpu", lo, hi):
+                        self._record("gpu", lo, hi)
+                finally:
+                    if writes is not None:
+                        writes.ranges.append((lo, hi))
+                        writes.pending -= 1
+                if writes is None:
+                    self._refresh_exports(lo, hi)
+                elif writes.pending == 0:
+                    if buf.launch_writes is writes:
+                        buf.launch_writes = None
+                    for a, b in writes.ranges:
+                        self._refresh_exports(a, b)  # only stale bytes move: overlaps once
                 if buf.state.is_exclusive("gpu", lo, hi):  # and no held array is stale
                     self._gpu_only_at = buf.state.version
         except TransferError as exc:
+            retr = None if writes is None else writes.retr
             if retr is None:
                 raise
             if not (retr and isinstance(retr[-1], _LaunchFailures)):
@@ -829,7 +906,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if intent == INOUT and self._njit_view is not None and buf.stream == 0:
                 if buf.state.is_exclusive("host", self._lo, self._hi):
                     self._njit_fast = self._njit_view
-                    buf.fast_views.append(weakref.ref(self))
+                    buf.fast_views[id(self)] = self
 
     def _njit_abort_as(self, intent: str) -> None:
         """The cleanup of an njit call that failed with a Python error pending.
@@ -866,7 +943,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     @property
     def size(self) -> int:
         """int: the number of elements."""
-        return int(np.prod(self._shape, dtype=np.int64))
+        return math.prod(self._shape)
 
     @property
     def strides(self) -> tuple[int, ...]:
@@ -940,14 +1017,30 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         if order not in ("C", "F", "A", "K"):
             raise ValueError(f"order must be 'C', 'F', 'A' or 'K', got {order!r}")
         probe = self._probe()
-        eff = order
-        if order in ("A", "K"):
-            fortran = probe.flags.f_contiguous and not probe.flags.c_contiguous
-            eff = "F" if fortran else "C"
-        try:
-            return self._from_probe(probe, probe.reshape(-1, order=eff, copy=False))
-        except ValueError:
-            pass
+        flags = probe.flags
+        if order == "A":
+            order = "F" if flags.f_contiguous and not flags.c_contiguous else "C"
+        elif order == "K" and (flags.c_contiguous or flags.f_contiguous):
+            order = "C" if flags.c_contiguous else "F"
+        # NumPy's rule (PyArray_Ravel), decided on the geometry alone (ravelling the probe would
+        # allocate a copy of its size): a view iff contiguous in the order asked, or for 'K'
+        # iff the strides, sorted by size, tile the memory.
+        if order == "K":
+            view = True
+            step = self._dtype.itemsize
+            dims = sorted(zip(self._shape, self._strides, strict=True), key=lambda ds: abs(ds[1]))
+            for d, s in dims:
+                if d == 1:
+                    continue
+                if s != step:
+                    view = False
+                    break
+                step *= d
+            if view:
+                itemsize = self._dtype.itemsize
+                return self._view(self._buf, self._offset, (self.size,), (itemsize,), self._dtype)
+        elif flags.c_contiguous if order == "C" else flags.f_contiguous:
+            return self._from_probe(probe, probe.reshape(-1, order=order))
         with self._buf.lock:
             return SmartArray(self._host_ro().ravel(order))
 
@@ -990,7 +1083,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         return touched, lo, self._offset + int(touched.max()) + self._dtype.itemsize
 
     def __getitem__(self, key: Any) -> Any:
-        with self._buf.lock:
+        # Every array involved is locked up front, in the global order (a key's lock taken
+        # while holding self's would deadlock against ``key[self]`` in another thread).
+        with _locked(_arrays_in(self, key)):
             if _is_basic_index(key) or isinstance(key, str):
                 view, scalar = self._basic(key)
                 if not scalar:
@@ -1005,10 +1100,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 return view._host_ro().copy()[()]
             touched, lo, hi = self._advanced(key)
             self._sync("host", lo, hi, "host read")
-            return SmartArray(self._host_view()[key], copy=False)
+            # A fresh array nobody else holds: adopted, not an exported view.
+            return _owning(self._host_view()[key])
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        with self._buf.lock:
+        with _locked(_arrays_in(self, key, value)):
             if isinstance(value, SmartArray):
                 value = value._host_ro()
             if _is_basic_index(key) or isinstance(key, str):
@@ -1045,7 +1141,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             yield self[i]
 
     def __contains__(self, value: Any) -> bool:
-        with self._buf.lock:
+        with _locked(_arrays_in(self, value)):
             return value in self._host_ro()
 
     def __bool__(self) -> bool:
@@ -1131,6 +1227,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         targets = [o for o in outs if isinstance(o, SmartArray)]
         if method == "at" and isinstance(inputs[0], SmartArray):
             targets.append(inputs[0])
+        if method == "__call__" and ufunc.signature is None:
+            _check_broadcast(inputs, outs, kwargs.get("where", True))  # before anything moves
         arrays = [x for x in (*inputs, *outs) if isinstance(x, SmartArray)]
         with _locked(arrays):
             hosts: list[np.ndarray] = []
@@ -1193,10 +1291,18 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         _collect(args, arrays)
         _collect(kwargs, arrays)
         mutated = first if func in _MUTATING and isinstance(first, SmartArray) else None
+        full = True  # whether the old values of ``mutated`` are read (or kept): sync them
+        if mutated is not None and func is np.copyto:
+            src = args[1] if len(args) > 1 else kwargs.get("src")
+            _check_broadcast((src,), (mutated,), True)  # before anything moves
+            where = args[3] if len(args) > 3 else kwargs.get("where", True)
+            # No mask: every element is overwritten, so nothing needs downloading first
+            # (_host_rw still syncs the gaps of a strided destination).
+            full = not (isinstance(where, (bool, np.bool_)) and where)
         with _locked(arrays):
             hosts: list[np.ndarray] = []
-            new_args = _convert(args, hosts, mutated)
-            new_kwargs = _convert(kwargs, hosts, mutated)
+            new_args = _convert(args, hosts, mutated, full)
+            new_kwargs = _convert(kwargs, hosts, mutated, full)
             try:
                 result = func(*new_args, **new_kwargs)
             except BaseException:
@@ -1321,18 +1427,64 @@ def _collect(obj: Any, found: list[SmartArray]) -> None:
             _collect(x, found)
 
 
-def _convert(obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None) -> Any:
+def _convert(
+    obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None, full: bool = True
+) -> Any:
     if isinstance(obj, SmartArray):
-        view = obj._host_rw(full=True) if obj is mutated else obj._host_ro()
+        view = obj._host_rw(full=full) if obj is mutated else obj._host_ro()
         hosts.append(view)
         return view
     if isinstance(obj, tuple):
-        return tuple(_convert(x, hosts, mutated) for x in obj)
+        return tuple(_convert(x, hosts, mutated, full) for x in obj)
     if isinstance(obj, list):
-        return [_convert(x, hosts, mutated) for x in obj]
+        return [_convert(x, hosts, mutated, full) for x in obj]
     if isinstance(obj, dict):
-        return {k: _convert(v, hosts, mutated) for k, v in obj.items()}
+        return {k: _convert(v, hosts, mutated, full) for k, v in obj.items()}
     return obj
+
+
+def _shape_of(x: Any) -> tuple[int, ...] | None:
+    """The shape of an operand known without reading it, or None (NumPy will judge)."""
+    if isinstance(x, (SmartArray, np.ndarray, np.generic)):
+        return tuple(x.shape)
+    if isinstance(x, (bool, int, float, complex)):
+        return ()
+    return None
+
+
+def _check_broadcast(inputs: tuple[Any, ...], outs: tuple[Any, ...], where: Any) -> None:
+    """NumPy's broadcasting checks of an elementwise call, on shapes alone (nothing moves).
+
+    The inputs (and ``where``) broadcast together, and into each output's shape unchanged.
+    """
+    shapes = [_shape_of(x) for x in (*inputs, where)]
+    if any(shape is None for shape in shapes):
+        return
+    try:
+        full = np.broadcast_shapes(*shapes)
+    except ValueError:
+        text = " ".join(str(shape) for shape in shapes)
+        raise ValueError(f"operands could not be broadcast together with shapes {text}") from None
+    for out in outs:
+        shape = None if out is None else _shape_of(out)
+        if shape is None:
+            continue
+        try:
+            fits = np.broadcast_shapes(full, shape) == shape
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(
+                f"non-broadcastable output operand with shape {shape} doesn't match the "
+                f"broadcast shape {full}"
+            )
+
+
+def _arrays_in(*objs: Any) -> list[SmartArray]:
+    """The SmartArrays in ``objs`` (and in their lists, tuples and dicts), to lock together."""
+    found: list[SmartArray] = []
+    _collect(objs, found)
+    return found
 
 
 class _locked:  # noqa: N801 - used like a function
@@ -1414,7 +1566,7 @@ _WRITERS = {"fill": False, "sort": True, "put": True, "partition": True}
 
 def _reader(name: str) -> Any:
     def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
-        with _locked([self]):
+        with _locked(_arrays_in(self, args, kwargs)):
             hosts: list[np.ndarray] = []
             host = _convert(self, hosts, None)
             result = getattr(host, name)(
@@ -1428,9 +1580,30 @@ def _reader(name: str) -> Any:
     return method
 
 
+def _check_sort_args(self: SmartArray, name: str, args: Any, kwargs: Any) -> None:
+    """Validate ``sort`` / ``partition`` arguments on a tiny stand-in (nothing moves)."""
+    if _arrays_in(args, kwargs):
+        return  # SmartArray arguments: NumPy judges them after conversion
+    tiny = np.zeros(tuple(min(d, 1) for d in self._shape), self._dtype)
+    if name == "sort":
+        tiny.sort(*args, **kwargs)  # axis, kind and order, checked by NumPy itself
+        return
+    rest = dict(kwargs)
+    kth = args[0] if args else rest.pop("kth", None)
+    axis = args[1] if len(args) > 1 else rest.pop("axis", -1)
+    tiny.partition(0, axis, *args[2:], **rest)  # axis, kind and order
+    if axis is not None:
+        n = self._shape[normalize_axis_index(axis, self.ndim)]
+        ks = np.asarray(kth)
+        if ks.dtype.kind in "iu" and ks.size and (ks.min() < -n or ks.max() >= n):
+            raise ValueError(f"kth(={kth!r}) out of bounds ({n})")
+
+
 def _writer(name: str, reads: bool) -> Any:
     def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
-        with _locked([self]):
+        if name in ("sort", "partition"):
+            _check_sort_args(self, name, args, kwargs)
+        with _locked(_arrays_in(self, args, kwargs)):
             hosts: list[np.ndarray] = []
             args = _convert(args, hosts, None)
             kwargs = _convert(kwargs, hosts, None)

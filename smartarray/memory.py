@@ -58,13 +58,19 @@ __all__ = [
 SIMULATOR: bool = bool(numba.config.ENABLE_CUDASIM)
 
 _ORDERS = ("C", "F")
+_INTP_MAX = int(np.iinfo(np.intp).max)
 
 
 # ---------------------------------------------------------------------------------------------
 # Argument checking: every public function validates before it allocates or copies anything.
 
 
-def _check_shape(shape: Any, name: str = "shape") -> tuple[int, ...]:
+def _check_shape(shape: Any, name: str = "shape", itemsize: int = 1) -> tuple[int, ...]:
+    """``shape`` as a tuple of ints, checked with exact (Python int) arithmetic.
+
+    As NumPy, the product of the nonzero dimensions times ``itemsize`` must fit in ``np.intp``
+    (an int64 product would wrap around silently).
+    """
     if isinstance(shape, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int or a tuple of ints, got {shape!r}")
     try:
@@ -78,6 +84,14 @@ def _check_shape(shape: Any, name: str = "shape") -> tuple[int, ...]:
             raise TypeError(f"{name} must be an int or a tuple of ints, got {shape!r}") from None
     if any(d < 0 for d in dims):
         raise ValueError(f"{name} must not have negative dimensions, got {shape!r}")
+    nbytes = itemsize
+    for d in dims:
+        nbytes *= d or 1
+    if nbytes > _INTP_MAX:
+        raise ValueError(
+            f"{name} {shape!r} is too big: {nbytes} bytes exceed the largest addressable size "
+            f"({_INTP_MAX} bytes)"
+        )
     return dims
 
 
@@ -119,7 +133,9 @@ def _check_layout(
 ) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...] | None, str]:
     """Check the arguments numpy.empty-like allocators share; return them normalised."""
     dims = _check_shape(shape)
-    return dims, _check_dtype(dtype), _check_strides(strides, len(dims)), _check_order(order)
+    dt = _check_dtype(dtype)
+    _check_shape(dims, itemsize=dt.itemsize)
+    return dims, dt, _check_strides(strides, len(dims)), _check_order(order)
 
 
 def _check_stream(stream: Any) -> Any:

@@ -13,6 +13,9 @@ bound).
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numba
 import numpy as np
 import pytest
@@ -240,6 +243,47 @@ class Pipeline(RuleBasedStateMachine):
         up = int((~self.gpu_valid).sum())
         self.expect(lambda: self.a.get("gpu"), up=up)
         self.gpu_valid[:] = True
+
+    @rule(sl=slices, rounds=st.integers(1, 20))
+    def two_threads_opposite_order(self, sl, rounds):
+        """Opposite-order two-array operations from two threads: no deadlock (a timeout
+        fails the step, never hangs it); the stale bytes of the view move once."""
+        view = self.view(sl)
+        other = sa.SmartArray(np.zeros(sl.stop - sl.start))
+        ops = [
+            lambda: (other.__setitem__(..., view), view.dot(other)),
+            lambda: (other.dot(view), view[other > 0], np.add(other, view)),
+        ]
+        stale = int((~self.host_valid[sl]).sum())
+
+        def both():
+            errors = []
+
+            def worker(op):
+                try:
+                    for _ in range(rounds):
+                        op()
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=worker, args=(op,), daemon=True) for op in ops]
+            old = sys.getswitchinterval()
+            sys.setswitchinterval(1e-6)
+            try:
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(30)
+            finally:
+                sys.setswitchinterval(old)
+            if any(t.is_alive() for t in threads):
+                pytest.fail("deadlock between two threads", pytrace=False)
+            if errors:
+                raise errors[0]
+
+        self.expect(both, down=stale)
+        self.host_valid[sl] = True
+        np.testing.assert_array_equal(np.asarray(other), self.ref[sl])
 
     @rule(how=st.sampled_from(sorted(DERIVED)))
     def hold_host_array(self, how):
