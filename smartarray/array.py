@@ -629,6 +629,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             view = self._njit_view
             if view is None:
                 view = self._njit_view = self._host_view()
+                _register_njit_view(self, view)
             return view
 
     def _njit_exit_as(self, intent: str) -> None:
@@ -1055,6 +1056,69 @@ def _owning(ary: np.ndarray) -> SmartArray:
 
 def _rebuild(data: np.ndarray) -> SmartArray:
     return _owning(data)
+
+
+# -- njit results (see smartarray._numba_cpu: SmartArrayType's copy, __array_ufunc__, box) --
+
+# id(host ndarray handed to njit) -> the SmartArray it belongs to. numba keeps that ndarray as
+# the ``parent`` of every view taken of the argument inside compiled code; the entry lives as
+# long as the SmartArray (its ``_njit_view`` is created once).
+_njit_owners: dict[int, weakref.ref[SmartArray]] = {}
+
+
+def _register_njit_view(owner: SmartArray, view: np.ndarray) -> None:
+    key = id(view)
+
+    def forget(ref: weakref.ref[SmartArray]) -> None:
+        if _njit_owners.get(key) is ref:
+            del _njit_owners[key]
+
+    _njit_owners[key] = weakref.ref(owner, forget)
+
+
+def _njit_owner(ary: Any) -> SmartArray | None:
+    """The SmartArray whose njit host ndarray is ``ary``, if any."""
+    ref = _njit_owners.get(id(ary))
+    owner = None if ref is None else ref()
+    return owner if owner is not None and owner._njit_view is ary else None
+
+
+def _from_njit(ary: Any) -> Any:
+    """What an njit function returns for a value of SmartArrayType (numba boxed ``ary``).
+
+    - a SmartArray argument's host ndarray itself: that SmartArray;
+    - a view of it (``.base`` is numba's MemInfo whose ``parent`` is that ndarray): a
+      SmartArray view of the same base buffer at the same bytes. The function may have written
+      through it, so a host write of its bytes is recorded (they are current on the host:
+      the argument was synced before the call) unless numba typed it read-only;
+    - a new array (numba allocated it: no parent): a SmartArray adopting it, current on the
+      host only;
+    - anything else (a plain ndarray that reached a SmartArray version): as numba gives it.
+    """
+    if type(ary) is not np.ndarray:
+        return ary
+    owner = _njit_owner(ary)
+    if owner is not None:
+        return owner
+    parent = getattr(ary.base, "parent", ary)  # numba's MemInfo object has ``parent``
+    if parent is None:
+        return _owning(ary) if ary.flags.writeable else SmartArray(ary)
+    owner = _njit_owner(parent)
+    if owner is None:
+        return ary
+    offset = owner._offset + _address(ary) - _address(parent)
+    view = SmartArray._view(owner._buf, offset, ary.shape, ary.strides, ary.dtype)
+    if view._lo < 0 or view._hi > owner._buf.nbytes:
+        return ary  # cannot happen for numba's views; never record bytes outside the buffer
+    if view._offset == owner._offset and view._shape == owner._shape:
+        if view._strides == owner._strides and view._dtype == owner._dtype:
+            return owner
+    if ary.flags.writeable:
+        view._changed("host", view._lo, view._hi)
+    return view
+
+
+_numba_cpu.set_result_adapter(_from_njit)
 
 
 # -- NumPy methods ----------------------------------------------------------------------------
