@@ -840,6 +840,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             return value in self._host_ro()
 
     def __bool__(self) -> bool:
+        # Truthy by length, as numba's device arrays and Numba's SmartArray (which define
+        # __len__ only): numba's own helpers test ``if not b:``. Reads no data. A 0-d array
+        # has no length: its value decides, as in NumPy.
+        if self._shape:
+            return self._shape[0] != 0
         with self._buf.lock:
             return bool(self._host_ro())
 
