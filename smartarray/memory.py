@@ -35,7 +35,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .errors import RegistrationError
+from .errors import RegistrationError, _DtypeMismatchError
 from .stats import record as _record
 
 __all__ = [
@@ -144,8 +144,11 @@ def _check_host_array(ary: Any, name: str) -> np.ndarray:
     return ary
 
 
-def _host_array_from(obj: Any) -> np.ndarray | np.void:
-    """Turn ``obj`` into something numba can upload, with errors that name ``obj``."""
+def _host_array_from(obj: Any, gather: bool = False) -> np.ndarray | np.void:
+    """Turn ``obj`` into something numba can upload, with errors that name ``obj``.
+
+    ``gather=True``: a strided ``obj`` is accepted (the caller gathers it, as numba does).
+    """
     if isinstance(obj, np.void):
         _check_dtype(obj.dtype, "obj.dtype")
         return obj
@@ -160,7 +163,7 @@ def _host_array_from(obj: Any) -> np.ndarray | np.void:
         )
     if ary.dtype.kind in "US":
         raise TypeError(f"obj has string dtype {ary.dtype}; device arrays hold numbers and records")
-    if not _is_contiguous(ary):
+    if not gather and not _is_contiguous(ary):
         raise ValueError(
             "obj must be C- or F-contiguous to be copied in one transfer; "
             "pass np.ascontiguousarray(obj)"
@@ -206,16 +209,19 @@ class _Counted:
         return result
 
     def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
-        """Copy ``ary`` (host or device memory) into ``self``, on ``stream`` if given."""
+        """Copy ``ary`` (host or device memory) into ``self``, on ``stream`` if given.
+
+        Accepts what numba.cuda accepts, checked in its order (see :func:`_copy_source`): a
+        strided host array is gathered into a contiguous host copy first.
+        """
         stream = _check_stream(stream)
         device_source = _is_device_array(ary)
-        if not device_source:
-            ary = _host_array_from(ary)
-        _check_same_layout(self, ary, "ary")
-        super().copy_to_device(ary, stream=stream)  # type: ignore[misc]
-        if ary.size:
-            direction = "d2d" if device_source else "h2d"
-            _record(direction, self.alloc_size, "copy_to_device", describe(self))  # type: ignore[attr-defined]
+        source = _copy_source(self, ary, "ary")
+        if source is None:
+            return  # an empty source: numba copies nothing and checks nothing
+        super().copy_to_device(source, stream=stream)  # type: ignore[misc]
+        direction = "d2d" if device_source else "h2d"
+        _record(direction, self.alloc_size, "copy_to_device", describe(self))  # type: ignore[attr-defined]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         # A GPU copies to the host here; the simulator would alias device memory.
@@ -290,6 +296,67 @@ def _in_simulated_kernel() -> bool:
     from numba.cuda.simulator import kernel
 
     return kernel._get_kernel_context() is not None
+
+
+def _geometry_contiguous(ary: Any) -> bool:
+    """``_is_contiguous`` from shape and strides only (reads no memory, works for device arrays)."""
+    probe = np.lib.stride_tricks.as_strided(
+        np.zeros(1, np.dtype((np.void, max(ary.dtype.itemsize, 1)))), ary.shape, ary.strides
+    )
+    return _is_contiguous(probe)
+
+
+def _squeezed(shape: Any, strides: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    kept = [(d, s) for d, s in zip(shape, strides, strict=True) if d != 1]
+    return tuple(d for d, _ in kept), tuple(s for _, s in kept)
+
+
+def _copy_source(dst: Any, src: Any, name: str) -> Any:
+    """What ``dst.copy_to_device(src)`` copies, checked as numba-cuda checks it; None: nothing.
+
+    numba-cuda's ``DeviceNDArrayBase.copy_to_device``, in its order: an empty source copies
+    nothing; the destination must be contiguous; a device source must be contiguous, a host
+    source is gathered into a contiguous host copy in the destination's order (no transfer);
+    then dtype (TypeError), shape and strides (ValueError), ignoring length-1 dimensions.
+    A structured scalar (``np.void``) into a device record is numba's record copy.
+    """
+    device_source = _is_device_array(src)
+    if not device_source:
+        src = _host_array_from(src, gather=True)
+    if isinstance(src, np.void) or not hasattr(dst, "strides"):
+        _check_same_layout(dst, src, name)
+        return src
+    if src.size == 0:
+        return None
+    if not _geometry_contiguous(dst):
+        raise ValueError(
+            "the destination device array is not contiguous; copy into a contiguous device "
+            "array (numba.cuda refuses it too)"
+        )
+    if device_source:
+        if not _geometry_contiguous(src):
+            raise ValueError(
+                f"{name} is a non-contiguous device array: a device-to-device copy needs one "
+                f"contiguous region; copy it into a contiguous device array first"
+            )
+    else:
+        src = np.array(src, order="C" if dst.is_c_contiguous() else "F", copy=None)
+    if np.dtype(src.dtype) != np.dtype(dst.dtype):
+        raise _DtypeMismatchError(
+            f"{name} has dtype {src.dtype}, the destination has dtype {dst.dtype}"
+        )
+    dst_shape, dst_strides = _squeezed(dst.shape, dst.strides)
+    src_shape, src_strides = _squeezed(src.shape, src.strides)
+    if src_shape != dst_shape:
+        raise ValueError(
+            f"{name} has shape {tuple(src.shape)}, the destination has shape {tuple(dst.shape)}"
+        )
+    if src_strides != dst_strides:
+        raise ValueError(
+            f"{name} has strides {tuple(src.strides)}, the destination has strides "
+            f"{tuple(dst.strides)} (a C-ordered and an F-ordered array)"
+        )
+    return src
 
 
 def _check_same_layout(dst: Any, src: Any, name: str) -> None:
@@ -404,9 +471,11 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
     Raises
     ------
     TypeError
-        ``obj`` holds Python objects or strings; ``stream`` is not a stream.
+        ``obj`` holds Python objects or strings; ``stream`` is not a stream; ``to`` has
+        another dtype (as numba.cuda; the error is also a ``ValueError``).
     ValueError
-        ``obj`` is not contiguous or not array-like; ``to`` has another shape or dtype.
+        ``obj`` is not array-like, or not contiguous without ``to`` (into ``to`` a strided
+        host ``obj`` is gathered first, as numba.cuda does); ``to`` has another shape.
 
     Examples
     --------
@@ -421,10 +490,10 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
             raise TypeError(f"to must be a device array, got {type(to).__name__}")
         to = _adopt(to)
         if copy:
-            source = obj if _is_device_array(obj) else _host_array_from(obj)
-            _check_same_layout(to, source, "obj")
-            _Uncounted(to).copy_to_device(source, stream=stream)
-            if source.size:
+            # numba: to.copy_to_device(obj, stream=stream), with the same checks.
+            source = _copy_source(to, obj, "obj")
+            if source is not None:
+                _Uncounted(to).copy_to_device(source, stream=stream)
                 direction = "d2d" if _is_device_array(source) else "h2d"
                 _record(direction, to.alloc_size, "to_device", describe(to))
         return to

@@ -98,3 +98,71 @@ def test_numba_transpose_helper_accepts_smartarrays(numba_transpose):
     assert [(e.direction, e.nbytes) for e in t.events] == [("h2d", 128)]  # a, once
     np.testing.assert_array_equal(b.get("host"), np.arange(16.0).reshape(4, 4).T)
     assert (c.get("host") == a.get("host")).all()
+
+
+# -- copy_to_device: what numba.cuda accepts, checked in its order ------------------------------
+
+
+def test_copy_to_device_gathers_a_strided_host_array_in_one_counted_upload():
+    d = sa.device_array(6)
+    before = sa.stats()
+    d.copy_to_device(np.arange(12.0)[::2])
+    moved = sa.stats()
+    assert (moved.h2d_count - before.h2d_count, moved.h2d_bytes - before.h2d_bytes) == (1, 48)
+    np.testing.assert_array_equal(d.copy_to_host(), np.arange(12.0)[::2])
+
+
+def test_copy_to_device_f_ordered_host_into_c_device():
+    d = sa.device_array((4, 6))
+    src = np.asfortranarray(np.arange(24.0).reshape(4, 6))
+    d.copy_to_device(src)
+    np.testing.assert_array_equal(d.copy_to_host(), src)
+
+
+def test_to_device_into_existing_array_gathers_too():
+    d = sa.device_array(3)
+    assert sa.to_device(np.arange(6.0)[::2], to=d) is d
+    np.testing.assert_array_equal(d.copy_to_host(), [0.0, 2, 4])
+
+
+def test_copy_to_device_strided_device_source_reports_contiguity_before_shape():
+    d = sa.device_array(6)
+    wrong_shape_and_strided = sa.device_array((4, 6))[:, ::2]
+    before = sa.stats()
+    with pytest.raises(ValueError, match="non-contiguous"):
+        d.copy_to_device(wrong_shape_and_strided)
+    assert sa.stats().count == before.count
+
+
+@pytest.mark.parametrize(
+    ("source", "error", "match"),
+    [
+        (lambda: np.zeros(6, np.float32), TypeError, "dtype"),
+        (lambda: np.zeros(5), ValueError, "shape"),
+        (lambda: sa.device_array((6, 4)).T, ValueError, "strides"),
+    ],
+    ids=["dtype", "shape", "strides"],
+)
+def test_copy_to_device_mismatch_errors_as_numba_and_nothing_moves(source, error, match):
+    d = sa.to_device(np.arange(24.0).reshape(4, 6)) if match == "strides" else sa.device_array(6)
+    keep = d.copy_to_host()
+    src = source()
+    before = sa.stats()
+    with pytest.raises(error, match=match):
+        d.copy_to_device(src)
+    after = sa.stats()
+    assert after.count == before.count
+    np.testing.assert_array_equal(d.copy_to_host(), keep)
+
+
+def test_copy_to_device_of_an_empty_source_does_nothing():
+    d = sa.device_array(6)
+    before = sa.stats()
+    d.copy_to_device(np.zeros(0, np.float32))  # numba returns before any check
+    assert sa.stats().count == before.count
+
+
+def test_copy_to_device_into_a_strided_destination_is_refused():
+    d = sa.device_array((4, 6))
+    with pytest.raises(ValueError, match="destination"):
+        d[:, ::2].copy_to_device(np.zeros((4, 3)))
