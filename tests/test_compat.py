@@ -166,3 +166,23 @@ def test_copy_to_device_into_a_strided_destination_is_refused():
     d = sa.device_array((4, 6))
     with pytest.raises(ValueError, match="destination"):
         d[:, ::2].copy_to_device(np.zeros((4, 3)))
+
+
+def test_reference_mapping_lists_every_name_of_numba_cudas_api():
+    import ast
+    import pathlib
+
+    import numba_cuda
+
+    api = pathlib.Path(numba_cuda.__file__).parent / "numba" / "cuda" / "api.py"
+    tree = ast.parse(api.read_text())
+    names = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
+    }
+    assert {"managed_array", "pinned_array_like", "external_stream"} <= names
+    docs = pathlib.Path(__file__).parent.parent / "docs" / "reference_mapping.rst"
+    text = docs.read_text()
+    missing = sorted(n for n in names if f"``{n}``" not in text and f"``{n}(" not in text)
+    assert missing == []
