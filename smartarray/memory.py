@@ -298,27 +298,37 @@ def _in_simulated_kernel() -> bool:
     return kernel._get_kernel_context() is not None
 
 
-def _geometry_contiguous(ary: Any) -> bool:
-    """``_is_contiguous`` from shape and strides only (reads no memory, works for device arrays)."""
-    probe = np.lib.stride_tricks.as_strided(
-        np.zeros(1, np.dtype((np.void, max(ary.dtype.itemsize, 1)))), ary.shape, ary.strides
+# numba-cuda's own messages (cudadrv/devicearray.py), so code that matches them keeps working.
+_NONCONTIGUOUS = (
+    "Array contains non-contiguous buffer and cannot be transferred as a single memory region. "
+    "Please ensure contiguous buffer with numpy .ascontiguousarray()"
+)
+
+
+def _core_probe(ary: Any) -> np.ndarray:
+    """numba's ``array_core(ary)`` geometry (broadcast dimensions dropped), reading no memory."""
+    kept = [(d, s) for d, s in zip(ary.shape, ary.strides, strict=True) if s != 0]
+    return np.lib.stride_tricks.as_strided(
+        np.zeros(1, np.dtype((np.void, max(ary.dtype.itemsize, 1)))),
+        tuple(d for d, _ in kept),
+        tuple(s for _, s in kept),
     )
-    return _is_contiguous(probe)
 
 
-def _squeezed(shape: Any, strides: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    kept = [(d, s) for d, s in zip(shape, strides, strict=True) if d != 1]
+def _squeezed(ary: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    kept = [(d, s) for d, s in zip(ary.shape, ary.strides, strict=True) if d != 1]
     return tuple(d for d, _ in kept), tuple(s for _, s in kept)
 
 
 def _copy_source(dst: Any, src: Any, name: str) -> Any:
     """What ``dst.copy_to_device(src)`` copies, checked as numba-cuda checks it; None: nothing.
 
-    numba-cuda's ``DeviceNDArrayBase.copy_to_device``, in its order: an empty source copies
-    nothing; the destination must be contiguous; a device source must be contiguous, a host
-    source is gathered into a contiguous host copy in the destination's order (no transfer);
-    then dtype (TypeError), shape and strides (ValueError), ignoring length-1 dimensions.
-    A structured scalar (``np.void``) into a device record is numba's record copy.
+    numba-cuda's ``DeviceNDArrayBase.copy_to_device``, in its order and with its messages:
+    an empty source copies nothing; the destination's core (broadcast dimensions dropped)
+    must be contiguous; a device source's too, while a host source's core is gathered into a
+    contiguous host copy in the destination's order (no transfer); then the cores' dtype
+    (``TypeError``, also a ``ValueError``), shape and strides (``ValueError``), ignoring
+    length-1 dimensions. A structured scalar into a device record is numba's record copy.
     """
     device_source = _is_device_array(src)
     if not device_source:
@@ -328,34 +338,25 @@ def _copy_source(dst: Any, src: Any, name: str) -> Any:
         return src
     if src.size == 0:
         return None
-    if not _geometry_contiguous(dst):
-        raise ValueError(
-            "the destination device array is not contiguous; copy into a contiguous device "
-            "array (numba.cuda refuses it too)"
-        )
+    dst_core = _core_probe(dst)
+    if not (dst_core.flags.c_contiguous or dst_core.flags.f_contiguous):
+        raise ValueError(_NONCONTIGUOUS)
     if device_source:
-        if not _geometry_contiguous(src):
-            raise ValueError(
-                f"{name} is a non-contiguous device array: a device-to-device copy needs one "
-                f"contiguous region; copy it into a contiguous device array first"
-            )
+        src_core = _core_probe(src)
+        if not (src_core.flags.c_contiguous or src_core.flags.f_contiguous):
+            raise ValueError(_NONCONTIGUOUS)
     else:
-        src = np.array(src, order="C" if dst.is_c_contiguous() else "F", copy=None)
+        core = src[tuple(0 if st == 0 else slice(None) for st in src.strides)]
+        src = src_core = np.array(
+            core, order="C" if dst_core.flags.c_contiguous else "F", copy=None
+        )
     if np.dtype(src.dtype) != np.dtype(dst.dtype):
-        raise _DtypeMismatchError(
-            f"{name} has dtype {src.dtype}, the destination has dtype {dst.dtype}"
-        )
-    dst_shape, dst_strides = _squeezed(dst.shape, dst.strides)
-    src_shape, src_strides = _squeezed(src.shape, src.strides)
+        raise _DtypeMismatchError(f"incompatible dtype: {dst.dtype} vs. {src.dtype}")
+    (dst_shape, dst_strides), (src_shape, src_strides) = _squeezed(dst_core), _squeezed(src_core)
     if src_shape != dst_shape:
-        raise ValueError(
-            f"{name} has shape {tuple(src.shape)}, the destination has shape {tuple(dst.shape)}"
-        )
-    if src_strides != dst_strides:
-        raise ValueError(
-            f"{name} has strides {tuple(src.strides)}, the destination has strides "
-            f"{tuple(dst.strides)} (a C-ordered and an F-ordered array)"
-        )
+        raise ValueError(f"incompatible shape: {dst_core.shape} vs. {src_core.shape}")
+    if dst_core.size and src_strides != dst_strides:
+        raise ValueError(f"incompatible strides: {dst_core.strides} vs. {src_core.strides}")
     return src
 
 

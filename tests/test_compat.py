@@ -164,7 +164,7 @@ def test_copy_to_device_of_an_empty_source_does_nothing():
 
 def test_copy_to_device_into_a_strided_destination_is_refused():
     d = sa.device_array((4, 6))
-    with pytest.raises(ValueError, match="destination"):
+    with pytest.raises(ValueError, match="non-contiguous"):
         d[:, ::2].copy_to_device(np.zeros((4, 3)))
 
 
@@ -186,3 +186,37 @@ def test_reference_mapping_lists_every_name_of_numba_cudas_api():
     text = docs.read_text()
     missing = sorted(n for n in names if f"``{n}``" not in text and f"``{n}(" not in text)
     assert missing == []
+
+
+def test_copy_to_device_into_broadcast_device_arrays_across_orders():
+    core_c = np.arange(6).reshape((2, 3), order="C")
+    core_f = np.arange(6).reshape((2, 3), order="F")
+    broad_c = np.broadcast_to(core_c[:, np.newaxis], (2, 4, 3))
+    broad_f = np.broadcast_to(core_f[:, np.newaxis], (2, 4, 3))
+    d_c, d_f = sa.to_device(broad_c), sa.to_device(broad_f)
+    d_c.copy_to_device(broad_f)  # the host core is gathered in the destination's order
+    d_f.copy_to_device(broad_c)
+    np.testing.assert_array_equal(d_c.copy_to_host(), broad_f)
+    np.testing.assert_array_equal(d_f.copy_to_host(), broad_c)
+
+
+@pytest.mark.parametrize(
+    ("dst", "src"),
+    [
+        (lambda m: m.device_array(6), lambda m: np.zeros(6, np.float32)),
+        (lambda m: m.device_array(6), lambda m: np.zeros(5)),
+        (lambda m: m.device_array((4, 6)), lambda m: m.device_array((6, 4)).T),
+        (lambda m: m.device_array(6), lambda m: m.device_array((4, 6))[:, ::2]),
+        (lambda m: m.device_array((4, 6))[:, ::2], lambda m: np.zeros((4, 3))),
+    ],
+    ids=["dtype", "shape", "strides", "strided-source", "strided-destination"],
+)
+def test_copy_to_device_errors_are_numbas(dst, src):
+    """Same exception class and message as numba.cuda's own device arrays."""
+    from numba import cuda
+
+    with pytest.raises(Exception) as numba_error:
+        dst(cuda).copy_to_device(src(cuda))
+    with pytest.raises(numba_error.type) as ours:
+        dst(sa).copy_to_device(src(sa))
+    assert str(ours.value) == str(numba_error.value)
