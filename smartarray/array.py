@@ -518,6 +518,69 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         """Record that the device copy was written, as ``mark_changed('gpu')``."""
         self.mark_changed("gpu")
 
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+        """Copy the current data into ``ary`` or a new ndarray, as a device array's method.
+
+        Code written for numba.cuda device arrays calls it; only stale bytes are downloaded.
+
+        Parameters
+        ----------
+        ary : numpy.ndarray, optional
+            Filled and returned; dtype, shape and strides must match (numba.cuda's checks).
+        stream : int or Stream, optional
+            Accepted as numba.cuda does; the copy waits for this array's own device work.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``ary``, or a new writable array (a copy: writing it changes nothing here).
+        """
+        memory._check_stream(stream)
+        if ary is not None:
+            memory._check_host_array(ary, "ary")
+            memory.check_compatibility(self._probe(), ary)
+        with self._buf.lock:
+            host = self._host_ro("copy_to_host")
+            if ary is None:
+                return np.array(host, copy=True)
+            np.copyto(ary, host)
+            return ary
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        """Overwrite this array with ``ary`` (host or device memory), as a device array's method.
+
+        numba's helpers call it (``cuda.reduce(..., res=a)`` writes its result with
+        ``res[:1].copy_to_device(partials[:1])``). numba.cuda's checks apply, in its order and
+        with its messages. Device memory is copied device to device (counted ``d2d``) and
+        recorded as a device write; host data is written to the host copy (as ``a[...] = ary``)
+        and moves to the device when a kernel next needs it.
+        """
+        stream = memory._check_stream(stream)
+        source = memory._copy_source(self, ary, "ary")
+        if source is None:
+            return
+        if not memory._is_device_array(source):
+            self[...] = source
+            return
+        buf = self._buf
+        with buf.lock:
+            if buf.stream != 0 and buf.stream is not stream:
+                buf.wait_for_device()  # earlier device work on this buffer must not overtake
+            dev = memory.device_view(
+                buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+            )
+            try:
+                dev.copy_to_device(source, stream=stream)
+            except Exception as exc:
+                # It may have written part of the bytes: where the host copy is current it
+                # keeps the values and the device bytes are recorded stale.
+                if buf.state.is_valid("host", self._lo, self._hi):
+                    buf.state.mark_changed("host", self._lo, self._hi)
+                raise TransferError(f"copy_to_device failed: {exc}") from exc
+            if stream != 0:
+                buf.stream = stream
+            self._changed("gpu", self._lo, self._hi)
+
     def is_valid(self, where: str = "host") -> bool:
         """Return whether every byte of this array is current at ``where``."""
         where = _check_where(where)

@@ -219,7 +219,7 @@ class _Counted:
         source = _copy_source(self, ary, "ary")
         if source is None:
             return  # an empty source: numba copies nothing and checks nothing
-        super().copy_to_device(source, stream=stream)  # type: ignore[misc]
+        super().copy_to_device(_as_numba_source(source), stream=stream)  # type: ignore[misc]
         direction = "d2d" if device_source else "h2d"
         _record(direction, self.alloc_size, "copy_to_device", describe(self))  # type: ignore[attr-defined]
 
@@ -352,12 +352,39 @@ def _copy_source(dst: Any, src: Any, name: str) -> Any:
         )
     if np.dtype(src.dtype) != np.dtype(dst.dtype):
         raise _DtypeMismatchError(f"incompatible dtype: {dst.dtype} vs. {src.dtype}")
-    (dst_shape, dst_strides), (src_shape, src_strides) = _squeezed(dst_core), _squeezed(src_core)
-    if src_shape != dst_shape:
-        raise ValueError(f"incompatible shape: {dst_core.shape} vs. {src_core.shape}")
-    if dst_core.size and src_strides != dst_strides:
-        raise ValueError(f"incompatible strides: {dst_core.strides} vs. {src_core.strides}")
+    _check_geometry(dst_core, src_core)
     return src
+
+
+def _as_numba_source(source: Any) -> Any:
+    """The source to hand numba's own ``copy_to_device``.
+
+    Simulator gap: its ``copy_to_device`` reads a device source through ``__array__``, which
+    for a counted array is a counted ``copy_to_host``: a d2d copy would also be counted as a
+    d2h. There it gets the ndarray the fake device array wraps (the checks were done already).
+    """
+    if SIMULATOR and _is_device_array(source) and hasattr(source, "_ary"):
+        return source._ary
+    return source
+
+
+def check_compatibility(first: Any, second: Any) -> None:
+    """numba-cuda's ``check_array_compatibility``: dtype, shape, strides, with its messages.
+
+    Length-1 dimensions are ignored; strides only matter for a non-empty array.
+    """
+    if np.dtype(first.dtype) != np.dtype(second.dtype):
+        raise _DtypeMismatchError(f"incompatible dtype: {first.dtype} vs. {second.dtype}")
+    _check_geometry(first, second)
+
+
+def _check_geometry(first: Any, second: Any) -> None:
+    (shape1, strides1), (shape2, strides2) = _squeezed(first), _squeezed(second)
+    if shape1 != shape2:
+        raise ValueError(f"incompatible shape: {first.shape} vs. {second.shape}")
+    size = int(np.prod(first.shape, dtype=np.int64))
+    if size and strides1 != strides2:
+        raise ValueError(f"incompatible strides: {first.strides} vs. {second.strides}")
 
 
 def _check_same_layout(dst: Any, src: Any, name: str) -> None:
@@ -494,7 +521,7 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
             # numba: to.copy_to_device(obj, stream=stream), with the same checks.
             source = _copy_source(to, obj, "obj")
             if source is not None:
-                _Uncounted(to).copy_to_device(source, stream=stream)
+                _Uncounted(to).copy_to_device(_as_numba_source(source), stream=stream)
                 direction = "d2d" if _is_device_array(source) else "h2d"
                 _record(direction, to.alloc_size, "to_device", describe(to))
         return to

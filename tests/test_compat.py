@@ -220,3 +220,88 @@ def test_copy_to_device_errors_are_numbas(dst, src):
     with pytest.raises(numba_error.type) as ours:
         dst(sa).copy_to_device(src(sa))
     assert str(ours.value) == str(numba_error.value)
+
+
+# -- device-array methods numba's helpers call on their arguments ------------------------------
+
+
+def test_copy_to_device_from_device_memory_records_a_device_write():
+    # What numba-cuda's reduce does with ``res=``: res[:1].copy_to_device(partials[:1]).
+    res = SmartArray(np.zeros(2))
+    partials = sa.to_device(np.array([5.0, 6.0]))
+    with sa.trace() as t:
+        res[:1].copy_to_device(partials[:1])
+        values = np.asarray(res).copy()
+    assert [(e.direction, e.nbytes) for e in t.events] == [("d2d", 8), ("d2h", 8)]
+    np.testing.assert_array_equal(values, [5.0, 0.0])
+
+
+def test_copy_to_device_from_a_strided_host_array_and_errors_as_numba():
+    a = SmartArray(np.zeros(3))
+    a.gpu()
+    a.copy_to_device(np.arange(6.0)[::2])
+    np.testing.assert_array_equal(np.asarray(a), [0.0, 2, 4])
+    b = SmartArray(np.zeros((4, 6)))
+    with pytest.raises(ValueError, match="non-contiguous"):
+        b[:, ::2].copy_to_device(np.zeros((4, 3)))
+    with pytest.raises(TypeError, match="incompatible dtype"):
+        a.copy_to_device(np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="incompatible shape"):
+        a.copy_to_device(sa.device_array(4))
+    np.testing.assert_array_equal(np.asarray(a), [0.0, 2, 4])  # nothing changed
+
+
+def test_copy_to_host_returns_a_copy_or_fills_ary():
+    a = SmartArray(np.arange(4.0), where="gpu")
+    host = a.copy_to_host()
+    assert type(host) is np.ndarray and host.flags.writeable
+    np.testing.assert_array_equal(host, np.arange(4.0))
+    host[0] = 99.0  # a copy: the SmartArray is unchanged
+    out = np.empty(4)
+    assert a.copy_to_host(out) is out
+    np.testing.assert_array_equal(out, np.arange(4.0))
+    with pytest.raises(ValueError, match="incompatible shape"):
+        a.copy_to_host(np.empty(5))
+
+
+def test_device_to_device_copies_are_counted_once():
+    d = sa.device_array(4)
+    src = sa.to_device(np.arange(4.0))
+    with sa.trace() as t:
+        d.copy_to_device(src)
+        sa.to_device(src, to=d)
+    assert [(e.direction, e.nbytes) for e in t.events] == [("d2d", 32), ("d2d", 32)]
+
+
+def test_failed_copy_to_device_leaves_nothing_stale_marked_valid(monkeypatch):
+    from smartarray import memory
+
+    a = SmartArray(np.arange(4.0))
+    a.gpu()  # current on both sides
+    base = memory._base_class(a.gpu())
+
+    def broken(self, ary, stream=0):
+        if hasattr(self, "_ary"):  # the simulator's memory: half done, garbage written
+            self._ary[...] = -1.0
+        raise RuntimeError("injected copy fault")
+
+    monkeypatch.setattr(base, "copy_to_device", broken)
+    with pytest.raises(sa.TransferError):
+        a.copy_to_device(sa.to_device(np.zeros(4)))
+    monkeypatch.undo()
+    assert a.valid_at == ("host",)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(4.0))
+    assert np.array_equal(a.gpu().copy_to_host(), np.arange(4.0))  # uploaded again
+
+
+@pytest.mark.gpu
+def test_numba_reduce_helper_accepts_smartarrays():
+    """numba-cuda's ``cuda.reduce`` (its GPU kernels; the simulator has its own host version)."""
+    from numba import cuda
+
+    total = cuda.reduce(lambda a, b: a + b)
+    a = SmartArray(np.arange(1000.0))
+    assert total(a) == np.arange(1000.0).sum()
+    res = SmartArray(np.zeros(2))
+    assert total(a, res=res) is None  # res[:1].copy_to_device(partials[:1])
+    np.testing.assert_array_equal(np.asarray(res), [np.arange(1000.0).sum(), 0.0])
