@@ -1,17 +1,17 @@
 """Explicit low-level transfers with pinned memory and a stream, counted by smartarray.
 
-Run: python examples/explicit_transfers.py [--n N]
-(with no GPU, set NUMBA_ENABLE_CUDASIM=1 first, or run it through the test suite)
+Run: python examples/explicit_transfers.py [--n N] [--steps STEPS]
+(no GPU: it restarts itself on the CUDA simulator, with small sizes, and says so;
+--help lists the options)
 """
 
 from __future__ import annotations
-
-import argparse
 
 import numpy as np
 from numba import cuda
 
 import smartarray as sa
+from smartarray._cli import Option, parse_example_args
 
 
 @cuda.jit
@@ -21,23 +21,30 @@ def scale(x, factor):
         x[i] *= factor
 
 
-def main(n: int = 1024) -> np.ndarray:
+def main(n: int = 1024, steps: int = 1) -> np.ndarray:
+    """Upload ``n`` floats once, scale them by 2 ``steps`` times on a stream, download once."""
     host = sa.pinned_array(n, dtype=np.float32)  # page-locked: fast, asynchronous copies
     host[:] = np.arange(n, dtype=np.float32)
     s = sa.stream()
     with sa.trace() as t:
         with s.auto_synchronize():
             d = sa.to_device(host, stream=s)
-            scale[(n + 127) // 128, 128, s](d, 2.0)
+            for _ in range(steps):
+                scale[(n + 127) // 128, 128, s](d, 2.0)
             d.copy_to_host(host, stream=s)
-    assert np.array_equal(host, 2 * np.arange(n, dtype=np.float32))
-    print(f"scaled {n} floats on the device; moved:")
+    assert np.array_equal(host, 2.0**steps * np.arange(n, dtype=np.float32))
+    print(f"scaled {n} floats {steps} time(s) on the device; moved:")
     for event in t.events:
         print(f"  {event.direction} {event.nbytes:>8} bytes  ({event.reason})")
     return host
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1 << 20)
-    main(parser.parse_args().n)
+    args = parse_example_args(
+        __doc__,
+        [
+            Option("n", "number of float32 elements copied", gpu=1 << 20, simulator=1024),
+            Option("steps", "kernel launches between upload and download", gpu=10, simulator=2),
+        ],
+    )
+    main(args.n, args.steps)

@@ -4,18 +4,18 @@ A kernel advances a large array every step; between steps the host overwrites a 
 elements (a boundary condition, a source term, user input). smartarray tracks the edit as a
 byte range, so the next launch uploads exactly those bytes, not the array.
 
-Run: python examples/host_edits.py [--n N] [--steps K] [--k K]
-(with no GPU, set NUMBA_ENABLE_CUDASIM=1 first, or run it through the test suite)
+Run: python examples/host_edits.py [--n N] [--steps STEPS] [--edit EDIT]
+(no GPU: it restarts itself on the CUDA simulator, with small sizes, and says so;
+--help lists the options)
 """
 
 from __future__ import annotations
-
-import argparse
 
 import numpy as np
 from numba import cuda
 
 import smartarray as sa
+from smartarray._cli import Option, parse_example_args
 
 
 @cuda.jit
@@ -55,9 +55,18 @@ def main(
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1 << 22)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--k", type=int, default=16)
-    args = parser.parse_args()
-    main(args.n, args.steps, args.k)
+    args = parse_example_args(
+        __doc__,
+        [
+            Option("n", "number of float64 elements in the array", gpu=1 << 22, simulator=512),
+            Option("steps", "kernel launches, each after one host edit", gpu=20, simulator=4),
+            Option(
+                "edit",
+                "elements the host overwrites before each launch",
+                gpu=16,
+                simulator=4,
+                aliases=("k",),
+            ),
+        ],
+    )
+    main(args.n, args.steps, args.edit)

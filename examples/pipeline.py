@@ -5,19 +5,19 @@ from ``In(x)`` into ``Out(y)`` on the device, and an ``njit`` reduction reads ``
 host. Each side finds its copy current: ``x`` goes up once a round, ``y`` comes down once a
 round, and nothing else moves (``In`` records no write, ``Out`` uploads nothing first).
 
-Run: python examples/pipeline.py [--n N] [--rounds R]
-(with no GPU, set NUMBA_ENABLE_CUDASIM=1 first, or run it through the test suite)
+Run: python examples/pipeline.py [--n N] [--steps STEPS]
+(no GPU: it restarts itself on the CUDA simulator, with small sizes, and says so;
+--help lists the options)
 """
 
 from __future__ import annotations
-
-import argparse
 
 import numba
 import numpy as np
 from numba import cuda
 
 import smartarray as sa
+from smartarray._cli import Option, parse_example_args
 
 
 @numba.njit
@@ -68,8 +68,17 @@ def main(n: int = 256, rounds: int = 3) -> tuple[list[float], sa.TransferStats]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1 << 20)
-    parser.add_argument("--rounds", type=int, default=10)
-    args = parser.parse_args()
-    main(args.n, args.rounds)
+    args = parse_example_args(
+        __doc__,
+        [
+            Option("n", "number of float64 elements", gpu=1 << 20, simulator=256),
+            Option(
+                "steps",
+                "rounds of fill (njit), square (cuda.jit) and total (njit)",
+                gpu=10,
+                simulator=3,
+                aliases=("rounds",),
+            ),
+        ],
+    )
+    main(args.n, args.steps)

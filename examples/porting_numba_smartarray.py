@@ -9,18 +9,18 @@ needed. One difference to know: a host ndarray you keep from ``host()`` is refre
 every ``gpu_changed()`` (the reference pages promise it), so holding one across launches
 costs a download each time; ask for ``host()`` when you need it instead.
 
-Run: python examples/porting_numba_smartarray.py [--n N] [--steps K]
-(with no GPU, set NUMBA_ENABLE_CUDASIM=1 first, or run it through the test suite)
+Run: python examples/porting_numba_smartarray.py [--n N] [--steps STEPS]
+(no GPU: it restarts itself on the CUDA simulator, with small sizes, and says so;
+--help lists the options)
 """
 
 from __future__ import annotations
-
-import argparse
 
 import numpy as np
 from numba import cuda
 
 from smartarray import SmartArray, TransferStats, trace  # was: from numba import SmartArray
+from smartarray._cli import Option, parse_example_args
 
 
 @cuda.jit
@@ -83,8 +83,11 @@ def main(n: int = 256, steps: int = 3) -> tuple[np.ndarray, TransferStats, Trans
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1 << 20)
-    parser.add_argument("--steps", type=int, default=10)
-    args = parser.parse_args()
+    args = parse_example_args(
+        __doc__,
+        [
+            Option("n", "number of float64 elements", gpu=1 << 20, simulator=256),
+            Option("steps", "kernel launches, each after one host edit", gpu=10, simulator=3),
+        ],
+    )
     main(args.n, args.steps)

@@ -1,18 +1,18 @@
 """Quickstart: one SmartArray used by a cuda.jit kernel, the host and an njit function.
 
-Run: python examples/quickstart.py [--n N] [--launches K]
-(with no GPU, set NUMBA_ENABLE_CUDASIM=1 first, or run it through the test suite)
+Run: python examples/quickstart.py [--n N] [--steps STEPS]
+(no GPU: it restarts itself on the CUDA simulator, with small sizes, and says so;
+--help lists the options)
 """
 
 from __future__ import annotations
-
-import argparse
 
 import numba
 import numpy as np
 from numba import cuda
 
 import smartarray as sa
+from smartarray._cli import Option, parse_example_args
 
 
 @cuda.jit
@@ -51,8 +51,17 @@ def main(n: int = 1000, launches: int = 10) -> tuple[float, sa.TransferStats]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1 << 20)
-    parser.add_argument("--launches", type=int, default=100)
-    args = parser.parse_args()
-    main(args.n, args.launches)
+    args = parse_example_args(
+        __doc__,
+        [
+            Option("n", "number of float64 elements", gpu=1 << 20, simulator=1000),
+            Option(
+                "steps",
+                "kernel launches before the host reads the result",
+                gpu=100,
+                simulator=3,
+                aliases=("launches",),
+            ),
+        ],
+    )
+    main(args.n, args.steps)

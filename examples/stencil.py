@@ -3,18 +3,18 @@
 The kernel reads ``In(u)`` and overwrites every element of ``Out(v)``, so the initial
 temperatures go up once, nothing comes back between steps, and the result comes down once.
 
-Run: python examples/stencil.py [--n N] [--steps K]
-(with no GPU, set NUMBA_ENABLE_CUDASIM=1 first, or run it through the test suite)
+Run: python examples/stencil.py [--n N] [--steps STEPS]
+(no GPU: it restarts itself on the CUDA simulator, with small sizes, and says so;
+--help lists the options)
 """
 
 from __future__ import annotations
-
-import argparse
 
 import numpy as np
 from numba import cuda
 
 import smartarray as sa
+from smartarray._cli import Option, parse_example_args
 
 ALPHA = 0.25
 
@@ -66,8 +66,11 @@ def main(n: int = 256, steps: int = 50) -> tuple[np.ndarray, sa.TransferStats]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=1 << 20)
-    parser.add_argument("--steps", type=int, default=1000)
-    args = parser.parse_args()
+    args = parse_example_args(
+        __doc__,
+        [
+            Option("n", "number of cells", gpu=1 << 20, simulator=256),
+            Option("steps", "diffusion steps (kernel launches)", gpu=1000, simulator=10),
+        ],
+    )
     main(args.n, args.steps)

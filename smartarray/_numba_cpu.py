@@ -4,7 +4,10 @@ Both Numba dispatchers (``njit``'s and numba-cuda's) type an argument that is no
 from its ``_numba_type_`` attribute, read directly by their C code. A SmartArray therefore has
 one type for both targets, :class:`SmartArrayType`: a ``types.Array`` subclass with the array
 data model (registered for the CPU and the CUDA targets), so inside compiled code it *is* an
-array and everything derived from it (slices, views) is a plain array.
+array. Views taken inside compiled code and arrays computed from it keep the type
+(``copy``, ``__array_ufunc__``, ``_allocate``, ``__allocate__`` for ``parallel=True``), so that
+what an ``njit`` function returns can be given back as SmartArrays (see "Results" below); on
+the CUDA target the type lowers exactly as an array.
 
 The two targets differ in conversions (:meth:`SmartArrayType.can_convert_to`):
 
@@ -26,6 +29,13 @@ Unboxing (:func:`_unbox_smartarray`):
 - a plain ndarray reaching a SmartArray version (numba reuses compiled versions through safe
   conversions) is unboxed as it is.
 
+Results (:func:`_box_smartarray`): numba's own array boxer builds an ndarray for the returned
+native array, then the array layer's adapter (:func:`set_result_adapter`) maps it: the
+argument's host ndarray itself back to the SmartArray argument, a view of it (numba keeps that
+ndarray as the view's ``parent``, reachable as ``ndarray.base.parent``) to a SmartArray view of
+the same base buffer, a new array to a SmartArray adopting it. Only functions returning a
+SmartArrayType value run this; arguments keep their unboxing cost.
+
 Traps handled (numba 0.68): the cleanup also runs when a later argument failed to unbox, with
 an exception pending: the exception is set aside around the hook, and ``obj._njit_abort()`` runs
 instead of ``_njit_exit()`` (for ``Out`` the enter hook skipped the download: recording a host
@@ -40,12 +50,21 @@ from __future__ import annotations
 from typing import Any
 
 from numba.core import cgutils, types
-from numba.core.extending import NativeValue, lower_cast, models, register_model, unbox
+from numba.core.extending import (
+    NativeValue,
+    box,
+    lower_cast,
+    models,
+    overload_classmethod,
+    register_model,
+    unbox,
+)
 from numba.cuda.extending import register_model as register_cuda_model
+from numba.np.arrayobj import intrin_alloc
 
 from ._numba_cuda import element_type
 
-__all__ = ["SmartArrayType", "smartarray_type"]
+__all__ = ["SmartArrayType", "set_result_adapter", "smartarray_type"]
 
 
 def _is_cuda_context(typingctx: Any) -> bool:
@@ -55,8 +74,10 @@ def _is_cuda_context(typingctx: Any) -> bool:
 class SmartArrayType(types.Array):
     """The Numba type of a SmartArray argument (``njit`` and ``cuda.jit``).
 
-    The array data model and typing of ``types.Array``; views taken inside compiled code
-    (``copy``) are plain arrays. ``aligned=False`` types a view whose elements are not all at
+    The array data model and typing of ``types.Array``. Views taken inside compiled code
+    (``copy``) and arrays computed from it (``__array_ufunc__``) keep this type, so that what
+    an ``njit`` function returns is boxed by :func:`_box_smartarray`; on the CUDA target it
+    lowers exactly as an array. ``aligned=False`` types a view whose elements are not all at
     multiples of their dtype's alignment (a field of packed records): compiled code then loads
     and stores them byte-wise, as Numba does for an unaligned ndarray (on a GPU a misaligned
     ``ld.f64`` faults).
@@ -84,6 +105,68 @@ class SmartArrayType(types.Array):
         if isinstance(other, SmartArrayType) or _is_cuda_context(typingctx):
             return super().can_convert_to(typingctx, other)
         return None
+
+    def copy(
+        self,
+        dtype: types.Type | None = None,
+        ndim: int | None = None,
+        layout: str | None = None,
+        readonly: bool | None = None,
+    ) -> SmartArrayType:
+        # numba derives the type of every view (slice, transpose, reshape, ...) through copy():
+        # keeping the subtype lets the box hook map a returned view back to its argument.
+        return SmartArrayType(
+            self.dtype if dtype is None else dtype,
+            self.ndim if ndim is None else ndim,
+            self.layout if layout is None else layout,
+            (not self.mutable) if readonly is None else readonly,
+            aligned=self.aligned,  # a view of an unaligned array is unaligned too
+        )
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *args: Any, **kwargs: Any) -> type:
+        # numba's ufunc typing calls this on the first array operand that has it and builds the
+        # result type from the class returned: new arrays computed from SmartArrays are
+        # SmartArrayType, boxed as SmartArrays (allocation: _allocate below).
+        return SmartArrayType
+
+    def __allocate__(
+        self,
+        typingctx: Any,
+        typemap: Any,
+        calltypes: Any,
+        lhs: Any,
+        size_var: Any,
+        dtype: Any,
+        scope: Any,
+        loc: Any,
+        lhs_typ: Any,
+        size_typ: Any,
+        out: list[Any],
+    ) -> list[Any]:
+        # parallel=True allocates the result of an array expression with np.empty in IR
+        # (numba.parfors.ir_utils.mk_alloc), whose compiled implementation returns a plain
+        # array: allocate a plain array, then assign it to ``lhs`` (a no-op cast, below).
+        from numba.core import ir
+        from numba.core.ir_utils import mk_unique_var
+        from numba.parfors.ir_utils import mk_alloc
+
+        plain = lhs_typ.plain()
+        if isinstance(size_typ, types.BaseTuple):
+            # mk_alloc types a variable size as one intp: hand it the dimensions one by one.
+            dims = []
+            for i in range(len(size_typ)):
+                dim = ir.Var(scope, mk_unique_var("$smartarray_dim"), loc)
+                if typemap:
+                    typemap[dim.name] = types.intp
+                out.append(ir.Assign(ir.Expr.static_getitem(size_var, i, None, loc), dim, loc))
+                dims.append(dim)
+            size_var = tuple(dims)
+        tmp = ir.Var(scope, mk_unique_var("$smartarray_alloc"), loc)
+        if typemap:
+            typemap[tmp.name] = plain
+        out.extend(mk_alloc(typingctx, typemap, calltypes, tmp, size_var, dtype, scope, loc, plain))
+        out.append(ir.Assign(tmp, lhs, loc))
+        return out
 
     def plain(self) -> types.Array:
         """The plain array type with the same dtype, rank, layout, mutability and alignment."""
@@ -180,3 +263,51 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
                         call_hook("_njit_exit")
 
     return NativeValue(builder.load(value_ptr), is_error=builder.load(error_ptr), cleanup=cleanup)
+
+
+@overload_classmethod(SmartArrayType, "_allocate", target="CPU")
+def _ol_smartarray_allocate(cls: Any, allocsize: Any, align: Any) -> Any:
+    # numba allocates the result of an array expression through ``type(result)._allocate``;
+    # it is registered for ``types.Array`` only, so the subtype delegates to the same intrinsic.
+    def impl(cls: Any, allocsize: Any, align: Any) -> Any:
+        return intrin_alloc(allocsize, align)
+
+    return impl
+
+
+def _no_adapter(ary: Any) -> Any:
+    return ary
+
+
+# The array layer's function turning a boxed ndarray back into a SmartArray (see
+# set_result_adapter); a plain function here, so the glue never imports the array layer.
+_adapter: list[Any] = [_no_adapter]
+
+
+def set_result_adapter(fn: Any) -> None:
+    """Install ``fn(ndarray) -> object``: what an njit function returning a SmartArrayType gives.
+
+    ``fn`` receives the ndarray numba's own array boxer built for the returned native array
+    (the argument's host ndarray itself, or a new ndarray whose ``.base`` is numba's MemInfo,
+    whose ``.parent`` is the argument's host ndarray for a view of it).
+    """
+    _adapter[0] = fn
+
+
+def _adapt_result(ary: Any) -> Any:
+    """Called from compiled code for every returned SmartArrayType value."""
+    return _adapter[0](ary)
+
+
+@box(SmartArrayType)
+def _box_smartarray(typ: SmartArrayType, val: Any, c: Any) -> Any:
+    pyapi = c.pyapi
+    ary = c.box(typ.plain(), val)  # numba's array boxer (consumes the native reference)
+    result_ptr = cgutils.alloca_once_value(c.builder, ary)
+    with c.builder.if_then(cgutils.is_not_null(c.builder, ary), likely=True):
+        # An environment constant (no unpickling per call; works with cache=True).
+        fn = c.env_manager.read_const(c.env_manager.add_const(_adapt_result))
+        result = pyapi.call_function_objargs(fn, [ary])
+        pyapi.decref(ary)
+        c.builder.store(result, result_ptr)
+    return c.builder.load(result_ptr)

@@ -686,6 +686,70 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         """Record that the device copy was written, as ``mark_changed('gpu')``."""
         self.mark_changed("gpu")
 
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+        """Copy the current data into ``ary`` or a new ndarray, as a device array's method.
+
+        Code written for numba.cuda device arrays calls it; only stale bytes are downloaded.
+
+        Parameters
+        ----------
+        ary : numpy.ndarray, optional
+            Filled and returned; dtype, shape and strides must match (numba.cuda's checks).
+        stream : int or Stream, optional
+            Accepted as numba.cuda does; the copy waits for this array's own device work.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``ary``, or a new writable array (a copy: writing it changes nothing here).
+        """
+        memory._check_stream(stream)
+        if ary is not None:
+            memory._check_host_array(ary, "ary")
+            memory.check_compatibility(self._probe(), ary)
+        with self._buf.lock:
+            host = self._host_ro("copy_to_host")
+            if ary is None:
+                return np.array(host, copy=True)
+            np.copyto(ary, host)
+            return ary
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        """Overwrite this array with ``ary`` (host or device memory), as a device array's method.
+
+        numba's helpers call it (``cuda.reduce(..., res=a)`` writes its result with
+        ``res[:1].copy_to_device(partials[:1])``). numba.cuda's checks apply, in its order and
+        with its messages. Device memory is copied device to device (counted ``d2d``) and
+        recorded as a device write; host data is written to the host copy (as ``a[...] = ary``)
+        and moves to the device when a kernel next needs it.
+        """
+        stream = memory._check_stream(stream)
+        source = memory._copy_source(self, ary, "ary")
+        if source is None:
+            return
+        if not memory._is_device_array(source):
+            self[...] = source
+            return
+        buf = self._buf
+        copy_stream = _streams.pending(stream)
+        with buf.lock:
+            if buf.stream != 0 and not _streams.same(buf.stream, copy_stream):
+                # Earlier device work on this buffer must not overtake: ordered on the device.
+                _streams.order(buf.stream, copy_stream)
+            dev = memory.device_view(
+                buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+            )
+            try:
+                dev.copy_to_device(source, stream=stream)
+            except Exception as exc:
+                # It may have written part of the bytes: where the host copy is current it
+                # keeps the values and the device bytes are recorded stale.
+                if buf.state.is_valid("host", self._lo, self._hi):
+                    buf.state.mark_changed("host", self._lo, self._hi)
+                raise TransferError(f"copy_to_device failed: {exc}") from exc
+            buf.stream = copy_stream  # host reads of this buffer wait for this stream
+            self._changed("gpu", self._lo, self._hi)
+
     def is_valid(self, where: str = "host") -> bool:
         """Return whether every byte of this array is current at ``where``."""
         where = _check_where(where)
@@ -894,6 +958,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             view = self._njit_view
             if view is None:
                 view = self._njit_view = self._host_view()
+                _register_njit_view(self, view)
             return view
 
     def _njit_exit_as(self, intent: str) -> None:
@@ -1145,6 +1210,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             return value in self._host_ro()
 
     def __bool__(self) -> bool:
+        # Truthy by length, as numba's device arrays and Numba's SmartArray (which define
+        # __len__ only): numba's own helpers test ``if not b:``. Reads no data. A 0-d array
+        # has no length: its value decides, as in NumPy.
+        if self._shape:
+            return self._shape[0] != 0
         with self._buf.lock:
             return bool(self._host_ro())
 
@@ -1516,6 +1586,69 @@ def _owning(ary: np.ndarray) -> SmartArray:
 
 def _rebuild(data: np.ndarray) -> SmartArray:
     return _owning(data)
+
+
+# -- njit results (see smartarray._numba_cpu: SmartArrayType's copy, __array_ufunc__, box) --
+
+# id(host ndarray handed to njit) -> the SmartArray it belongs to. numba keeps that ndarray as
+# the ``parent`` of every view taken of the argument inside compiled code; the entry lives as
+# long as the SmartArray (its ``_njit_view`` is created once).
+_njit_owners: dict[int, weakref.ref[SmartArray]] = {}
+
+
+def _register_njit_view(owner: SmartArray, view: np.ndarray) -> None:
+    key = id(view)
+
+    def forget(ref: weakref.ref[SmartArray]) -> None:
+        if _njit_owners.get(key) is ref:
+            del _njit_owners[key]
+
+    _njit_owners[key] = weakref.ref(owner, forget)
+
+
+def _njit_owner(ary: Any) -> SmartArray | None:
+    """The SmartArray whose njit host ndarray is ``ary``, if any."""
+    ref = _njit_owners.get(id(ary))
+    owner = None if ref is None else ref()
+    return owner if owner is not None and owner._njit_view is ary else None
+
+
+def _from_njit(ary: Any) -> Any:
+    """What an njit function returns for a value of SmartArrayType (numba boxed ``ary``).
+
+    - a SmartArray argument's host ndarray itself: that SmartArray;
+    - a view of it (``.base`` is numba's MemInfo whose ``parent`` is that ndarray): a
+      SmartArray view of the same base buffer at the same bytes. The function may have written
+      through it, so a host write of its bytes is recorded (they are current on the host:
+      the argument was synced before the call) unless numba typed it read-only;
+    - a new array (numba allocated it: no parent): a SmartArray adopting it, current on the
+      host only;
+    - anything else (a plain ndarray that reached a SmartArray version): as numba gives it.
+    """
+    if type(ary) is not np.ndarray:
+        return ary
+    owner = _njit_owner(ary)
+    if owner is not None:
+        return owner
+    parent = getattr(ary.base, "parent", ary)  # numba's MemInfo object has ``parent``
+    if parent is None:
+        return _owning(ary) if ary.flags.writeable else SmartArray(ary)
+    owner = _njit_owner(parent)
+    if owner is None:
+        return ary
+    offset = owner._offset + _address(ary) - _address(parent)
+    view = SmartArray._view(owner._buf, offset, ary.shape, ary.strides, ary.dtype)
+    if view._lo < 0 or view._hi > owner._buf.nbytes:
+        return ary  # cannot happen for numba's views; never record bytes outside the buffer
+    if view._offset == owner._offset and view._shape == owner._shape:
+        if view._strides == owner._strides and view._dtype == owner._dtype:
+            return owner
+    if ary.flags.writeable:
+        view._changed("host", view._lo, view._hi)
+    return view
+
+
+_numba_cpu.set_result_adapter(_from_njit)
 
 
 # -- NumPy methods ----------------------------------------------------------------------------

@@ -44,3 +44,8 @@ class CoherenceError(SmartArrayError, RuntimeError):
 
 class SmartArrayWarning(UserWarning):
     """Base class of the warnings smartarray issues (performance hints among them)."""
+
+
+class _DtypeMismatchError(SmartArrayError, TypeError, ValueError):
+    """A copy between arrays of different dtypes: numba.cuda raises ``TypeError`` there, and
+    smartarray raised ``ValueError``; both ``except`` clauses catch it."""

@@ -37,7 +37,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from .errors import RegistrationError
+from .errors import RegistrationError, _DtypeMismatchError
 from .stats import record as _record
 
 __all__ = [
@@ -162,8 +162,11 @@ def _check_host_array(ary: Any, name: str) -> np.ndarray:
     return ary
 
 
-def _host_array_from(obj: Any) -> np.ndarray | np.void:
-    """Turn ``obj`` into something numba can upload, with errors that name ``obj``."""
+def _host_array_from(obj: Any, gather: bool = False) -> np.ndarray | np.void:
+    """Turn ``obj`` into something numba can upload, with errors that name ``obj``.
+
+    ``gather=True``: a strided ``obj`` is accepted (the caller gathers it, as numba does).
+    """
     if isinstance(obj, np.void):
         _check_dtype(obj.dtype, "obj.dtype")
         return obj
@@ -178,7 +181,7 @@ def _host_array_from(obj: Any) -> np.ndarray | np.void:
         )
     if ary.dtype.kind in "US":
         raise TypeError(f"obj has string dtype {ary.dtype}; device arrays hold numbers and records")
-    if not _is_contiguous(ary):
+    if not gather and not _is_contiguous(ary):
         raise ValueError(
             "obj must be C- or F-contiguous to be copied in one transfer; "
             "pass np.ascontiguousarray(obj)"
@@ -224,16 +227,19 @@ class _Counted:
         return result
 
     def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
-        """Copy ``ary`` (host or device memory) into ``self``, on ``stream`` if given."""
+        """Copy ``ary`` (host or device memory) into ``self``, on ``stream`` if given.
+
+        Accepts what numba.cuda accepts, checked in its order (see :func:`_copy_source`): a
+        strided host array is gathered into a contiguous host copy first.
+        """
         stream = _check_stream(stream)
         device_source = _is_device_array(ary)
-        if not device_source:
-            ary = _host_array_from(ary)
-        _check_same_layout(self, ary, "ary")
-        super().copy_to_device(ary, stream=stream)  # type: ignore[misc]
-        if ary.size:
-            direction = "d2d" if device_source else "h2d"
-            _record(direction, self.alloc_size, "copy_to_device", describe(self))  # type: ignore[attr-defined]
+        source = _copy_source(self, ary, "ary")
+        if source is None:
+            return  # an empty source: numba copies nothing and checks nothing
+        super().copy_to_device(_as_numba_source(source), stream=stream)  # type: ignore[misc]
+        direction = "d2d" if device_source else "h2d"
+        _record(direction, self.alloc_size, "copy_to_device", describe(self))  # type: ignore[attr-defined]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         # A GPU copies to the host here; the simulator would alias device memory.
@@ -308,6 +314,95 @@ def _in_simulated_kernel() -> bool:
     from numba.cuda.simulator import kernel
 
     return kernel._get_kernel_context() is not None
+
+
+# numba-cuda's own messages (cudadrv/devicearray.py), so code that matches them keeps working.
+_NONCONTIGUOUS = (
+    "Array contains non-contiguous buffer and cannot be transferred as a single memory region. "
+    "Please ensure contiguous buffer with numpy .ascontiguousarray()"
+)
+
+
+def _core_probe(ary: Any) -> np.ndarray:
+    """numba's ``array_core(ary)`` geometry (broadcast dimensions dropped), reading no memory."""
+    kept = [(d, s) for d, s in zip(ary.shape, ary.strides, strict=True) if s != 0]
+    return np.lib.stride_tricks.as_strided(
+        np.zeros(1, np.dtype((np.void, max(ary.dtype.itemsize, 1)))),
+        tuple(d for d, _ in kept),
+        tuple(s for _, s in kept),
+    )
+
+
+def _squeezed(ary: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    kept = [(d, s) for d, s in zip(ary.shape, ary.strides, strict=True) if d != 1]
+    return tuple(d for d, _ in kept), tuple(s for _, s in kept)
+
+
+def _copy_source(dst: Any, src: Any, name: str) -> Any:
+    """What ``dst.copy_to_device(src)`` copies, checked as numba-cuda checks it; None: nothing.
+
+    numba-cuda's ``DeviceNDArrayBase.copy_to_device``, in its order and with its messages:
+    an empty source copies nothing; the destination's core (broadcast dimensions dropped)
+    must be contiguous; a device source's too, while a host source's core is gathered into a
+    contiguous host copy in the destination's order (no transfer); then the cores' dtype
+    (``TypeError``, also a ``ValueError``), shape and strides (``ValueError``), ignoring
+    length-1 dimensions. A structured scalar into a device record is numba's record copy.
+    """
+    device_source = _is_device_array(src)
+    if not device_source:
+        src = _host_array_from(src, gather=True)
+    if isinstance(src, np.void) or not hasattr(dst, "strides"):
+        _check_same_layout(dst, src, name)
+        return src
+    if src.size == 0:
+        return None
+    dst_core = _core_probe(dst)
+    if not (dst_core.flags.c_contiguous or dst_core.flags.f_contiguous):
+        raise ValueError(_NONCONTIGUOUS)
+    if device_source:
+        src_core = _core_probe(src)
+        if not (src_core.flags.c_contiguous or src_core.flags.f_contiguous):
+            raise ValueError(_NONCONTIGUOUS)
+    else:
+        core = src[tuple(0 if st == 0 else slice(None) for st in src.strides)]
+        src = src_core = np.array(
+            core, order="C" if dst_core.flags.c_contiguous else "F", copy=None
+        )
+    if np.dtype(src.dtype) != np.dtype(dst.dtype):
+        raise _DtypeMismatchError(f"incompatible dtype: {dst.dtype} vs. {src.dtype}")
+    _check_geometry(dst_core, src_core)
+    return src
+
+
+def _as_numba_source(source: Any) -> Any:
+    """The source to hand numba's own ``copy_to_device``.
+
+    Simulator gap: its ``copy_to_device`` reads a device source through ``__array__``, which
+    for a counted array is a counted ``copy_to_host``: a d2d copy would also be counted as a
+    d2h. There it gets the ndarray the fake device array wraps (the checks were done already).
+    """
+    if SIMULATOR and _is_device_array(source) and hasattr(source, "_ary"):
+        return source._ary
+    return source
+
+
+def check_compatibility(first: Any, second: Any) -> None:
+    """numba-cuda's ``check_array_compatibility``: dtype, shape, strides, with its messages.
+
+    Length-1 dimensions are ignored; strides only matter for a non-empty array.
+    """
+    if np.dtype(first.dtype) != np.dtype(second.dtype):
+        raise _DtypeMismatchError(f"incompatible dtype: {first.dtype} vs. {second.dtype}")
+    _check_geometry(first, second)
+
+
+def _check_geometry(first: Any, second: Any) -> None:
+    (shape1, strides1), (shape2, strides2) = _squeezed(first), _squeezed(second)
+    if shape1 != shape2:
+        raise ValueError(f"incompatible shape: {first.shape} vs. {second.shape}")
+    size = int(np.prod(first.shape, dtype=np.int64))
+    if size and strides1 != strides2:
+        raise ValueError(f"incompatible strides: {first.strides} vs. {second.strides}")
 
 
 def _check_same_layout(dst: Any, src: Any, name: str) -> None:
@@ -559,9 +654,11 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
     Raises
     ------
     TypeError
-        ``obj`` holds Python objects or strings; ``stream`` is not a stream.
+        ``obj`` holds Python objects or strings; ``stream`` is not a stream; ``to`` has
+        another dtype (as numba.cuda; the error is also a ``ValueError``).
     ValueError
-        ``obj`` is not contiguous or not array-like; ``to`` has another shape or dtype.
+        ``obj`` is not array-like, or not contiguous without ``to`` (into ``to`` a strided
+        host ``obj`` is gathered first, as numba.cuda does); ``to`` has another shape.
 
     Examples
     --------
@@ -576,10 +673,10 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
             raise TypeError(f"to must be a device array, got {type(to).__name__}")
         to = _adopt(to)
         if copy:
-            source = obj if _is_device_array(obj) else _host_array_from(obj)
-            _check_same_layout(to, source, "obj")
-            _Uncounted(to).copy_to_device(source, stream=stream)
-            if source.size:
+            # numba: to.copy_to_device(obj, stream=stream), with the same checks.
+            source = _copy_source(to, obj, "obj")
+            if source is not None:
+                _Uncounted(to).copy_to_device(_as_numba_source(source), stream=stream)
                 direction = "d2d" if _is_device_array(source) else "h2d"
                 _record(direction, to.alloc_size, "to_device", describe(to))
         return to

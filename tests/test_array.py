@@ -453,7 +453,9 @@ def test_python_protocols():
     assert [float(x) for x in a] == [1.0, 2.0]
     rows = list(SmartArray(np.arange(4).reshape(2, 2)))
     assert all(isinstance(r, SmartArray) for r in rows)
-    assert bool(SmartArray([1])) and not bool(SmartArray([0]))
+    # Truthy by length, as numba's device arrays (issue 13); a 0-d array by its value.
+    assert bool(SmartArray([0])) and bool(SmartArray([1.0, 2.0])) and not bool(SmartArray([]))
+    assert bool(SmartArray(np.float64(1))) and not bool(SmartArray(np.float64(0)))
     with pytest.raises(TypeError):
         hash(a)
     with pytest.raises(TypeError):

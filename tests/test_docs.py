@@ -117,6 +117,8 @@ def _run(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
     env = dict(os.environ)
     env.update(extra_env or {})
     env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    # This checkout's smartarray, not whichever one the interpreter has installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = subprocess.run(
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
     )
@@ -172,7 +174,7 @@ def test_example_output_shown_in_the_docs(capsys):
     module.main(n=512, steps=3, k=4)
     shown = [line.strip() for line in body.splitlines()]
     assert capsys.readouterr().out.splitlines() == shown
-    assert "python examples/host_edits.py --n 512 --steps 3 --k 4" in " ".join(
+    assert "python examples/host_edits.py --n 512 --steps 3 --edit 4" in " ".join(
         commands(DOCS / "examples.rst")
     )
 

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from smartarray.memory import SIMULATOR
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
@@ -120,12 +122,14 @@ def test_porting_numba_smartarray(capsys):
     assert "new style (kernel(a)): 3 upload(s) 528 bytes, 1 download(s) 504 bytes" in out
 
 
+# The README's example command (``--n``, ``--steps``) at sizes for the simulator, for every
+# example (test_readme_example_command_uses_the_options_of_every_example).
 SMALL_ARGS = {
-    "explicit_transfers": ["--n", "64"],
-    "host_edits": ["--n", "64", "--steps", "2", "--k", "2"],
-    "pipeline": ["--n", "64", "--rounds", "2"],
+    "explicit_transfers": ["--n", "64", "--steps", "2"],
+    "host_edits": ["--n", "64", "--steps", "2", "--edit", "2"],
+    "pipeline": ["--n", "64", "--steps", "2"],
     "porting_numba_smartarray": ["--n", "64", "--steps", "2"],
-    "quickstart": ["--n", "64", "--launches", "2"],
+    "quickstart": ["--n", "64", "--steps", "2"],
     "stencil": ["--n", "64", "--steps", "3"],
 }
 
@@ -135,6 +139,8 @@ def test_example_runs_as_a_script(name):
     """``python examples/NAME.py`` with small sizes: its command line works."""
     env = dict(os.environ)
     env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    # This checkout's smartarray, not whichever one the interpreter has installed.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), *SMALL_ARGS[name]],
         env=env,
@@ -144,3 +150,67 @@ def test_example_runs_as_a_script(name):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "bytes" in out.stdout
+
+
+def _without_simulator_env() -> dict[str, str]:
+    """The environment of a new user: nothing set, the example picks its target itself."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _readme_example_command() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    match = re.search(r"`python examples/(\w+)\.py ([^`]*)`", text)
+    assert match, "the README shows an example command with options"
+    return match.group(2).split()
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_ARGS))
+def test_example_with_no_options_picks_its_target_and_sizes(name):
+    """``python examples/NAME.py`` as a new user runs it: no GPU needed, small sizes there."""
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")],
+        env=_without_simulator_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    first, second = out.stdout.splitlines()[:2]
+    if SIMULATOR:
+        assert first == "target: CUDA simulator (no usable CUDA GPU or driver found)"
+        assert second.startswith("defaults (simulator-sized): --n ")
+    else:
+        assert first == "target: CUDA GPU"
+        assert second.startswith("defaults (GPU-sized): --n ")
+    assert "bytes" in out.stdout
+
+
+def test_readme_example_command_uses_the_options_of_every_example():
+    """The README's command works for every example: its options are in every SMALL_ARGS run."""
+    argv = _readme_example_command()
+    assert argv[0::2] == ["--n", "--steps"]
+    for name, args in SMALL_ARGS.items():
+        assert args[0::2][:2] == argv[0::2], name
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_ARGS))
+def test_every_example_option_has_a_help_text(name):
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), "--help"],
+        env=_without_simulator_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    options = re.findall(r"^  (--\w+) ", out.stdout, flags=re.M)
+    assert options[:2] == ["--n", "--steps"]
+    for entry in re.findall(r"^  --\w+.*(?:\n {6,}.*)*", out.stdout, flags=re.M):
+        text = " ".join(entry.split())  # argparse wraps help texts
+        assert "(default:" in text and "on the simulator" in text

@@ -242,6 +242,23 @@ def test_field_view_of_packed_records_is_typed_unaligned_and_njit_reads_and_writ
     np.testing.assert_array_equal(np.asarray(a["n"]), np.arange(5))  # neighbours untouched
 
 
+def test_views_taken_inside_njit_of_an_unaligned_field_stay_unaligned():
+    # numba derives a view's type with copy(): the alignment must survive it, or compiled code
+    # would use aligned 8-byte accesses on the view (a fault on a GPU, undefined on some CPUs).
+    records = np.zeros(6, PACKED)
+    records["x"] = np.arange(6) * 1.5
+    x = sa.SmartArray(records)["x"]
+    assert x._numba_type_.copy(layout="A").aligned is False
+    assert x._numba_type_.copy(ndim=1, readonly=True).aligned is False
+
+    @numba.njit
+    def tail(v):
+        return v[2:]
+
+    t = tail(x)
+    np.testing.assert_array_equal(np.asarray(t), records["x"][2:])
+
+
 def test_adopted_misaligned_host_buffer_is_typed_unaligned():
     host = np.frombuffer(bytearray(8 * 4 + 1), dtype=np.float64, offset=1)
     assert not host.flags.aligned
