@@ -14,6 +14,7 @@ from .errors import (
     TransferError,
 )
 from .hints import In, InOut, Out
+from .jit import explain, jit, njit
 from .memory import (
     deregister,
     device_array,
@@ -45,8 +46,11 @@ __all__ = [
     "deregister",
     "device_array",
     "device_array_like",
+    "explain",
+    "jit",
     "mapped",
     "mapped_array",
+    "njit",
     "pinned",
     "pinned_array",
     "register",
