@@ -211,6 +211,9 @@ _NUMPY_FRESH: dict[str, int] = {
     **{n: 3 for n in "where clip".split()},
     **{n: 99 for n in "empty zeros ones full arange linspace eye identity".split()},
 }
+_NEW_ARRAYS = frozenset(
+    "empty zeros ones full empty_like zeros_like ones_like full_like copy array arange linspace".split()
+)
 _NUMPY_VIEW = frozenset(
     (
         "asarray ascontiguousarray asfortranarray transpose reshape ravel squeeze expand_dims "
@@ -542,6 +545,8 @@ class _Analyser:
     def tuple_item(self, expr: Any) -> Any:
         """``(a, b)[0]`` with a constant index: the item itself (else None)."""
         defs = self.defs.get(expr.value.name, ())
+        if len(defs) == 1 and isinstance(defs[0], self.ir.Expr) and defs[0].op == "exhaust_iter":
+            defs = self.defs.get(defs[0].value.name, ())  # ``p, q = (a, b)``
         if not defs or not all(isinstance(d, self.ir.Expr) and d.op == "build_tuple" for d in defs):
             return None
         index = expr.index if expr.op == "static_getitem" else self.resolve_const(expr.index)
@@ -633,22 +638,35 @@ class _Analyser:
         return self.union_vars(used, NEG)
 
     def is_array(self, var: Any) -> bool:
-        """Whether ``var`` is surely an array or a record of a kernel's parameter.
+        """Whether ``var`` is surely an array (or a record): storing into it copies the value.
 
-        A CUDA kernel's parameters are arrays, scalars, records or (immutable) tuples, so a
-        value every definition of which is a parameter or indexes one (level >= 0) and that is
-        stored into is an array or a record: the store copies the value, nothing escapes.
+        True when every definition of ``var`` is a new array (``cuda.shared.array``,
+        ``numpy.empty``, ...) or, in a CUDA kernel, a parameter or something indexing one (level
+        >= 0): a kernel's parameters are arrays, scalars, records or immutable tuples, never
+        mutable containers (an ``njit`` function may take a list).
         """
-        if not self.cuda:
-            return False
         defs = self.defs.get(var.name, ())
         if not defs:
             return False
         for d in defs:
+            if self.is_new_array(d):
+                continue
+            if not self.cuda:
+                return False
             got = self.transfer(d, None, emit=False)
             if not got or min(got.values()) < 0:
                 return False
         return True
+
+    def is_new_array(self, value: Any) -> bool:
+        if not (isinstance(value, self.ir.Expr) and value.op == "call"):
+            return False
+        path = self.cuda_path(value.func)
+        if path in (("cuda", "shared", "array"), ("cuda", "local", "array")):
+            return True
+        obj = self.resolve(value.func)
+        name = getattr(obj, "__name__", None) if obj is not _UNRESOLVED else None
+        return bool(name) and name in _NEW_ARRAYS and getattr(np, name, None) is obj
 
     def write_all(self, loc: Any, reason: str) -> None:
         for i in range(self.nparams):
