@@ -212,7 +212,8 @@ _NUMPY_FRESH: dict[str, int] = {
     **{n: 99 for n in "empty zeros ones full arange linspace eye identity".split()},
 }
 _NEW_ARRAYS = frozenset(
-    "empty zeros ones full empty_like zeros_like ones_like full_like copy array arange linspace".split()
+    "empty zeros ones full empty_like zeros_like ones_like full_like copy array arange "
+    "linspace".split()
 )
 _NUMPY_VIEW = frozenset(
     (
