@@ -63,16 +63,34 @@ def _read_only(a: Any, thr: float) -> bool:
     return thr == _NEVER or (1 <= a.ndim <= thr and a.dtype.fields is None)
 
 
+# What an argument's class is to the hints: 1 SmartArray, 2 ndarray, 0 anything else (explicit
+# hints included). Cached per class: ``isinstance`` against numba's ABC-based ``ArgHint``
+# hierarchy costs a few hundred nanoseconds, a dict look-up a few tens.
+_KINDS: dict[type, int] = {}
+
+
+def _kind(cls: type) -> int:
+    kind = 1 if issubclass(cls, SmartArray) else 2 if issubclass(cls, np.ndarray) else 0
+    _KINDS[cls] = kind
+    return kind
+
+
 def _hint(a: Any, thr: float, kernel: bool) -> Any:
     """``a`` as a read-only argument, or ``None`` where it stays as it is."""
-    if isinstance(a, SmartArray):
-        if not _read_only(a, thr):
+    cls = type(a)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        kind = _kind(cls)
+    if kind == 1:
+        if thr != _NEVER and not _read_only(a, thr):
             return None
         if not kernel and a._njit_fast is not None:
             # current on the host only: the bare fast path moves nothing and records nothing
             return None
-        return _InferredIn(a)
-    if kernel and isinstance(a, np.ndarray) and a.ndim > 0 and _read_only(a, thr):
+        hint = _InferredIn.__new__(_InferredIn)  # (In's checks: ``a`` is a SmartArray)
+        hint.value = a
+        return hint
+    if kind == 2 and kernel and a.ndim > 0 and _read_only(a, thr):
         return _numba_args.In(a)
     return None
 
@@ -92,41 +110,82 @@ def _hinted_args(plan: tuple[tuple[int, str, float], ...], args: tuple, kernel: 
 
 
 class _Proxy(wrapt.ObjectProxy):
-    """Common part of the kernel and njit proxies: the cached plan."""
+    """Common part of the kernel and njit proxies.
+
+    Each proxy gets a class of its own (:func:`_new`) holding the dispatcher, the plan and the
+    last launch as *class* attributes: an attribute read on a ``wrapt`` proxy instance goes
+    through its ``__getattr__`` hook (a few hundred nanoseconds), a class attribute read
+    through ``type(self)`` costs tens.
+    """
 
     _cuda = False
-
-    def __init__(self, wrapped: Any, plan: Any = None) -> None:
-        super().__init__(wrapped)
-        self._self_plan = plan
+    _inner: Any = None  # numba's dispatcher
+    _plan: Any = None  # ((index, name, threshold), ...), computed on first use
+    _last: Any = None  # the last _Launch (kernels)
 
     @property
     def _smartarray_access(self) -> _access.Access:
         """The access analysis of the function (what :func:`explain` prints)."""
         return _access.analyse(self.__wrapped__.py_func, cuda=self._cuda)
 
-    def _self_get_plan(self) -> Any:
-        plan = self._self_plan
-        if plan is None:
-            plan = self._self_plan = _plan(self.__wrapped__.py_func, self._cuda)
-        return plan
-
     def __repr__(self) -> str:
         return f"<smartarray.{type(self).__name__[1:].lower()} of {self.__wrapped__!r}>"
 
 
-class _Launch(wrapt.ObjectProxy):
-    """A configured launch (numba's ``_LaunchConfiguration``, or the simulator's kernel)."""
+def _new(base: type, dispatcher: Any, plan: Any = None) -> Any:
+    cls = type(base.__name__, (base,), {"_inner": dispatcher, "_plan": plan, "_last": None})
+    cls.__qualname__ = base.__qualname__
+    return cls(dispatcher)
 
-    def __init__(self, wrapped: Any, plan: Any) -> None:
-        super().__init__(wrapped)
-        self._self_plan = plan
+
+def _get_plan(cls: Any) -> Any:
+    plan = cls._plan
+    if plan is None:
+        plan = cls._plan = _plan(cls._inner.py_func, cls._cuda)
+    return plan
+
+
+class _Launch:
+    """A configured launch (numba's ``_LaunchConfiguration``, or the simulator's kernel).
+
+    Calls hint the arguments, then the launch; every other attribute (``griddim``,
+    ``pre_launch_callbacks``, ...) is the configured launch's. A plain class, not a proxy:
+    creating a proxy costs more than the rest of the launch's overhead.
+    """
+
+    __slots__ = ("_inner", "_plan")
+
+    def __init__(self, inner: Any, plan: Any) -> None:
+        self._inner = inner
+        self._plan = plan
 
     def __call__(self, *args: Any) -> Any:
-        plan = self._self_plan
+        plan = self._plan
         if plan:
-            args = _hinted_args(plan, args, True)
-        return self.__wrapped__(*args)
+            out = None
+            n = len(args)
+            for i, _name, thr in plan:
+                if i >= n:
+                    break
+                a = args[i]
+                kind = _KINDS.get(type(a))
+                if kind is None:
+                    kind = _kind(type(a))
+                if kind:
+                    new = _hint(a, thr, True)
+                    if new is not None:
+                        if out is None:
+                            out = list(args)
+                        out[i] = new
+            if out is not None:
+                return self._inner(*out)
+        return self._inner(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def __repr__(self) -> str:
+        return f"<smartarray.jit launch of {self._inner!r}>"
 
 
 class _Kernel(_Proxy):
@@ -135,31 +194,40 @@ class _Kernel(_Proxy):
     _cuda = True
 
     def __getitem__(self, config: Any) -> _Launch:
-        return _Launch(self.__wrapped__[config], self._self_get_plan())
+        cls = type(self)
+        inner = cls._inner[config]
+        # numba-cuda caches configured launches (the simulator returns the kernel itself):
+        # the same one again needs no new wrapper.
+        last = cls._last
+        if last is not None and last._inner is inner:
+            return last
+        launch = cls._last = _Launch(inner, _get_plan(cls))
+        return launch
 
     def configure(self, *args: Any, **kws: Any) -> _Launch:
         """numba's ``configure``, with inferred hints (see :func:`jit`)."""
-        return _Launch(self.__wrapped__.configure(*args, **kws), self._self_get_plan())
+        return _Launch(self.__wrapped__.configure(*args, **kws), _get_plan(type(self)))
 
     def forall(self, *args: Any, **kws: Any) -> _Launch:
         """numba's ``forall``, with inferred hints (see :func:`jit`)."""
-        return _Launch(self.__wrapped__.forall(*args, **kws), self._self_get_plan())
+        return _Launch(self.__wrapped__.forall(*args, **kws), _get_plan(type(self)))
 
-    def specialize(self, *args: Any) -> _Kernel:
+    def specialize(self, *args: Any) -> Any:
         """numba's ``specialize`` (for the hinted arguments), still inferring hints."""
-        plan = self._self_get_plan()
+        plan = _get_plan(type(self))
         if plan:
             args = _hinted_args(plan, args, True)
-        return _Kernel(self.__wrapped__.specialize(*args), plan)
+        return _new(_Kernel, self.__wrapped__.specialize(*args), plan)
 
 
 class _Njit(_Proxy):
     """A ``numba.njit`` dispatcher whose calls pass never-written SmartArrays as ``In``."""
 
     def __call__(self, *args: Any, **kws: Any) -> Any:
-        plan = self._self_plan
+        cls = type(self)
+        plan = cls._plan
         if plan is None:
-            plan = self._self_get_plan()
+            plan = _get_plan(cls)
         if plan:
             args = _hinted_args(plan, args, False)
             if kws:
@@ -168,16 +236,16 @@ class _Njit(_Proxy):
                         new = _hint(kws[name], thr, False)
                         if new is not None:
                             kws[name] = new
-        return self.__wrapped__(*args, **kws)
+        return cls._inner(*args, **kws)
 
 
 def _decorate(make: Any, proxy: type, func_or_sig: Any, kws: dict[str, Any]) -> Any:
     if inspect.isfunction(func_or_sig):
-        return proxy(make(func_or_sig, **kws))
+        return _new(proxy, make(func_or_sig, **kws))
     decorator = make(func_or_sig, **kws) if func_or_sig is not None else make(**kws)
 
     def wrap(fn: Any) -> Any:
-        return proxy(decorator(fn))
+        return _new(proxy, decorator(fn))
 
     return wrap
 
