@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
 
+import smartarray as sa
 from smartarray import _access
 from smartarray._access import NEVER, analyse
 
@@ -387,6 +388,14 @@ def test_no_argument_inferred_read_only_is_written(tmp_path_factory, steps):
     for pa, a, b in zip(access.params, arrays, before, strict=True):
         if pa.read_only_for(1):
             assert np.array_equal(a, b), f"{pa.name} inferred read only but written:\n{source}"
+    # The same launch through smartarray.jit with bare SmartArrays current on both sides: a
+    # write to an argument passed as In would leave its host copy stale and differ here.
+    smart = [sa.SmartArray(b.copy()) for b in before]
+    for x in smart:
+        x.get("gpu")
+    sa.jit(fn)[1, 8](*smart)
+    for x, a in zip(smart, arrays, strict=True):
+        np.testing.assert_array_equal(np.array(x), a, err_msg=source)
 
 
 # -- the real numba.cuda target (no simulator) --------------------------------------------------
