@@ -234,6 +234,11 @@ REAL = textwrap.dedent(
     print(sa.explain(k))
     ptx, _ = cuda.compile_ptx(k.py_func, (sa.SmartArray(np.zeros(4))._numba_type_,) * 2, cc=(8, 0))
     print("ptx", len(ptx) > 0)
+    launch = k[128, 32]  # numba's _LaunchConfiguration behind the launch wrapper
+    assert launch is k[128, 32]  # numba caches it; so does the wrapper
+    assert launch.pre_launch_callbacks == [] and launch.griddim == (128, 1, 1)
+    assert k.configure(128, 32).blockdim == (32, 1, 1)
+    print("launch ok")
     """
 )
 
@@ -248,6 +253,7 @@ def test_real_target_proxy_and_typing():
     assert "out: atomic update" in out.stdout
     assert "x: read only" in out.stdout
     assert "ptx True" in out.stdout
+    assert "launch ok" in out.stdout
 
 
 def test_inferred_in_keeps_the_bare_type():
