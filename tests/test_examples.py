@@ -154,6 +154,8 @@ def test_example_runs_as_a_script(name):
     """``python examples/NAME.py`` with small sizes: its command line works."""
     env = dict(os.environ)
     env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    # the checkout under test, not whichever smartarray the environment has installed
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = subprocess.run(
         [sys.executable, str(EXAMPLES / f"{name}.py"), *SMALL_ARGS[name]],
         env=env,
