@@ -59,6 +59,9 @@ def _plan(py_func: Any, cuda: bool) -> tuple[tuple[int, str, float], ...]:
     return tuple((i, p.name, p.threshold) for i, p in enumerate(access.params) if p.threshold >= 1)
 
 
+_new_hint = _InferredIn.__new__
+
+
 def _read_only(a: Any, thr: float) -> bool:
     return thr == _NEVER or (1 <= a.ndim <= thr and a.dtype.fields is None)
 
@@ -172,7 +175,11 @@ class _Launch:
                 if kind is None:
                     kind = _kind(type(a))
                 if kind:
-                    new = _hint(a, thr, True)
+                    if kind == 1 and thr == _NEVER:  # the common case, inlined
+                        new = _new_hint(_InferredIn)
+                        new.value = a
+                    else:
+                        new = _hint(a, thr, True)
                     if new is not None:
                         if out is None:
                             out = list(args)
