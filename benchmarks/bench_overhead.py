@@ -217,7 +217,7 @@ def jit_launch(quick: bool = False) -> dict[str, float]:
     def annotated(k: Any, a: tuple) -> None:
         k[1, 32](a[0], sa.In(a[1]), sa.In(a[2]))
 
-    out: dict[str, float] = {}
+    calls = {}
     for key, kernel, make, launch in (
         ("jit_launch_plain_smartarray_ns", plain, smart, bare),
         ("jit_launch_annotated_smartarray_ns", plain, smart, annotated),
@@ -228,9 +228,16 @@ def jit_launch(quick: bool = False) -> dict[str, float]:
         args = (make(), make(), make())
         for _ in range(3):  # reach the steady state of a loop of launches
             launch(kernel, args)
-        before = sa.stats()
-        out[key] = _ns(lambda k=kernel, a=args, f=launch: f(k, a), number, repeat)
-        assert sa.stats() == before, "a launch of current arguments moved bytes"
+        calls[key] = lambda k=kernel, a=args, f=launch: f(k, a)
+    # Rounds interleave the variants, each figure the best round: differences of a few
+    # hundred nanoseconds survive a machine shared with other work.
+    before = sa.stats()
+    out = dict.fromkeys(calls, float("inf"))
+    rounds = repeat * 5
+    for _ in range(rounds):
+        for key, fn in calls.items():
+            out[key] = min(out[key], _ns(fn, max(number // rounds, 200), 1))
+    assert sa.stats() == before, "a launch of current arguments moved bytes"
     out["jit_launch_overhead_ns"] = (
         out["jit_launch_inferred_smartarray_ns"] - out["jit_launch_annotated_smartarray_ns"]
     )
