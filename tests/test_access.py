@@ -444,3 +444,62 @@ def test_same_inference_on_the_real_cuda_target():
 
 def test_module_constants():
     assert _access.NEG < -1000 and NEVER == float("inf")
+
+
+# -- soundness: generated njit functions ------------------------------------------------------
+
+NJIT_STATEMENTS = [
+    "{p}[0] = {q}[1]",
+    "v = {p}[1:]\n    v[0] = 2.0",
+    "t = ({p}, {q})\n    t[{k}][2] = 3.0",
+    "{p} += 1.0",
+    "acc = {p}[0]\n    acc += 1.0\n    {q}[0] = acc",
+    "lst = [{p}]\n    lst[0][3] = 4.0",
+    "{p}.fill(5.0)",
+    "{q}[1] = {p}.sum() + {p}.mean()",
+    "np.add({p}, 1.0, {q})",
+    "w = {p}.T\n    w[4] = 1.0",
+    "njit_write({p})",
+    "{q}[5] = njit_read({p})",
+    "for j in range({p}.size):\n        {q}[j] = {q}[j] + {p}[j]",
+]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, len(NJIT_STATEMENTS) - 1),
+            st.integers(0, 2),
+            st.integers(0, 2),
+            st.integers(0, 1),
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_no_njit_argument_inferred_read_only_is_written(tmp_path_factory, steps):
+    tmp = tmp_path_factory.mktemp("gen")
+    names = "abc"
+    body = [NJIT_STATEMENTS[s].format(p=names[p], q=names[q], k=k) for s, p, q, k in steps]
+    source = (
+        "import numpy as np\n"
+        "from test_access import njit_write, njit_read\n\n"
+        "def kern(a, b, c):\n    " + "\n    ".join(body) + "\n"
+    )
+    fn = _load(tmp, source)
+    access = analyse(fn, cuda=False)
+    arrays = [np.linspace(0.0, 1.0, 8) + j for j in range(3)]
+    before = [a.copy() for a in arrays]
+    numba.njit(fn)(*arrays)
+    for pa, a, b in zip(access.params, arrays, before, strict=True):
+        if pa.read_only_for(1):
+            assert np.array_equal(a, b), f"{pa.name} inferred read only but written:\n{source}"
+    # through smartarray.njit with SmartArrays current on both sides: a host write to an
+    # argument passed as In would leave its device copy recorded current but stale
+    smart = [sa.SmartArray(b.copy()) for b in before]
+    for x in smart:
+        x.get("gpu")
+    sa.njit(fn)(*smart)
+    for x, a in zip(smart, arrays, strict=True):
+        np.testing.assert_array_equal(x.get("gpu").copy_to_host(), a, err_msg=source)

@@ -127,6 +127,10 @@ def test_proxy_reaches_numbas_dispatcher():
     out, x = sa.SmartArray(np.zeros(4)), sa.SmartArray(np.arange(4.0))
     spec[1, 4](out, x)
     assert x.is_valid("host")
+    out2 = sa.SmartArray(np.zeros(4))
+    scaled[1, 4, 0, 0](out2, x)  # griddim, blockdim, stream, sharedmem
+    np.testing.assert_array_equal(np.array(out2), 2.0 * np.arange(4.0))
+    assert x.is_valid("host")
     fa = sa.SmartArray(np.zeros(4))
     scaled.forall(4)(fa, x)
     np.testing.assert_array_equal(np.array(fa), 2.0 * np.arange(4.0))
