@@ -12,6 +12,11 @@
   array. On the CUDA simulator these are simulator figures (its ``In`` is simpler than a
   GPU's); issue 5's target is at most 1 us over numba's.
 
+- ``smartarray.jit`` launch: the per-launch cost of the inferred hints (the proxy, the plan
+  look-up, wrapping read-only SmartArrays in ``In``) over a plain dispatcher, around a stand-in
+  dispatcher that prepares arguments as numba does (no GPU needed); issue 15's goal is under
+  1 us per launch.
+
 Run as a script (``python benchmarks/bench_overhead.py [--quick]``) or call :func:`run`.
 Each figure is the minimum over repeats of the mean time per call, in nanoseconds.
 """
@@ -145,9 +150,106 @@ def launch_preparation(quick: bool = False) -> dict[str, float]:
     return out
 
 
+def _stub_body(out: Any, x: Any, y: Any) -> None:  # pragma: no cover - analysed, never run
+    out[0] = x[0] + y[0]
+
+
+def _arg_hint() -> type:
+    from numba.cuda.args import ArgHint  # after the CUDA target was chosen
+
+    return ArgHint
+
+
+class _StubLaunch:
+    """What a launch does with its arguments, minus the GPU: each ``ArgHint`` prepared, then
+    the post-launch callbacks run (numba-cuda's dispatcher does this around every launch)."""
+
+    def __call__(self, *args: Any) -> None:
+        retr: list[Any] = []
+        for a in args:
+            if isinstance(a, _arg_hint()):
+                a.to_device(retr, 0)
+        for callback in retr:
+            callback()
+
+
+class _StubDispatcher:
+    """A ``cuda.jit`` dispatcher stand-in: ``[grid, block]`` gives :class:`_StubLaunch`."""
+
+    py_func = staticmethod(_stub_body)
+    _launch = _StubLaunch()
+
+    def __getitem__(self, config: Any) -> _StubLaunch:
+        return self._launch
+
+
+def jit_launch(quick: bool = False) -> dict[str, float]:
+    """Nanoseconds per launch of ``smartarray.jit`` over a plain ``cuda.jit`` dispatcher.
+
+    Both wrap the same stand-in dispatcher (argument preparation and callbacks as numba runs
+    them, no GPU), launched as ``k[1, 32](out, x, y)`` where ``x`` and ``y`` are read only,
+    in the steady state of a loop of launches (everything current on the device):
+
+    - ``jit_launch_plain_smartarray_ns``: bare SmartArrays to a plain kernel (``x``, ``y`` end
+      up current on the device only: the host pays a download to read them);
+    - ``jit_launch_annotated_smartarray_ns``: the plain kernel with ``sa.In(x), sa.In(y)``
+      written by hand;
+    - ``jit_launch_inferred_smartarray_ns``: bare SmartArrays to ``smartarray.jit``;
+    - ``jit_launch_overhead_ns``: inferred minus annotated: what the inference costs a launch;
+    - ``jit_launch_*_device_array_ns``: device arrays, to which no hint applies (the proxy and
+      the per-launch look-up alone), plain and inferred, and their difference.
+    """
+    import smartarray as sa
+    from smartarray.jit import _Kernel, _new
+
+    plain, inferred = _StubDispatcher(), _new(_Kernel, _StubDispatcher())
+    number, repeat = (5_000, 3) if quick else (50_000, 7)
+
+    def smart() -> Any:
+        return sa.SmartArray(np.zeros(1024))
+
+    def device() -> Any:
+        return sa.to_device(np.zeros(1024))
+
+    def bare(k: Any, a: tuple) -> None:
+        k[1, 32](*a)
+
+    def annotated(k: Any, a: tuple) -> None:
+        k[1, 32](a[0], sa.In(a[1]), sa.In(a[2]))
+
+    calls = {}
+    for key, kernel, make, launch in (
+        ("jit_launch_plain_smartarray_ns", plain, smart, bare),
+        ("jit_launch_annotated_smartarray_ns", plain, smart, annotated),
+        ("jit_launch_inferred_smartarray_ns", inferred, smart, bare),
+        ("jit_launch_plain_device_array_ns", plain, device, bare),
+        ("jit_launch_inferred_device_array_ns", inferred, device, bare),
+    ):
+        args = (make(), make(), make())
+        for _ in range(3):  # reach the steady state of a loop of launches
+            launch(kernel, args)
+        calls[key] = lambda k=kernel, a=args, f=launch: f(k, a)
+    # Rounds interleave the variants, each figure the best round: differences of a few
+    # hundred nanoseconds survive a machine shared with other work.
+    before = sa.stats()
+    out = dict.fromkeys(calls, float("inf"))
+    rounds = repeat * 5
+    for _ in range(rounds):
+        for key, fn in calls.items():
+            out[key] = min(out[key], _ns(fn, max(number // rounds, 200), 1))
+    assert sa.stats() == before, "a launch of current arguments moved bytes"
+    out["jit_launch_overhead_ns"] = (
+        out["jit_launch_inferred_smartarray_ns"] - out["jit_launch_annotated_smartarray_ns"]
+    )
+    out["jit_launch_overhead_device_array_ns"] = (
+        out["jit_launch_inferred_device_array_ns"] - out["jit_launch_plain_device_array_ns"]
+    )
+    return out
+
+
 def run(quick: bool = False) -> dict[str, float]:
-    """All overhead figures: ``njit_*`` and ``launch_prep_*`` (units in the key names)."""
-    return {**njit_call(quick), **launch_preparation(quick)}
+    """All overhead figures: ``njit_*``, ``launch_prep_*``, ``jit_launch_*`` (units in names)."""
+    return {**njit_call(quick), **launch_preparation(quick), **jit_launch(quick)}
 
 
 def main(argv: list[str] | None = None) -> None:

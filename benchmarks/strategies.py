@@ -1,6 +1,6 @@
 """The transfer strategies the benchmark suite compares smartarray with.
 
-Four strategies run every workload of :mod:`workloads`:
+Six strategies run every workload of :mod:`workloads`:
 
 - ``auto``: NumPy arrays passed straight to kernels. numba wraps each in
   ``numba.cuda.args.InOut`` and copies the whole array in before and out after every launch;
@@ -11,7 +11,12 @@ Four strategies run every workload of :mod:`workloads`:
 - ``whole_array_flags``: :class:`FlagArray`, a rebuild of Numba's removed experimental
   ``SmartArray``: one valid flag per copy, whole-array copies, and the device copy marked
   changed after every launch;
-- ``smartarray``: :class:`smartarray.SmartArray`.
+- ``smartarray``: :class:`smartarray.SmartArray`, with ``In`` / ``Out`` hints where an
+  expert would write them;
+- ``smartarray_no_hints``: SmartArrays passed bare to the plain ``numba.cuda.jit`` kernels
+  (what annotation-free code costs: every read-only input is recorded as written);
+- ``smartarray_jit``: SmartArrays passed bare to the same kernels through
+  :func:`smartarray.jit` / :func:`smartarray.njit`, which infer the ``In`` hints.
 
 Every copy of every strategy goes through :mod:`smartarray.memory`, so one counting method
 (:func:`smartarray.trace`) measures them all. Import this module only after the CUDA target
@@ -33,7 +38,14 @@ from smartarray._demo import NumbaAutoCopy
 __all__ = ["STRATEGIES", "FlagArray", "NumbaAutoCopy"]
 
 #: The strategy keys, in table order (the JSON layout of issue 6 uses these names).
-STRATEGIES = ("auto", "hand", "whole_array_flags", "smartarray")
+STRATEGIES = (
+    "auto",
+    "hand",
+    "whole_array_flags",
+    "smartarray",
+    "smartarray_no_hints",
+    "smartarray_jit",
+)
 
 
 class FlagArray(_numba_args.ArgHint):

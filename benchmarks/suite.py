@@ -1,8 +1,8 @@
 """The benchmark suite behind ``python -m smartarray bench``.
 
-Runs every workload of :mod:`workloads` under the four strategies of :mod:`strategies`, counts
+Runs every workload of :mod:`workloads` under every strategy of :mod:`strategies`, counts
 the bytes and copies each moved with :func:`smartarray.trace` (every strategy copies through
-smartarray's counted primitives), times them, checks that the four results agree, and adds
+smartarray's counted primitives), times them, checks that the results agree, and adds
 the overhead micro-benchmarks (:mod:`bench_coherence`, :mod:`bench_overhead`).
 
 JSON layout (:func:`run` returns it; other tools read it)::
@@ -11,7 +11,8 @@ JSON layout (:func:`run` returns it; other tools read it)::
       "target": "...", "simulator": bool, "quick": bool,
       "workloads": [
         {"name": str, "description": str, "results_agree": bool,
-         "strategies": {"auto" | "hand" | "whole_array_flags" | "smartarray":
+         "strategies": {"auto" | "hand" | "whole_array_flags" | "smartarray"
+                        | "smartarray_no_hints" | "smartarray_jit":
                             {"bytes": int, "transfers": int, "seconds": float}},
          "ratios": {"smartarray_over_hand_bytes": float, ...}},
         ...
@@ -77,6 +78,12 @@ def run_workloads(quick: bool = False, progress: bool = False) -> list[dict[str,
                     "smartarray_over_auto_bytes": _ratio(smart["bytes"], auto["bytes"]),
                     "smartarray_over_hand_seconds": _ratio(smart["seconds"], hand["seconds"]),
                     "smartarray_over_auto_seconds": _ratio(smart["seconds"], auto["seconds"]),
+                    "smartarray_no_hints_over_hand_bytes": _ratio(
+                        figures["smartarray_no_hints"]["bytes"], hand["bytes"]
+                    ),
+                    "smartarray_jit_over_hand_bytes": _ratio(
+                        figures["smartarray_jit"]["bytes"], hand["bytes"]
+                    ),
                 },
             }
         )
@@ -155,6 +162,16 @@ def format_report(report: dict[str, Any]) -> str:
             f"   vs auto: bytes {r['smartarray_over_auto_bytes']:.3f}"
             f"   seconds/hand {r['smartarray_over_hand_seconds']:.2f}"
         )
+    out += [
+        "",
+        "without hints, bytes / hand: plain cuda.jit, then smartarray.jit (inferred In):",
+    ]
+    for w in report["workloads"]:
+        r = w["ratios"]
+        out.append(
+            f"  {w['name']:26s} plain {r['smartarray_no_hints_over_hand_bytes']:.2f}"
+            f"   smartarray.jit {r['smartarray_jit_over_hand_bytes']:.2f}"
+        )
     o = report["overhead"]
     floor = o["njit_noop_floor_ns"]
     out += [
@@ -178,6 +195,15 @@ def format_report(report: dict[str, Any]) -> str:
         f"  SmartArray.to_device + callbacks   {o['launch_prep_smartarray_ns']:10.0f}",
         f"  numba In(devary).to_device         {o['launch_prep_device_array_ns']:10.0f}",
         f"  overhead                           {o['launch_prep_overhead_ns']:10.0f}",
+        "",
+        f"smartarray.jit launch, k[1, 32](out, x, y), stand-in dispatcher (ns/launch){sim}:",
+        f"  plain cuda.jit, bare SmartArrays   {o['jit_launch_plain_smartarray_ns']:10.0f}",
+        f"  plain cuda.jit, sa.In(x), sa.In(y) {o['jit_launch_annotated_smartarray_ns']:10.0f}",
+        f"  smartarray.jit, bare SmartArrays   {o['jit_launch_inferred_smartarray_ns']:10.0f}",
+        f"  inference overhead (vs annotated)  {o['jit_launch_overhead_ns']:10.0f}",
+        f"  device arrays: plain / jit / extra {o['jit_launch_plain_device_array_ns']:6.0f} /"
+        f" {o['jit_launch_inferred_device_array_ns']:6.0f} /"
+        f" {o['jit_launch_overhead_device_array_ns']:6.0f}",
         "",
         "coherence state machine (ns/call):",
     ]

@@ -1,4 +1,4 @@
-"""The benchmark workloads, each written four ways (one per strategy of :mod:`strategies`).
+"""The benchmark workloads, each written once per strategy of :mod:`strategies`.
 
 Every workload is a subclass of :class:`Workload` with one method per strategy
 (``auto``, ``hand``, ``whole_array_flags``, ``smartarray``); each method runs the whole
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numba
@@ -75,6 +76,20 @@ def _launch(kernel: Any, *args: Any) -> None:
     kernel[GRID, BLOCK](*args)
 
 
+#: The kernels and the njit function above, as written (plain ``numba.cuda.jit`` / ``njit``).
+PLAIN = SimpleNamespace(
+    relax=relax, accumulate=accumulate, transform=transform, lookup=lookup, prepare=prepare
+)
+#: The same code through ``smartarray.jit`` / ``smartarray.njit``: inferred ``In`` hints.
+INFERRED = SimpleNamespace(
+    relax=sa.jit(relax.py_func),
+    accumulate=sa.jit(accumulate.py_func),
+    transform=sa.jit(transform.py_func),
+    lookup=sa.jit(lookup.py_func),
+    prepare=sa.njit(prepare.py_func, cache=False),
+)
+
+
 # -- workloads ------------------------------------------------------------------------------
 
 
@@ -127,6 +142,18 @@ class Workload:
     def smartarray(self, p: Params, progress: Callable[[int, int], None]) -> np.ndarray:
         raise NotImplementedError
 
+    def smartarray_no_hints(self, p: Params, progress: Callable[[int, int], None]) -> np.ndarray:
+        """SmartArrays passed bare (no ``In`` / ``Out``) to the plain ``cuda.jit`` kernels."""
+        return self.bare(p, progress, PLAIN)
+
+    def smartarray_jit(self, p: Params, progress: Callable[[int, int], None]) -> np.ndarray:
+        """SmartArrays passed bare to the same kernels through ``smartarray.jit`` / ``njit``."""
+        return self.bare(p, progress, INFERRED)
+
+    def bare(self, p: Params, progress: Callable[[int, int], None], k: Any) -> np.ndarray:
+        """The ``smartarray`` strategy with no hints, with the kernels of ``k``."""
+        raise NotImplementedError
+
 
 def _start(n: int) -> np.ndarray:
     return np.linspace(0.0, 1.0, n)
@@ -161,6 +188,13 @@ class IterativeLoop(Workload):
         a = sa.SmartArray(_start(p.n))
         for s in range(p.steps):
             _launch(relax, a)
+            progress(s + 1, p.steps)
+        return np.array(a)
+
+    def bare(self, p, progress, k):
+        a = sa.SmartArray(_start(p.n))
+        for s in range(p.steps):
+            _launch(k.relax, a)
             progress(s + 1, p.steps)
         return np.array(a)
 
@@ -210,6 +244,16 @@ class ReadOnlyInputs(Workload):
         check = 0.0
         for s in range(p.steps):
             _launch(accumulate, out, sa.In(x), sa.In(y))
+            check += float(x[s % p.n]) + float(y[-1])
+            progress(s + 1, p.steps)
+        return np.append(np.array(out), check)
+
+    def bare(self, p, progress, k):
+        x, y = (sa.SmartArray(v) for v in self._inputs(p.n))
+        out = sa.SmartArray(np.zeros(p.n))
+        check = 0.0
+        for s in range(p.steps):
+            _launch(k.accumulate, out, x, y)
             check += float(x[s % p.n]) + float(y[-1])
             progress(s + 1, p.steps)
         return np.append(np.array(out), check)
@@ -265,6 +309,15 @@ class PartialHostUpdates(Workload):
             progress(s + 1, p.steps)
         return np.array(a)
 
+    def bare(self, p, progress, k):
+        a = sa.SmartArray(_start(p.n))
+        for s in range(p.steps):
+            lo, new = self._window(p, s)
+            a[lo : lo + p.k] = new
+            _launch(k.relax, a)
+            progress(s + 1, p.steps)
+        return np.array(a)
+
 
 class NjitCudaHostPipeline(Workload):
     name = "njit_cuda_host_pipeline"
@@ -315,6 +368,17 @@ class NjitCudaHostPipeline(Workload):
             progress(s + 1, p.steps)
         return np.append(np.array(y), total)
 
+    def bare(self, p, progress, k):
+        x = sa.SmartArray(shape=p.n, dtype=np.float64)
+        y = sa.SmartArray(shape=p.n, dtype=np.float64)
+        total = 0.0
+        for s in range(p.steps):
+            k.prepare(x, 0.1 * s)
+            _launch(k.transform, y, x)
+            total += float(y.sum())
+            progress(s + 1, p.steps)
+        return np.append(np.array(y), total)
+
 
 class HostPhase(Workload):
     name = "host_numpy_phase"
@@ -357,6 +421,15 @@ class HostPhase(Workload):
             if s == half:
                 a[:q] = np.tanh(a[:q] - 1.5)
             _launch(relax, a)
+            progress(s + 1, p.steps)
+        return np.array(a)
+
+    def bare(self, p, progress, k):
+        a, q, half = sa.SmartArray(_start(p.n)), p.n // 4, p.steps // 2
+        for s in range(p.steps):
+            if s == half:
+                a[:q] = np.tanh(a[:q] - 1.5)
+            _launch(k.relax, a)
             progress(s + 1, p.steps)
         return np.array(a)
 
@@ -415,6 +488,16 @@ class LargeRarelyTouched(Workload):
             if touch:
                 table[touch[0] : touch[0] + p.k] = touch[1]
             _launch(lookup, small, table)  # no intent hint: smartarray works it out
+            progress(s + 1, p.steps)
+        return np.array(small)
+
+    def bare(self, p, progress, k):
+        small, table = sa.SmartArray(_start(p.n)), sa.SmartArray(self._table(p))
+        for s in range(p.steps):
+            touch = self._touch(p, s)
+            if touch:
+                table[touch[0] : touch[0] + p.k] = touch[1]
+            _launch(k.lookup, small, table)
             progress(s + 1, p.steps)
         return np.array(small)
 

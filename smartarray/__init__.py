@@ -22,6 +22,7 @@ from .errors import (
     TransferError,
 )
 from .hints import In, InOut, Out
+from .jit import explain, jit, njit
 from .memory import (
     deregister,
     device_array,
@@ -58,8 +59,11 @@ __all__ = [
     "deregister",
     "device_array",
     "device_array_like",
+    "explain",
+    "jit",
     "mapped",
     "mapped_array",
+    "njit",
     "pinned",
     "pinned_array",
     "register",

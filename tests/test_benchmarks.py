@@ -7,20 +7,27 @@ issue's acceptance criterion (smartarray moves no more bytes than hand-optimal t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _targets import real_target_env
 
 import smartarray as sa
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
-STRATEGIES = ("auto", "hand", "whole_array_flags", "smartarray")
+STRATEGIES = (
+    "auto",
+    "hand",
+    "whole_array_flags",
+    "smartarray",
+    "smartarray_no_hints",
+    "smartarray_jit",
+)
 WORKLOADS = (
     "iterative_loop",
     "read_only_inputs",
@@ -34,11 +41,7 @@ WORKLOADS = (
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory):
     path = tmp_path_factory.mktemp("bench") / "figures.json"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     out = subprocess.run(
         [sys.executable, "-m", "smartarray", "bench", "--quick", "--json", str(path)],
         env=env,
@@ -68,6 +71,11 @@ def test_bench_json_layout(bench):
         "launch_prep_smartarray_ns",
         "launch_prep_device_array_ns",
         "coherence_fast_path_ns",
+        "jit_launch_plain_smartarray_ns",
+        "jit_launch_annotated_smartarray_ns",
+        "jit_launch_inferred_smartarray_ns",
+        "jit_launch_overhead_ns",
+        "jit_launch_overhead_device_array_ns",
     ):
         assert isinstance(overhead[key], float), key
     assert all(k.endswith(("_ns", "_ratio")) for k in overhead)
@@ -93,11 +101,32 @@ def test_bench_host_syncs_per_launch_in_strict_mode(bench):
     assert "host synchronisations per launch" in out.stdout
 
 
+def test_bench_smartarray_jit_without_hints_moves_hand_optimal_bytes(bench):
+    _, report = bench
+    for w in report["workloads"]:
+        s = w["strategies"]
+        assert s["smartarray_jit"]["bytes"] == s["hand"]["bytes"], w["name"]
+        assert s["smartarray_jit"]["bytes"] <= s["smartarray_no_hints"]["bytes"], w["name"]
+        assert w["ratios"]["smartarray_jit_over_hand_bytes"] == 1.0
+    by_name = {w["name"]: w["strategies"] for w in report["workloads"]}
+    # annotation-free plain cuda.jit re-downloads what the host reads after each launch
+    for name in ("read_only_inputs", "njit_cuda_host_pipeline"):
+        s = by_name[name]
+        assert s["smartarray_no_hints"]["bytes"] > s["hand"]["bytes"], name
+
+
 def test_bench_table_on_the_terminal(bench):
     out, _ = bench
     for name in WORKLOADS:
         assert name in out.stdout
-    for label in ("SmartArray (coherent)", "floor", "launch preparation", "coherence"):
+    for label in (
+        "SmartArray (coherent)",
+        "floor",
+        "launch preparation",
+        "coherence",
+        "smartarray.jit launch",
+        "without hints",
+    ):
         assert label in out.stdout
     assert "Traceback" not in out.stderr
 

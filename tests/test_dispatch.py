@@ -14,12 +14,12 @@ property, and objects exporting ``__cuda_array_interface__`` (CuPy's, PyTorch's 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
+from _targets import real_target_env
 
 SCRIPT = textwrap.dedent(
     """
@@ -123,11 +123,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def dispatch() -> dict:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _targets import real_target_env
 
 from smartarray.memory import SIMULATOR
 
@@ -51,6 +52,7 @@ def test_every_example_is_tested():
     tested = {
         "explicit_transfers",
         "host_edits",
+        "inferred_access",
         "pipeline",
         "porting_numba_smartarray",
         "quickstart",
@@ -80,6 +82,23 @@ def test_stencil(capsys):
     assert (moved.h2d_count, moved.h2d_bytes) == (1, 512)  # u once; Out(v) is never uploaded
     assert (moved.d2h_count, moved.d2h_bytes) == (1, 512)  # the result once
     assert "1 upload(s), 512 bytes up; 1 download(s), 512 bytes down" in capsys.readouterr().out
+
+
+def test_inferred_access(capsys):
+    result, plain, inferred = load("inferred_access").main(n=256, steps=3)
+    assert result.shape == (256,)
+    nbytes = 256 * 8
+    # every array up once either way
+    assert (plain.h2d_count, plain.h2d_bytes) == (3, 3 * nbytes)
+    assert (inferred.h2d_count, inferred.h2d_bytes) == (3, 3 * nbytes)
+    # plain cuda.jit: both inputs come back for each host look, then the result
+    assert (plain.d2h_count, plain.d2h_bytes) == (7, 7 * nbytes)
+    # smartarray.jit: the inputs stay current on the host; only the result comes down
+    assert (inferred.d2h_count, inferred.d2h_bytes) == (1, nbytes)
+    out = capsys.readouterr().out
+    assert "coef: read only" in out and "rhs: read only" in out
+    assert "state: written at line" in out
+    assert "smartarray.jit  3 upload(s), 6144 bytes up; 1 download(s), 2048 bytes down" in out
 
 
 def test_host_edits_upload_only_the_edited_bytes(capsys):
@@ -127,6 +146,7 @@ def test_porting_numba_smartarray(capsys):
 SMALL_ARGS = {
     "explicit_transfers": ["--n", "64", "--steps", "2"],
     "host_edits": ["--n", "64", "--steps", "2", "--edit", "2"],
+    "inferred_access": ["--n", "64", "--steps", "2"],
     "pipeline": ["--n", "64", "--steps", "2"],
     "porting_numba_smartarray": ["--n", "64", "--steps", "2"],
     "quickstart": ["--n", "64", "--steps", "2"],
@@ -154,11 +174,7 @@ def test_example_runs_as_a_script(name):
 
 def _without_simulator_env() -> dict[str, str]:
     """The environment of a new user: nothing set, the example picks its target itself."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-import os
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
 import pytest
+from _targets import real_target_env
 from numba import cuda
 
 import smartarray as sa
@@ -455,11 +455,7 @@ def test_mapped_array_bind_shares_the_memory():
 
 def _run_real_target(script: str) -> str:
     """Run ``script`` with the real numba.cuda (no simulator, no GPU needed); return stdout."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
     )

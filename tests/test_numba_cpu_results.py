@@ -15,6 +15,7 @@ import textwrap
 import numba
 import numpy as np
 import pytest
+from _targets import real_target_env
 from numba import cuda
 
 import smartarray as sa
@@ -262,11 +263,7 @@ CUDA_SCRIPT = textwrap.dedent(
 
 
 def test_cuda_target_still_compiles_views_of_smartarrays():
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
     run = subprocess.run(
         [sys.executable, "-c", CUDA_SCRIPT], env=env, capture_output=True, text=True, timeout=300

@@ -7,7 +7,6 @@ tests marked ``gpu``.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import threading
 
 import numpy as np
 import pytest
+from _targets import real_target_env
 from numba import cuda
 
 import smartarray as sa
@@ -402,11 +402,7 @@ PTX_SCRIPT = textwrap.dedent(
 
 def test_kernels_taking_smartarrays_compile_to_ptx_for_a_real_gpu():
     # The real target: neither the simulator nor strict mode (which selects the simulator).
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     out = subprocess.run(
         [sys.executable, "-c", PTX_SCRIPT], env=env, capture_output=True, text=True, timeout=600
     )
@@ -416,11 +412,7 @@ def test_kernels_taking_smartarrays_compile_to_ptx_for_a_real_gpu():
 
 def _run_real_target(script: str) -> str:
     """Run ``script`` with the real numba.cuda (no simulator, no GPU needed); return stdout."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     out = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600
     )

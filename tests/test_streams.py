@@ -13,12 +13,12 @@ for the default stream, a fresh object per launch configuration).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from _targets import real_target_env
 from numba import cuda
 
 import smartarray as sa
@@ -224,11 +224,7 @@ print("RESULT " + json.dumps({
 
 def test_the_streams_numba_cudas_real_dispatcher_passes_are_recognised():
     # Real numba-cuda (no simulator), no GPU needed: a launch configuration's stream.
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
-    }
+    env = real_target_env()
     out = subprocess.run(
         [sys.executable, "-c", REAL_STREAMS], env=env, capture_output=True, text=True, timeout=600
     )

@@ -1,0 +1,17 @@
+"""The environment of a child process that must run on numba-cuda's real target.
+
+Without a GPU, numba-cuda's real (non-simulator) code still types, compiles to PTX and
+dispatches: tests check those paths in a child process, which must not inherit the
+simulator's switch nor strict mode's (which selects the simulator itself).
+"""
+
+from __future__ import annotations
+
+import os
+
+_SIMULATOR_SWITCHES = ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+
+
+def real_target_env() -> dict[str, str]:
+    """``os.environ`` without the switches that would put the child on the simulator."""
+    return {k: v for k, v in os.environ.items() if k not in _SIMULATOR_SWITCHES}
