@@ -12,7 +12,9 @@ from .errors import (
     SmartArrayError,
     SmartArrayWarning,
     TransferError,
+    TransferGuardError,
 )
+from .guard import transfer_guard
 from .hints import In, InOut, Out
 from .memory import (
     deregister,
@@ -26,7 +28,15 @@ from .memory import (
     stream,
     to_device,
 )
-from .stats import Trace, TransferEvent, TransferStats, reset_stats, stats, trace
+from .stats import (
+    Trace,
+    TransferEvent,
+    TransferStats,
+    enable_nvtx,
+    reset_stats,
+    stats,
+    trace,
+)
 
 __all__ = [
     "CoherenceError",
@@ -40,11 +50,13 @@ __all__ = [
     "Trace",
     "TransferError",
     "TransferEvent",
+    "TransferGuardError",
     "TransferStats",
     "__version__",
     "deregister",
     "device_array",
     "device_array_like",
+    "enable_nvtx",
     "mapped",
     "mapped_array",
     "pinned",
@@ -55,4 +67,5 @@ __all__ = [
     "stream",
     "to_device",
     "trace",
+    "transfer_guard",
 ]

@@ -25,6 +25,7 @@ Choices made here (see ``DESIGN.md``):
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import threading
 import weakref
@@ -36,7 +37,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
-from . import _numba_cpu, _numba_cuda, memory
+from . import _numba_cpu, _numba_cuda, guard, memory
 from ._numba_cuda import IN, INOUT, OUT
 from .coherence import BufferState
 from .errors import CoherenceError, TransferError
@@ -91,6 +92,16 @@ def _is_basic_index(key: Any) -> bool:
     return True
 
 
+# Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
+_names = itertools.count()
+
+
+def _check_name(name: Any) -> str | None:
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    return name
+
+
 class _Buffer:
     """The shared base buffer: validity state, lazily allocated copies, exported views."""
 
@@ -104,9 +115,13 @@ class _Buffer:
         "pinned",
         "stream",
         "fast_views",
+        "name",
     )
 
-    def __init__(self, nbytes: int, valid_at: str | None, pinned: bool) -> None:
+    def __init__(
+        self, nbytes: int, valid_at: str | None, pinned: bool, name: str | None = None
+    ) -> None:
+        self.name = f"a{next(_names)}" if name is None else name
         self.nbytes = nbytes
         self.state = BufferState(nbytes, ("host", "gpu"), valid_at=valid_at)
         self.lock = threading.RLock()
@@ -181,6 +196,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         Where the first copy lives. ``'gpu'`` uploads ``obj`` at once.
     pinned : bool, optional
         Keep the host copy in page-locked memory.
+    name : str, optional
+        The name transfer events, summaries and guard errors show for this array (and its
+        views). Default: a short automatic name, ``'a0'``, ``'a1'``, ...
 
     Raises
     ------
@@ -229,8 +247,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         order: str | None = None,
         where: str = "host",
         pinned: bool = False,
+        name: str | None = None,
     ) -> None:
         where = _check_where(where)
+        name = _check_name(name)
         if order not in _ORDERS:
             raise ValueError(f"order must be None, 'C', 'F', 'A' or 'K', got {order!r}")
         dt = None if dtype is None else _check_dtype(self._dtype_of(dtype))
@@ -241,7 +261,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             dt = np.dtype(np.float64) if dt is None else dt
             strides = _contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
             nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
-            self._init(_Buffer(nbytes, None, bool(pinned)), 0, dims, strides, dt)
+            self._init(_Buffer(nbytes, None, bool(pinned), name), 0, dims, strides, dt)
             return
         if isinstance(obj, SmartArray):
             obj = obj._host_ro()
@@ -271,7 +291,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             ary = np.ascontiguousarray(ary)
         layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
         strides = _contiguous_strides(ary.shape, ary.dtype.itemsize, layout)
-        buf = _Buffer(ary.nbytes, "host" if (where == "host" or adopt) else "gpu", bool(pinned))
+        valid_at = "host" if (where == "host" or adopt) else "gpu"
+        buf = _Buffer(ary.nbytes, valid_at, bool(pinned), name)
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
         if adopt:
             buf.host_bytes = raw
@@ -360,7 +381,18 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         return self._hi - self._lo == self.size * self._dtype.itemsize
 
     def _desc(self) -> str:
-        return memory.describe(self)
+        return self._buf.name
+
+    @property
+    def name(self) -> str:
+        """str: the array's name in transfer events (shared by its views; assignable)."""
+        return self._buf.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"name must be a str, got {type(value).__name__}")
+        self._buf.name = value
 
     # -- core operations ----------------------------------------------------------------------
 
@@ -381,6 +413,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     def _copy(self, plan: Any, reason: str, stream: Any) -> None:
         """Perform the copies of a plan on ``stream``; TransferError if one fails."""
         buf = self._buf
+        if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
+            for c in plan.copies:
+                direction = "h2d" if c.target == "gpu" else "d2h"
+                guard.check(direction, c.stop - c.start, reason, buf.name)
         host = buf.ensure_host()
         dev = buf.ensure_device()
         downloads = False
@@ -590,6 +626,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                         self._copy(plan, "device use", stream)
                         buf.state.apply(plan)
                 record = intent != IN
+                if record and buf.exports and guard.armed():
+                    self._guard_refresh(lo, hi)
             if stream != 0:
                 buf.stream = stream  # host reads of this buffer wait for this stream
             devary = self._device_view
@@ -601,6 +639,17 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             if record:
                 retr.append(self._after_launch)
             return arg
+
+    def _guard_refresh(self, lo: int, hi: int) -> None:
+        """Ask the guard, before a launch, about the refresh of held host arrays after it.
+
+        The refresh runs in the dispatcher's post-launch callbacks, where a refusal would
+        stop the callbacks of the other arguments (leaving their writes unrecorded).
+        """
+        for ref, elo, ehi in self._buf.exports:
+            a, b = max(lo, elo), min(hi, ehi)
+            if ref() is not None and a < b:
+                guard.check("d2h", b - a, "eager refresh of an exported view", self._buf.name)
 
     def _after_launch(self) -> None:
         """Record the kernel's write (the dispatcher runs this right after the launch)."""

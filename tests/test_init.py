@@ -16,11 +16,13 @@ PUBLIC = [
     "Trace",
     "TransferError",
     "TransferEvent",
+    "TransferGuardError",
     "TransferStats",
     "__version__",
     "deregister",
     "device_array",
     "device_array_like",
+    "enable_nvtx",
     "mapped",
     "mapped_array",
     "pinned",
@@ -31,6 +33,7 @@ PUBLIC = [
     "stream",
     "to_device",
     "trace",
+    "transfer_guard",
 ]
 
 
@@ -50,6 +53,7 @@ def test_errors_subclass_what_users_catch():
     assert issubclass(sa.RegistrationError, ValueError)
     assert issubclass(sa.TransferError, RuntimeError)
     assert issubclass(sa.CoherenceError, RuntimeError)
-    for cls in (sa.RegistrationError, sa.TransferError, sa.CoherenceError):
+    assert issubclass(sa.TransferGuardError, RuntimeError)
+    for cls in (sa.RegistrationError, sa.TransferError, sa.CoherenceError, sa.TransferGuardError):
         assert issubclass(cls, sa.SmartArrayError)
     assert issubclass(sa.SmartArrayWarning, UserWarning)
