@@ -175,12 +175,13 @@ class Trace:
         Examples
         --------
         >>> import numpy as np, smartarray as sa
+        >>> x = sa.SmartArray(np.zeros(4), name="x")
         >>> with sa.trace() as t:
-        ...     d = sa.to_device(np.zeros(4))
-        >>> print(t.summary())  # doctest: +NORMALIZE_WHITESPACE
-        array       reason     line  h2d      d2h      d2d
-        float64[4]  to_device        1 x 32 B
-        total                        1 x 32 B
+        ...     d = x.gpu()
+        >>> print(t.summary())  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+        array  reason        line  h2d       d2h  d2d
+        x      explicit get  ...   1 x 32 B
+        total                      1 x 32 B
         """
         from ._report import summary
 
