@@ -8,6 +8,7 @@ from ._version import __version__
 from .array import SmartArray
 from .errors import (
     CoherenceError,
+    PerformanceWarning,
     RegistrationError,
     SmartArrayError,
     SmartArrayWarning,
@@ -43,6 +44,7 @@ __all__ = [
     "In",
     "InOut",
     "Out",
+    "PerformanceWarning",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",

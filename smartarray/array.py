@@ -37,7 +37,7 @@ import numpy as np
 from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
-from . import _numba_cpu, _numba_cuda, guard, memory
+from . import _numba_cpu, _numba_cuda, _perf, guard, memory
 from ._numba_cuda import IN, INOUT, OUT
 from .coherence import BufferState
 from .errors import CoherenceError, TransferError
@@ -116,12 +116,14 @@ class _Buffer:
         "stream",
         "fast_views",
         "name",
+        "perf",
     )
 
     def __init__(
         self, nbytes: int, valid_at: str | None, pinned: bool, name: str | None = None
     ) -> None:
         self.name = f"a{next(_names)}" if name is None else name
+        self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
         self.nbytes = nbytes
         self.state = BufferState(nbytes, ("host", "gpu"), valid_at=valid_at)
         self.lock = threading.RLock()
@@ -420,6 +422,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         host = buf.ensure_host()
         dev = buf.ensure_device()
         downloads = False
+        snaps = _perf.before_copy(buf, plan, host) if buf.perf is not None else None
         try:
             for c in plan.copies:
                 direction = "h2d" if c.target == "gpu" else "d2h"
@@ -437,11 +440,15 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             raise TransferError(
                 f"copying to the host or device copy failed ({reason}): {exc}"
             ) from exc
+        if snaps:
+            _perf.after_copy(buf, snaps, host)
 
     def _changed(self, where: str, lo: int, hi: int) -> None:
         """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
         buf = self._buf
         with buf.lock:
+            if where == "host" and buf.perf is not None:
+                buf.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
             if buf.state.is_exclusive(where, lo, hi):
                 # Current there only (a kernel writing the same array again): nothing else to
                 # make stale, and no held host array to refresh (it would be current).
@@ -455,6 +462,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             buf.state.apply(plan)
             if where == "gpu" and lo < hi:
                 live = []
+                refreshed = 0
                 for ref, elo, ehi in buf.exports:
                     if ref() is None:
                         continue
@@ -462,7 +470,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                     a, b = max(lo, elo), min(hi, ehi)
                     if a < b:
                         self._sync("host", a, b, "eager refresh of an exported view")
+                        refreshed += b - a
                 buf.exports = live
+                if refreshed:
+                    _perf.refreshed(buf, refreshed)
 
     def _host_view(self) -> np.ndarray:
         """The writable host view (no sync; host memory allocated)."""
@@ -476,6 +487,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         with self._buf.lock:
             self._sync("host", self._lo, self._hi, reason)
             view = self._host_view()
+            if self._buf.perf is not None and self._buf.perf.pending:
+                _perf.emit(self._buf)  # after the read is complete and recorded
         view.flags.writeable = False
         return view
 
@@ -545,6 +558,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                     f"get({where!r}) before writing through it, then mark_changed({where!r})"
                 )
             self._changed(where, self._lo, self._hi)
+            if where == "host":
+                _perf.host_marked(self._buf, self._lo, self._hi)
 
     def host_changed(self) -> None:
         """Record that the host copy was written, as ``mark_changed('host')``."""
@@ -607,6 +622,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             return _numba_cuda.launch_argument(self._device_view, retr, stream)
         lo, hi = self._lo, self._hi
         with buf.lock:
+            if buf.perf is not None and buf.perf.pending:
+                _perf.emit(buf)  # before anything moves for this launch
             if buf.stream != 0 and buf.stream is not stream:
                 # Work on this buffer is queued on another stream: finish it first, or this
                 # launch could overtake it.
@@ -625,6 +642,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                     if plan:
                         self._copy(plan, "device use", stream)
                         buf.state.apply(plan)
+                    if buf.perf is not None:
+                        _perf.uploaded(buf, plan.nbytes if plan else 0, lo, hi)
                 record = intent != IN
                 if record and buf.exports and guard.armed():
                     self._guard_refresh(lo, hi)
@@ -655,6 +674,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         """Record the kernel's write (the dispatcher runs this right after the launch)."""
         buf = self._buf
         with buf.lock:
+            if self._hi - self._lo >= _perf.MIN_BYTES:
+                host_current = buf.state.is_valid("host", self._lo, self._hi)
+                _perf.launched(buf, self._lo, self._hi, host_current)
             self._changed("gpu", self._lo, self._hi)
             if buf.state.is_exclusive("gpu", self._lo, self._hi):
                 self._gpu_only_at = buf.state.version

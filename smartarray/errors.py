@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "CoherenceError",
+    "PerformanceWarning",
     "RegistrationError",
     "SmartArrayError",
     "SmartArrayWarning",
@@ -73,3 +74,11 @@ class TransferGuardError(SmartArrayError, RuntimeError):
         self.nbytes = nbytes
         self.reason = reason
         self.line = line
+
+
+class PerformanceWarning(SmartArrayWarning):
+    """A pattern that moves far more bytes than the program needs; the message names the fix.
+
+    Issued once per array and cause. Silence it with
+    ``warnings.filterwarnings("ignore", category=smartarray.PerformanceWarning)``.
+    """

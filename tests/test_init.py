@@ -9,6 +9,7 @@ PUBLIC = [
     "In",
     "InOut",
     "Out",
+    "PerformanceWarning",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",
@@ -57,3 +58,4 @@ def test_errors_subclass_what_users_catch():
     for cls in (sa.RegistrationError, sa.TransferError, sa.CoherenceError, sa.TransferGuardError):
         assert issubclass(cls, sa.SmartArrayError)
     assert issubclass(sa.SmartArrayWarning, UserWarning)
+    assert issubclass(sa.PerformanceWarning, sa.SmartArrayWarning)
