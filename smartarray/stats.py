@@ -209,6 +209,33 @@ class Trace:
         }
         return json.dumps(document, **kwargs)
 
+    def plot(self, path: str | os.PathLike[str] | None = None, title: str = "transfers") -> Any:
+        """Draw the events as a timeline: a host lane and a device lane, one bar per copy.
+
+        A copy is drawn in the lane of its destination (``d2h`` on the host lane, ``h2d``
+        and ``d2d`` on the device lane), from when it was issued, coloured and labelled by
+        array and reason. Needs matplotlib (``pip install 'smartarray[plot]'``).
+
+        Parameters
+        ----------
+        path : str or path-like, optional
+            Where to save the picture; the extension picks the format (``.png``, ``.svg``).
+        title : str, optional
+            The panel's title.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Raises
+        ------
+        ImportError
+            matplotlib is not installed.
+        """
+        from ._plot import plot_timelines
+
+        return plot_timelines({title: self.events}, path)
+
 
 _lock = threading.Lock()
 _totals = dict.fromkeys(_FIELDS, 0)
