@@ -303,6 +303,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
         if where == "gpu":
+            if ary.nbytes:
+                guard.check("h2d", ary.nbytes, "construction", buf.name)  # before anything moves
             dev = buf.ensure_device()
             try:
                 memory.copy_range("h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc())

@@ -137,10 +137,11 @@ def check(direction: str, nbytes: int, reason: str, array: str) -> bool:
             + (f" at {line}" if line else "")
             + "; "
             + (
-                "make the data current beforehand outside the guarded block, or pass "
-                "In/Out hints so it need not move"
+                "move the data explicitly before the block (a.get('gpu'), a.get('host'), "
+                f"to_device, copy_to_host are allowed), or allow it there with "
+                f"transfer_guard('allow', direction={direction!r})"
                 if not explicit
-                else "use mode 'disallow' to allow explicit transfers"
+                else "mode 'disallow' allows explicit transfers"
             ),
             array,
             direction,

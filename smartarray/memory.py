@@ -877,6 +877,11 @@ def copy_range(
         Where the copy is enqueued.
     reason, array : str
         Shown in trace events.
+
+    Raises
+    ------
+    TransferGuardError
+        The transfer guard refuses the copy; nothing was copied.
     """
     if stop <= start:
         return

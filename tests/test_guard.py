@@ -221,3 +221,29 @@ def test_environment_variable_guards_a_whole_run():
 def test_an_unarmed_guard_costs_one_check():
     assert not guard_module.armed()
     assert guard_module.check("h2d", 8, "device use", "x") is False
+
+
+def test_njit_argument_construction_and_device_element_access_are_guarded():
+    import numba
+
+    @numba.njit
+    def total(x):
+        return x.sum()
+
+    a = sa.SmartArray(np.arange(4.0), name="njit_arg")
+    d = a.gpu()
+    d[0] = 9.0
+    a.gpu_changed()
+    with sa.transfer_guard("disallow"):
+        with pytest.raises(sa.TransferGuardError, match="njit argument"):
+            total(a)
+        dev = sa.to_device(np.arange(3.0))  # explicit
+        with pytest.raises(sa.TransferGuardError, match="element read"):
+            dev[1]
+        with pytest.raises(sa.TransferGuardError, match="element write"):
+            dev[1] = 7.0
+    assert a.valid_at == ("gpu",) and float(total(a)) == 15.0
+    np.testing.assert_array_equal(dev.copy_to_host(), [0.0, 1.0, 2.0])
+    with sa.transfer_guard("disallow_explicit"):
+        with pytest.raises(sa.TransferGuardError, match="construction"):
+            sa.SmartArray(np.zeros(3), where="gpu")
