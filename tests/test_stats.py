@@ -257,3 +257,22 @@ def test_enable_nvtx_without_the_package_raises_import_error(monkeypatch):
     with pytest.raises(ImportError):
         sa.enable_nvtx()
     assert sa.enable_nvtx(False) is False
+
+
+def test_smartarray_nvtx_environment_variable_switches_ranges_on(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    (tmp_path / "nvtx.py").write_text(
+        "def push_range(message):\n    print('push', message)\ndef pop_range():\n    print('pop')\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    code = "import numpy as np, smartarray as sa\nsa.to_device(np.zeros(2))\n"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", SMARTARRAY_NVTX="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(root)])
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["push h2d 16 B float64[2] (to_device) <string>:2", "pop"]
