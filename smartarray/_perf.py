@@ -150,7 +150,7 @@ def uploaded(buf: Any, nbytes: int, lo: int, hi: int) -> None:
 
 
 def launched(buf: Any, lo: int, hi: int, host_was_current: bool) -> None:
-    """A kernel that may write bytes ``[lo, hi)`` ran; the host had them current before."""
+    """A kernel is about to take bytes ``[lo, hi)`` as ``InOut``; is the host current?"""
     if hi - lo < MIN_BYTES:
         return
     perf = _perf(buf)

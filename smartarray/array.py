@@ -649,6 +649,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 record = intent != IN
                 if record and buf.exports and guard.armed():
                     self._guard_refresh(lo, hi)
+                if intent == INOUT and hi - lo >= _perf.MIN_BYTES:  # may the kernel only read?
+                    _perf.launched(buf, lo, hi, buf.state.is_valid("host", lo, hi))
             if stream != 0:
                 buf.stream = stream  # host reads of this buffer wait for this stream
             devary = self._device_view
@@ -676,9 +678,6 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         """Record the kernel's write (the dispatcher runs this right after the launch)."""
         buf = self._buf
         with buf.lock:
-            if self._hi - self._lo >= _perf.MIN_BYTES:
-                host_current = buf.state.is_valid("host", self._lo, self._hi)
-                _perf.launched(buf, self._lo, self._hi, host_current)
             self._changed("gpu", self._lo, self._hi)
             if buf.state.is_exclusive("gpu", self._lo, self._hi):
                 self._gpu_only_at = buf.state.version

@@ -112,9 +112,17 @@ def test_argument_copied_back_unchanged_warns_once_naming_in():
     np.testing.assert_array_equal(np.asarray(x), np.ones(N))
 
 
-def test_in_hint_or_a_writing_kernel_does_not_warn_of_copy_back():
+@cuda.jit
+def _zero(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 0.0
+
+
+def test_in_hint_out_hint_or_a_writing_kernel_does_not_warn_of_copy_back():
     x = sa.SmartArray(np.ones(N), name="hinted_in")
     y = sa.SmartArray(np.ones(N), name="really_written")
+    z = sa.SmartArray(np.zeros(N), name="out_same_values")
     out = sa.SmartArray(np.zeros(1))
 
     def loop():
@@ -123,6 +131,8 @@ def test_in_hint_or_a_writing_kernel_does_not_warn_of_copy_back():
             x.sum()
             _inc[4, 256](y)
             y.sum()
+            _zero[4, 256](sa.Out(z))  # writes, though the values do not change
+            z.sum()
 
     assert _caught(loop) == []
     assert float(y[0]) == 6.0
