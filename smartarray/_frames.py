@@ -15,11 +15,15 @@ __all__ = ["user_frame"]
 _LIBRARY_PREFIXES = ("smartarray", "numba", "numba_cuda", "numpy", "wrapt", "contextlib")
 
 
+_DOTTED = tuple(prefix + "." for prefix in _LIBRARY_PREFIXES)
+_verdicts: dict[str, bool] = {}  # module name -> library or not (a handful of names)
+
+
 def _is_library(module: str) -> bool:
-    for prefix in _LIBRARY_PREFIXES:
-        if module == prefix or module.startswith(prefix + "."):
-            return True
-    return False
+    verdict = _verdicts.get(module)
+    if verdict is None:
+        verdict = _verdicts[module] = module in _LIBRARY_PREFIXES or module.startswith(_DOTTED)
+    return verdict
 
 
 def user_frame(skip: int = 1) -> tuple[str, int]:
@@ -40,7 +44,7 @@ def user_frame(skip: int = 1) -> tuple[str, int]:
     except ValueError:
         return "", 0
     while frame is not None:
-        module = frame.f_globals.get("__name__", "")
+        module = frame.f_globals.get("__name__")
         if not isinstance(module, str) or not _is_library(module):
             return frame.f_code.co_filename, frame.f_lineno
         frame = frame.f_back

@@ -283,7 +283,7 @@ def begin(direction: str, nbytes: int, reason: str, array: str = "") -> _Began |
     TransferGuardError
         The transfer guard refuses the copy; nothing was issued.
     """
-    log = guard.check(direction, nbytes, reason, array)
+    log = guard.armed() and guard.check(direction, nbytes, reason, array)
     if not (log or _traces or _nvtx is not None or logger.isEnabledFor(logging.DEBUG)):
         return None
     file, lineno = _frames.user_frame(1)
