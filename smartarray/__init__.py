@@ -16,11 +16,14 @@ from ._version import __version__
 from .array import SmartArray
 from .errors import (
     CoherenceError,
+    PerformanceWarning,
     RegistrationError,
     SmartArrayError,
     SmartArrayWarning,
     TransferError,
+    TransferGuardError,
 )
+from .guard import transfer_guard
 from .hints import In, InOut, Out
 from .jit import explain, jit, njit
 from .memory import (
@@ -35,7 +38,15 @@ from .memory import (
     stream,
     to_device,
 )
-from .stats import Trace, TransferEvent, TransferStats, reset_stats, stats, trace
+from .stats import (
+    Trace,
+    TransferEvent,
+    TransferStats,
+    enable_nvtx,
+    reset_stats,
+    stats,
+    trace,
+)
 
 if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
     from .testing import _enable_from_environment
@@ -47,6 +58,7 @@ __all__ = [
     "In",
     "InOut",
     "Out",
+    "PerformanceWarning",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",
@@ -54,11 +66,13 @@ __all__ = [
     "Trace",
     "TransferError",
     "TransferEvent",
+    "TransferGuardError",
     "TransferStats",
     "__version__",
     "deregister",
     "device_array",
     "device_array_like",
+    "enable_nvtx",
     "explain",
     "jit",
     "mapped",
@@ -72,4 +86,5 @@ __all__ = [
     "stream",
     "to_device",
     "trace",
+    "transfer_guard",
 ]

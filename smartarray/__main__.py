@@ -198,8 +198,20 @@ def _run_info(target: str) -> int:
 def _run_demo(args: argparse.Namespace, target: str) -> int:
     from smartarray import _demo
 
-    report = _demo.run(size=args.size, steps=args.steps, every=args.every, progress=True)
+    traces: dict[str, Any] | None = {} if args.plot is not None else None
+    report = _demo.run(
+        size=args.size, steps=args.steps, every=args.every, progress=True, traces=traces
+    )
     report = {"target": target, **report}
+    if traces is not None:
+        try:
+            _demo.plot(traces, args.plot)
+        except ImportError as exc:
+            print(f"smartarray: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:
+            print(f"smartarray: cannot write {args.plot}: {exc}", file=sys.stderr)
+            return 1
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -213,6 +225,8 @@ def _run_demo(args: argparse.Namespace, target: str) -> int:
             f"results agree (np.allclose): {verdict} "
             f"(largest difference {report['max_difference']:.3g})"
         )
+        if args.plot is not None:
+            print(f"timelines drawn in {args.plot}")
     if not report["results_agree"]:
         print("smartarray: the three strategies computed different results", file=sys.stderr)
         return 1
@@ -270,6 +284,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="set the boundary rows on the host every E steps (default 10)",
     )
     demo.add_argument("--json", action="store_true", help="print the figures as JSON")
+    demo.add_argument(
+        "--plot",
+        type=Path,
+        metavar="PATH",
+        help="draw the three strategies' transfer timelines side by side into PATH "
+        "(e.g. out.png; needs matplotlib)",
+    )
     bench = commands.add_parser(
         "bench",
         help="the benchmark suite (needs a source checkout's benchmarks/ folder)",

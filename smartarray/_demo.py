@@ -42,6 +42,7 @@ __all__ = [
     "StrategyResult",
     "heat_step",
     "measure",
+    "plot",
     "run",
     "format_table",
     "table",
@@ -117,15 +118,27 @@ class StrategyResult:
         Number of copies.
     seconds : float
         Wall time of the whole run, copies included.
+    h2d_bytes, d2h_bytes : int
+        Of ``bytes``, those uploaded (host to device) and downloaded (device to host).
     """
 
     bytes: int
     transfers: int
     seconds: float
+    h2d_bytes: int = 0
+    d2h_bytes: int = 0
 
 
-def measure(fn: Callable[[], Any]) -> tuple[Any, StrategyResult]:
+def measure(
+    fn: Callable[[], Any], traces: list[sa.Trace] | None = None
+) -> tuple[Any, StrategyResult]:
     """Run ``fn()`` and count the copies it made (:func:`smartarray.trace`) and its wall time.
+
+    Parameters
+    ----------
+    fn : callable
+    traces : list, optional
+        The :class:`~smartarray.Trace` of the run is appended to it.
 
     Returns
     -------
@@ -137,7 +150,12 @@ def measure(fn: Callable[[], Any]) -> tuple[Any, StrategyResult]:
         value = fn()
         seconds = time.perf_counter() - start
     totals = recorded.stats
-    return value, StrategyResult(totals.nbytes, totals.count, seconds)
+    if traces is not None:
+        traces.append(recorded)
+    result = StrategyResult(
+        totals.nbytes, totals.count, seconds, totals.h2d_bytes, totals.d2h_bytes
+    )
+    return value, result
 
 
 class Progress:
@@ -236,8 +254,8 @@ def run_smartarray(
     size: int, steps: int, every: int, progress: ProgressFn | None = None
 ) -> np.ndarray:
     """SmartArrays: the host writes rows by indexing; only stale bytes move."""
-    u = sa.SmartArray(_initial(size))
-    v = sa.SmartArray(shape=(size, size), dtype=np.float64)
+    u = sa.SmartArray(_initial(size), name="grid A")
+    v = sa.SmartArray(shape=(size, size), dtype=np.float64, name="grid B")
     for s in range(steps):
         if s % every == 0:
             u[0, :] = _top(s, size)
@@ -261,6 +279,7 @@ def run(
     steps: int = 100,
     every: int = 10,
     progress: bool = True,
+    traces: dict[str, sa.Trace] | None = None,
 ) -> dict[str, Any]:
     """Run the demo workload under the three strategies and compare them.
 
@@ -274,6 +293,8 @@ def run(
         The host updates the boundary rows every ``every`` steps.
     progress : bool
         Show a progress line on stderr for runs longer than a second.
+    traces : dict, optional
+        Filled with each strategy's :class:`~smartarray.Trace` (for :func:`plot`).
 
     Returns
     -------
@@ -281,7 +302,7 @@ def run(
         ``workload`` (a description), ``size``, ``steps``, ``boundary_every``,
         ``results_agree`` (bool: ``np.allclose`` of the three final grids), ``max_difference``
         and ``strategies``: ``auto``, ``hand``, ``smartarray`` each mapped to
-        ``{"label", "bytes", "transfers", "seconds"}``.
+        ``{"label", "bytes", "transfers", "seconds", "h2d_bytes", "d2h_bytes"}``.
     """
     if size < 3:
         raise ValueError(f"size must be at least 3, got {size}")
@@ -295,7 +316,10 @@ def run(
     figures: dict[str, dict[str, Any]] = {}
     for key, (label, fn) in STRATEGIES.items():
         bar = Progress(f"demo {key}") if progress else None
-        final, result = measure(lambda fn=fn, bar=bar: fn(size, steps, every, bar))
+        recorded: list[sa.Trace] = []
+        final, result = measure(lambda fn=fn, bar=bar: fn(size, steps, every, bar), recorded)
+        if traces is not None:
+            traces[key] = recorded[0]
         if bar is not None:
             bar.close()
         results[key] = final
@@ -317,15 +341,35 @@ def run(
     }
 
 
+def plot(traces: dict[str, sa.Trace], path: Any) -> Any:
+    """Draw the strategies' timelines side by side (host and device lanes) into ``path``."""
+    from ._plot import plot_timelines
+
+    panels = {f"{key}: {len(t.events)} transfers": t.events for key, t in traces.items()}
+    return plot_timelines(panels, path)
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The demo's figures as a terminal table."""
-    rows = [("strategy", "transfers", "bytes moved", "wall time", "bytes vs hand")]
+    rows = [
+        (
+            "strategy",
+            "transfers",
+            "uploaded (h2d)",
+            "downloaded (d2h)",
+            "bytes moved",
+            "wall time",
+            "bytes vs hand",
+        )
+    ]
     hand = report["strategies"]["hand"]["bytes"] or 1
     for key, fig in report["strategies"].items():
         rows.append(
             (
                 f"{key}: {fig['label']}",
                 f"{fig['transfers']:,}",
+                f"{fig['h2d_bytes']:,}",
+                f"{fig['d2h_bytes']:,}",
                 f"{fig['bytes']:,}",
                 f"{fig['seconds']:.3f} s",
                 f"{fig['bytes'] / hand:.2f}x",

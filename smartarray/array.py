@@ -27,6 +27,7 @@ Choices made here (see ``DESIGN.md``):
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 import threading
@@ -40,7 +41,7 @@ from numpy.lib.array_utils import normalize_axis_index
 from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
-from . import _numba_cpu, _numba_cuda, _streams, memory
+from . import _numba_cpu, _numba_cuda, _perf, _streams, guard, memory
 from ._numba_cuda import IN, INOUT, OUT
 from .coherence import BufferState, IntervalSet
 from .errors import CoherenceError, TransferError
@@ -95,6 +96,16 @@ def _is_basic_index(key: Any) -> bool:
     return True
 
 
+# Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
+_names = itertools.count()
+
+
+def _check_name(name: Any) -> str | None:
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, got {type(name).__name__}")
+    return name
+
+
 class _Buffer:
     """The shared base buffer: validity state, lazily allocated copies, exported views."""
 
@@ -109,9 +120,15 @@ class _Buffer:
         "stream",
         "fast_views",
         "launch_writes",
+        "name",
+        "perf",
     )
 
-    def __init__(self, nbytes: int, valid_at: str | None, pinned: bool) -> None:
+    def __init__(
+        self, nbytes: int, valid_at: str | None, pinned: bool, name: str | None = None
+    ) -> None:
+        self.name = f"a{next(_names)}" if name is None else name
+        self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
         self.nbytes = nbytes
         self.state = BufferState(nbytes, ("host", "gpu"), valid_at=valid_at)
         self.lock = threading.RLock()
@@ -255,6 +272,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         Where the first copy lives. ``'gpu'`` uploads ``obj`` at once.
     pinned : bool, optional
         Keep the host copy in page-locked memory.
+    name : str, optional
+        The name transfer events, summaries and guard errors show for this array (and its
+        views). Default: a short automatic name, ``'a0'``, ``'a1'``, ...
 
     Raises
     ------
@@ -304,8 +324,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         order: str | None = None,
         where: str = "host",
         pinned: bool = False,
+        name: str | None = None,
     ) -> None:
         where = _check_where(where)
+        name = _check_name(name)
         if order not in _ORDERS:
             raise ValueError(f"order must be None, 'C', 'F', 'A' or 'K', got {order!r}")
         dt = None if dtype is None else _check_dtype(self._dtype_of(dtype))
@@ -317,7 +339,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             memory._check_shape(shape, itemsize=dt.itemsize)  # exact: no int64 wrap-around
             strides = _contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
             nbytes = math.prod(dims) * dt.itemsize
-            self._init(_Buffer(nbytes, None, bool(pinned)), 0, dims, strides, dt)
+            self._init(_Buffer(nbytes, None, bool(pinned), name), 0, dims, strides, dt)
             return
         if isinstance(obj, SmartArray):
             obj = obj._host_ro()
@@ -347,7 +369,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             ary = np.ascontiguousarray(ary)
         layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
         strides = _contiguous_strides(ary.shape, ary.dtype.itemsize, layout)
-        buf = _Buffer(ary.nbytes, "host" if (where == "host" or adopt) else "gpu", bool(pinned))
+        valid_at = "host" if (where == "host" or adopt) else "gpu"
+        buf = _Buffer(ary.nbytes, valid_at, bool(pinned), name)
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
         if adopt:
             buf.host_bytes = raw
@@ -361,6 +384,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
         if where == "gpu":
+            if ary.nbytes:
+                guard.check("h2d", ary.nbytes, "construction", buf.name)  # before anything moves
             dev = buf.ensure_device()
             try:
                 memory.copy_range("h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc())
@@ -445,7 +470,18 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         return self._hi - self._lo == self.size * self._dtype.itemsize
 
     def _desc(self) -> str:
-        return memory.describe(self)
+        return self._buf.name
+
+    @property
+    def name(self) -> str:
+        """str: the array's name in transfer events (shared by its views; assignable)."""
+        return self._buf.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"name must be a str, got {type(value).__name__}")
+        self._buf.name = value
 
     # -- core operations ----------------------------------------------------------------------
 
@@ -466,11 +502,16 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     def _copy(self, plan: Any, reason: str, stream: Any) -> None:
         """Perform the copies of a plan on ``stream``; TransferError if one fails."""
         buf = self._buf
+        if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
+            for c in plan.copies:
+                direction = "h2d" if c.target == "gpu" else "d2h"
+                guard.check(direction, c.stop - c.start, reason, buf.name)
         host = buf.ensure_host()
         dev = buf.ensure_device()
         downloads = uploads = False
         # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
         native = _streams.native(stream)
+        snaps = _perf.before_copy(buf, plan, host) if buf.perf is not None else None
         try:
             for c in plan.copies:
                 direction = "h2d" if c.target == "gpu" else "d2h"
@@ -496,11 +537,15 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             raise TransferError(
                 f"copying to the host or device copy failed ({reason}): {exc}"
             ) from exc
+        if snaps:
+            _perf.after_copy(buf, snaps, host)
 
     def _changed(self, where: str, lo: int, hi: int) -> None:
         """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
         buf = self._buf
         with buf.lock:
+            if where == "host" and buf.perf is not None:
+                buf.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
             if buf.state.is_exclusive(where, lo, hi):
                 # Current there only (a kernel writing the same array again): nothing else to
                 # make stale, and no held host array to refresh (it would be current).
@@ -574,10 +619,14 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 continue
             live.append((ref, elo, ehi))
         buf.exports = live
+        refreshed = 0
         for _, elo, ehi in live:
             a, b = max(lo, elo), min(hi, ehi)
             if a < b:
                 self._sync("host", a, b, "eager refresh of an exported view")
+                refreshed += b - a
+        if refreshed:
+            _perf.refreshed(buf, refreshed)
 
     def _host_view(self) -> np.ndarray:
         """The writable host view (no sync; host memory allocated)."""
@@ -597,6 +646,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         with self._buf.lock:
             self._sync("host", self._lo, self._hi, reason)
             view = self._host_view()
+            if self._buf.perf is not None and self._buf.perf.pending:
+                _perf.emit(self._buf)  # after the read is complete and recorded
         view.flags.writeable = False
         return view
 
@@ -677,6 +728,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                     f"get({where!r}) before writing through it, then mark_changed({where!r})"
                 )
             self._changed(where, self._lo, self._hi)
+            if where == "host":
+                _perf.host_marked(self._buf, self._lo, self._hi)
 
     def host_changed(self) -> None:
         """Record that the host copy was written, as ``mark_changed('host')``."""
@@ -831,6 +884,8 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._check_device_geometry()  # before anything moves
         lo, hi = self._lo, self._hi
         with buf.lock:
+            if buf.perf is not None and buf.perf.pending:
+                _perf.emit(buf)  # before anything moves for this launch
             if buf.stream != 0 and not _streams.same(buf.stream, launch_stream):
                 # Work on this buffer is queued on another stream (the default stream
                 # included): order it before this launch on the device, with an event. No host
@@ -848,12 +903,18 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 if intent != IN:
                     retr.append(self._fast_check or self._make_fast_check())
             else:
+                record = intent != IN
+                if record and buf.exports and guard.armed():
+                    self._guard_refresh(lo, hi)  # before anything moves: a refusal changes nothing
                 if intent != OUT or not self._covers():  # Out of a covering view: no upload
                     plan = buf.state.plan_read("gpu", lo, hi)
                     if plan:
                         self._copy(plan, "device use", stream)
                         buf.state.apply(plan)
-                record = intent != IN
+                    if buf.perf is not None:
+                        _perf.uploaded(buf, plan.nbytes if plan else 0, lo, hi)
+                if intent == INOUT and hi - lo >= _perf.MIN_BYTES:  # may the kernel only read?
+                    _perf.launched(buf, lo, hi, buf.state.is_valid("host", lo, hi))
                 if record:
                     # Record the device write now, before the launch: a launch that fails
                     # (a kernel raising after it wrote, a later argument that cannot be
@@ -880,6 +941,17 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 writes.pending += 1
                 retr.append(functools.partial(self._after_launch, writes))
             return arg
+
+    def _guard_refresh(self, lo: int, hi: int) -> None:
+        """Ask the guard, before a launch, about the refresh of held host arrays after it.
+
+        The refresh runs in the dispatcher's post-launch callbacks, where a refusal would
+        stop the callbacks of the other arguments (leaving their writes unrecorded).
+        """
+        for ref, elo, ehi in self._buf.exports:
+            a, b = max(lo, elo), min(hi, ehi)
+            if ref() is not None and a < b:
+                guard.check("d2h", b - a, "eager refresh of an exported view", self._buf.name)
 
     def _make_fast_check(self) -> Any:
         """The post-launch check of the fast path, made once per view (cached in a slot, so a

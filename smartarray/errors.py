@@ -9,10 +9,12 @@ from __future__ import annotations
 
 __all__ = [
     "CoherenceError",
+    "PerformanceWarning",
     "RegistrationError",
     "SmartArrayError",
     "SmartArrayWarning",
     "TransferError",
+    "TransferGuardError",
 ]
 
 
@@ -44,6 +46,42 @@ class CoherenceError(SmartArrayError, RuntimeError):
 
 class SmartArrayWarning(UserWarning):
     """Base class of the warnings smartarray issues (performance hints among them)."""
+
+
+class TransferGuardError(SmartArrayError, RuntimeError):
+    """A transfer was refused by :func:`~smartarray.transfer_guard`; nothing moved.
+
+    Attributes
+    ----------
+    array : str
+        The name of the array (or a description of the device array) concerned.
+    direction : str
+        ``'h2d'``, ``'d2h'`` or ``'d2d'``.
+    nbytes : int
+        The bytes the refused copy would have moved.
+    reason : str
+        Why the copy was needed, e.g. ``'device use'`` or ``'host read'``.
+    line : str
+        The user's source line that asked for it (``'file.py:42'``), or ``''``.
+    """
+
+    def __init__(
+        self, message: str, array: str, direction: str, nbytes: int, reason: str, line: str
+    ) -> None:
+        super().__init__(message)
+        self.array = array
+        self.direction = direction
+        self.nbytes = nbytes
+        self.reason = reason
+        self.line = line
+
+
+class PerformanceWarning(SmartArrayWarning):
+    """A pattern that moves far more bytes than the program needs; the message names the fix.
+
+    Issued once per array and cause. Silence it with
+    ``warnings.filterwarnings("ignore", category=smartarray.PerformanceWarning)``.
+    """
 
 
 class _DtypeMismatchError(SmartArrayError, TypeError, ValueError):

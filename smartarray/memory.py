@@ -38,6 +38,8 @@ import numpy as np
 from numba import cuda
 
 from .errors import RegistrationError, _DtypeMismatchError
+from .stats import abort as _abort
+from .stats import begin as _begin
 from .stats import record as _record
 
 __all__ = [
@@ -221,9 +223,15 @@ class _Counted:
         stream = _check_stream(stream)
         if ary is not None:
             _check_host_array(ary, "ary")
-        result = super().copy_to_host(ary, stream=stream)  # type: ignore[misc]
-        if self.alloc_size:  # type: ignore[attr-defined]
-            _record("d2h", self.alloc_size, "copy_to_host", describe(self))  # type: ignore[attr-defined]
+        nbytes = self.alloc_size  # type: ignore[attr-defined]
+        began = _begin("d2h", nbytes, "copy_to_host", describe(self)) if nbytes else None
+        try:
+            result = super().copy_to_host(ary, stream=stream)  # type: ignore[misc]
+        except BaseException:
+            _abort(began)
+            raise
+        if nbytes:
+            _record("d2h", nbytes, "copy_to_host", describe(self), stream=stream, began=began)
         return result
 
     def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
@@ -237,9 +245,15 @@ class _Counted:
         source = _copy_source(self, ary, "ary")
         if source is None:
             return  # an empty source: numba copies nothing and checks nothing
-        super().copy_to_device(_as_numba_source(source), stream=stream)  # type: ignore[misc]
         direction = "d2d" if device_source else "h2d"
-        _record(direction, self.alloc_size, "copy_to_device", describe(self))  # type: ignore[attr-defined]
+        nbytes = self.alloc_size  # type: ignore[attr-defined]
+        began = _begin(direction, nbytes, "copy_to_device", describe(self))
+        try:
+            super().copy_to_device(_as_numba_source(source), stream=stream)  # type: ignore[misc]
+        except BaseException:
+            _abort(began)
+            raise
+        _record(direction, nbytes, "copy_to_device", describe(self), stream=stream, began=began)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         # A GPU copies to the host here; the simulator would alias device memory.
@@ -263,17 +277,28 @@ class _Counted:
             return _adopt(result)
         if _in_simulated_kernel():
             return result  # a kernel's own element access, not a transfer
-        # A scalar element read from device memory is a device-to-host copy on a GPU.
-        _record("d2h", self.dtype.itemsize, "element read", describe(self))  # type: ignore[attr-defined]
+        # A scalar element read from device memory is a device-to-host copy on a GPU. The guard
+        # is asked once the read is known to be one (a refused read returns nothing).
+        nbytes = self.dtype.itemsize  # type: ignore[attr-defined]
+        began = _begin("d2h", nbytes, "element read", describe(self))
+        _record("d2h", nbytes, "element read", describe(self), began=began)
         return result
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)  # type: ignore[misc]
-        if not _is_device_array(value) and not _in_simulated_kernel():
+        began = None
+        counted = not _is_device_array(value) and not _in_simulated_kernel()
+        if counted:
             # numba uploads the value as it is (its own dtype, not broadcast), then a kernel
             # broadcasts it into place on the device.
             nbytes = np.asarray(value).nbytes
-            _record("h2d", nbytes, "element write", describe(self))
+            began = _begin("h2d", nbytes, "element write", describe(self))
+        try:
+            super().__setitem__(key, value)  # type: ignore[misc]
+        except BaseException:
+            _abort(began)
+            raise
+        if counted:
+            _record("h2d", nbytes, "element write", describe(self), began=began)
 
     def reshape(self, *newshape: Any, **kws: Any) -> Any:
         """Reshape without changing contents, like ``numpy.ndarray.reshape`` (``order=`` too)."""
@@ -676,9 +701,16 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
             # numba: to.copy_to_device(obj, stream=stream), with the same checks.
             source = _copy_source(to, obj, "obj")
             if source is not None:
-                _Uncounted(to).copy_to_device(_as_numba_source(source), stream=stream)
                 direction = "d2d" if _is_device_array(source) else "h2d"
-                _record(direction, to.alloc_size, "to_device", describe(to))
+                began = _begin(direction, to.alloc_size, "to_device", describe(to))
+                try:
+                    _Uncounted(to).copy_to_device(_as_numba_source(source), stream=stream)
+                except BaseException:
+                    _abort(began)
+                    raise
+                _record(
+                    direction, to.alloc_size, "to_device", describe(to), stream=stream, began=began
+                )
         return to
     if _is_device_array(obj):
         return _adopt(obj)  # numba too returns device memory as it is
@@ -687,9 +719,14 @@ def to_device(obj: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> A
         if isinstance(host, np.void):
             return _device_record_like(host, stream)
         return device_array_like(host, stream=stream)
-    devobj = _adopt(cuda.to_device(host, stream=stream))
+    began = _begin("h2d", host.nbytes, "to_device", describe(host)) if host.nbytes else None
+    try:
+        devobj = _adopt(cuda.to_device(host, stream=stream))
+    except BaseException:
+        _abort(began)
+        raise
     if host.nbytes:
-        _record("h2d", host.nbytes, "to_device", describe(host))
+        _record("h2d", host.nbytes, "to_device", describe(host), stream=stream, began=began)
     return devobj
 
 
@@ -1203,18 +1240,30 @@ def copy_range(
         Where the copy is enqueued.
     reason, array : str
         Shown in trace events.
+
+    Raises
+    ------
+    TransferGuardError
+        The transfer guard refuses the copy; nothing was copied.
     """
     if stop <= start:
         return
-    host_part = host_bytes[start:stop]
-    device_part = _raw(device_bytes)[start:stop]
-    if direction == "h2d":
-        device_part.copy_to_device(host_part, stream=stream)
-    elif direction == "d2h":
-        device_part.copy_to_host(host_part, stream=stream)
-    else:
+    if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
-    _record(direction, stop - start, reason, array)
+    began = _begin(direction, stop - start, reason, array)  # the transfer guard may refuse
+    try:
+        host_part = host_bytes[start:stop]
+        device_part = _raw(device_bytes)[start:stop]
+        if direction == "h2d":
+            device_part.copy_to_device(host_part, stream=stream)
+        else:
+            device_part.copy_to_host(host_part, stream=stream)
+    except BaseException:
+        _abort(began)
+        raise
+    _record(
+        direction, stop - start, reason, array, start=start, stop=stop, stream=stream, began=began
+    )
 
 
 def _raw(devary: Any) -> _Uncounted:

@@ -8,12 +8,29 @@ inside a ``with`` block. Counting is thread safe.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-__all__ = ["Trace", "TransferEvent", "TransferStats", "record", "reset_stats", "stats", "trace"]
+from . import _frames, guard
+
+__all__ = [
+    "Trace",
+    "TransferEvent",
+    "TransferStats",
+    "abort",
+    "begin",
+    "enable_nvtx",
+    "record",
+    "reset_stats",
+    "stats",
+    "trace",
+]
 
 #: The three directions a copy can take.
 DIRECTIONS = ("h2d", "d2h", "d2d")
@@ -73,6 +90,10 @@ _FIELDS = tuple(f"{d}_{k}" for d in DIRECTIONS for k in ("count", "bytes"))
 class TransferEvent:
     """One copy between host and device.
 
+    The first four fields are always filled in. The others are filled in while someone
+    listens (a :func:`trace`, a DEBUG logger, NVTX, a transfer guard that logs): finding the
+    source line walks the stack, which the coherent fast path must not pay for.
+
     Attributes
     ----------
     direction : str
@@ -80,15 +101,52 @@ class TransferEvent:
     nbytes : int
         Bytes moved.
     reason : str
-        Why the copy was made, e.g. ``'to_device'``, ``'copy_to_host'``, ``'host read'``.
+        Why the copy was made, e.g. ``'to_device'``, ``'copy_to_host'``, ``'host read'``,
+        ``'device use'`` (a kernel argument made current).
     array : str
-        A short description of the array the copy was made for.
+        The array's name (:attr:`SmartArray.name <smartarray.SmartArray.name>`, e.g.
+        ``'a0'``), or a description such as ``'float64[10]'`` for a plain device array.
+    start, stop : int
+        The byte range copied, as offsets into the array's base buffer (``0`` to ``nbytes``
+        for a whole device array).
+    stream : str
+        The stream the copy was enqueued on (``'0'`` for the default stream).
+    time_ns : int
+        When the copy was issued (``time.perf_counter_ns()``, a monotonic clock).
+    duration_ns : int
+        How long issuing it took on the host (an asynchronous copy may finish later).
+    file : str
+        The user's source file that caused the copy (the first frame outside smartarray,
+        numba and NumPy), or ``''``.
+    lineno : int
+        The line in ``file``, or 0.
+    thread : str
+        The name of the thread that issued the copy.
     """
 
     direction: str
     nbytes: int
     reason: str
     array: str
+    start: int = 0
+    stop: int = 0
+    stream: str = "0"
+    time_ns: int = 0
+    duration_ns: int = 0
+    file: str = ""
+    lineno: int = 0
+    thread: str = ""
+
+    @property
+    def line(self) -> str:
+        """str: ``'file.py:42'`` (base name of :attr:`file` and :attr:`lineno`), or ``''``."""
+        return f"{os.path.basename(self.file)}:{self.lineno}" if self.file else ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The event's fields (and :attr:`line`) as a JSON-ready dict."""
+        result = asdict(self)
+        result["line"] = self.line
+        return result
 
 
 @dataclass
@@ -106,13 +164,153 @@ class Trace:
             totals[f"{event.direction}_bytes"] += event.nbytes
         return TransferStats(**totals)
 
+    def summary(self) -> str:
+        """A table of the events grouped by array, reason and source line.
+
+        Returns
+        -------
+        str
+            One row per group, largest first, with the count and bytes per direction.
+
+        Examples
+        --------
+        >>> import numpy as np, smartarray as sa
+        >>> x = sa.SmartArray(np.zeros(4), name="x")
+        >>> with sa.trace() as t:
+        ...     d = x.gpu()
+        >>> print(t.summary())  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
+        array  reason        line  h2d       d2h  d2d
+        x      explicit get  ...   1 x 32 B
+        total                      1 x 32 B
+        """
+        from ._report import summary
+
+        return summary(self.events)
+
+    def to_json(self, **kwargs: Any) -> str:
+        """The events and their totals as a JSON document.
+
+        Parameters
+        ----------
+        **kwargs
+            Passed to :func:`json.dumps` (e.g. ``indent=2``).
+
+        Returns
+        -------
+        str
+            ``{"events": [...], "stats": {...}}``; each event has the fields of
+            :class:`TransferEvent` and ``line``.
+        """
+        import json
+
+        document = {
+            "events": [e.as_dict() for e in self.events],
+            "stats": asdict(self.stats),
+        }
+        return json.dumps(document, **kwargs)
+
+    def plot(self, path: str | os.PathLike[str] | None = None, title: str = "transfers") -> Any:
+        """Draw the events as a timeline: a host lane and a device lane, one bar per copy.
+
+        A copy is drawn in the lane of its destination (``d2h`` on the host lane, ``h2d``
+        and ``d2d`` on the device lane), from when it was issued, coloured and labelled by
+        array and reason. Needs matplotlib (``pip install 'smartarray[plot]'``).
+
+        Parameters
+        ----------
+        path : str or path-like, optional
+            Where to save the picture; the extension picks the format (``.png``, ``.svg``).
+        title : str, optional
+            The panel's title.
+
+        Returns
+        -------
+        matplotlib.figure.Figure
+
+        Raises
+        ------
+        ImportError
+            matplotlib is not installed.
+        """
+        from ._plot import plot_timelines
+
+        return plot_timelines({title: self.events}, path)
+
 
 _lock = threading.Lock()
 _totals = dict.fromkeys(_FIELDS, 0)
 _traces: list[Trace] = []
 
 
-def record(direction: str, nbytes: int, reason: str, array: str = "") -> None:
+logger = logging.getLogger("smartarray")
+
+# NVTX ranges around transfers: off unless switched on (enable_nvtx or SMARTARRAY_NVTX=1) and
+# the ``nvtx`` package is importable.
+_nvtx: Any = None
+
+
+class _Began:
+    """What :func:`begin` hands :func:`record` for a copy someone listens to."""
+
+    __slots__ = ("time_ns", "file", "lineno", "log", "nvtx")
+
+    def __init__(self, time_ns: int, file: str, lineno: int, log: bool, nvtx: bool) -> None:
+        self.time_ns = time_ns
+        self.file = file
+        self.lineno = lineno
+        self.log = log
+        self.nvtx = nvtx
+
+
+def _label(direction: str, nbytes: int, array: str, reason: str, file: str, lineno: int) -> str:
+    where = f" {os.path.basename(file)}:{lineno}" if file else ""
+    return f"{direction} {nbytes} B {array or '?'} ({reason}){where}"
+
+
+def begin(direction: str, nbytes: int, reason: str, array: str = "") -> _Began | None:
+    """Prepare to issue one copy: apply the transfer guard, start listening if anyone does.
+
+    Called by :mod:`smartarray.memory` right before it issues a copy; the result goes to
+    :func:`record` (after the copy) or :func:`abort` (if the copy failed).
+
+    Returns
+    -------
+    _Began or None
+        None when nobody listens (the fast case: no stack walk, no clock read).
+
+    Raises
+    ------
+    TransferGuardError
+        The transfer guard refuses the copy; nothing was issued.
+    """
+    log = guard.armed() and guard.check(direction, nbytes, reason, array)
+    if not (log or _traces or _nvtx is not None or logger.isEnabledFor(logging.DEBUG)):
+        return None
+    file, lineno = _frames.user_frame(1)
+    pushed = False
+    if _nvtx is not None:
+        _nvtx.push_range(_label(direction, nbytes, array, reason, file, lineno))
+        pushed = True
+    return _Began(time.perf_counter_ns(), file, lineno, log, pushed)
+
+
+def abort(began: _Began | None) -> None:
+    """End what :func:`begin` started for a copy that failed (nothing is counted)."""
+    if began is not None and began.nvtx and _nvtx is not None:
+        _nvtx.pop_range()
+
+
+def record(
+    direction: str,
+    nbytes: int,
+    reason: str,
+    array: str = "",
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    stream: Any = 0,
+    began: _Began | None = None,
+) -> None:
     """Count one copy. Called by :mod:`smartarray.memory` after the copy was issued.
 
     Parameters
@@ -124,17 +322,95 @@ def record(direction: str, nbytes: int, reason: str, array: str = "") -> None:
     reason : str
         A short reason shown in trace events.
     array : str, optional
-        A short description of the array concerned.
+        The array's name or a short description of it.
+    start, stop : int, optional
+        The byte range copied (default ``0`` to ``nbytes``).
+    stream : int or Stream, optional
+        Where the copy was enqueued.
+    began : optional
+        What :func:`begin` returned before the copy.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    end = time.perf_counter_ns() if began is not None or _traces else 0
     with _lock:
         _totals[f"{direction}_count"] += 1
         _totals[f"{direction}_bytes"] += nbytes
-        if _traces:
-            event = TransferEvent(direction, int(nbytes), reason, array)
-            for active in _traces:
-                active.events.append(event)
+    if began is None and not _traces:
+        return  # nobody listens: the counters are all there is to update
+    if began is None:
+        began = _Began(end, "", 0, False, False)  # a trace opened after begin()
+    event = TransferEvent(
+        direction,
+        int(nbytes),
+        reason,
+        array,
+        int(start),
+        int(start + nbytes if stop is None else stop),
+        "0" if isinstance(stream, int) else repr(stream),
+        began.time_ns,
+        end - began.time_ns,
+        began.file,
+        began.lineno,
+        threading.current_thread().name,
+    )
+    if began.nvtx and _nvtx is not None:
+        _nvtx.pop_range()
+    with _lock:
+        for active in _traces:
+            active.events.append(event)
+    if began.log:
+        logger.warning("transfer guard: %s", _describe(event))
+    elif logger.isEnabledFor(logging.DEBUG):
+        logger.debug("transfer: %s", _describe(event))
+
+
+def _describe(event: TransferEvent) -> str:
+    text = _label(
+        event.direction, event.nbytes, event.array, event.reason, event.file, event.lineno
+    )
+    return f"{text} bytes [{event.start}, {event.stop}) stream {event.stream}"
+
+
+def enable_nvtx(enabled: bool = True) -> bool:
+    """Switch NVTX ranges around transfers on or off; return whether they were on.
+
+    With the ``nvtx`` package installed (``pip install smartarray[nvtx]``), each copy between
+    host and device is wrapped in an NVTX range named like
+    ``"h2d 2048 B x (device use) step.py:42"``, so Nsight Systems shows which array moved,
+    why, and from which line. The environment variable ``SMARTARRAY_NVTX=1`` switches them
+    on at import.
+
+    Parameters
+    ----------
+    enabled : bool, optional
+
+    Returns
+    -------
+    bool
+        Whether NVTX ranges were on before the call.
+
+    Raises
+    ------
+    ImportError
+        ``enabled`` is true and the ``nvtx`` package is not installed.
+    """
+    global _nvtx
+    was_on = _nvtx is not None
+    if enabled:
+        import nvtx
+
+        _nvtx = nvtx
+    else:
+        _nvtx = None
+    return was_on
+
+
+if os.environ.get("SMARTARRAY_NVTX", "").strip() not in ("", "0"):
+    try:
+        enable_nvtx(True)
+    except ImportError:  # pragma: no cover - the switch names an optional extra
+        pass
 
 
 def stats() -> TransferStats:

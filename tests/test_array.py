@@ -631,7 +631,7 @@ def test_ufunc_out_with_where_keeps_unselected_elements_current():
     np.testing.assert_array_equal(np.asarray(out), [2.0, 5.0, 2.0, 5.0, 2.0, 5.0])
 
 
-def test_constructor_has_the_reference_signature_plus_pinned():
+def test_constructor_has_the_reference_signature_plus_pinned_and_name():
     import inspect
 
     params = inspect.signature(SmartArray).parameters
@@ -643,6 +643,7 @@ def test_constructor_has_the_reference_signature_plus_pinned():
         ("order", None),
         ("where", "host"),
         ("pinned", False),
+        ("name", None),
     ]
     for method, default in [("get", "host"), ("mark_changed", "host"), ("is_valid", "host")]:
         where = inspect.signature(getattr(SmartArray, method)).parameters["where"]

@@ -59,8 +59,10 @@ def test_bench_json_layout(bench):
     for w in report["workloads"]:
         assert set(w["strategies"]) == set(STRATEGIES), w["name"]
         for fig in w["strategies"].values():
-            assert set(fig) == {"bytes", "transfers", "seconds"}
+            # Uploads and downloads are reported apart too (issue 18: see what moves).
+            assert set(fig) == {"bytes", "transfers", "seconds", "h2d_bytes", "d2h_bytes"}
             assert isinstance(fig["bytes"], int) and isinstance(fig["transfers"], int)
+            assert fig["h2d_bytes"] + fig["d2h_bytes"] <= fig["bytes"]  # the rest is d2d
             assert isinstance(fig["seconds"], float)
     overhead = report["overhead"]
     for key in (

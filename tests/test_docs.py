@@ -69,6 +69,7 @@ def test_pages_exist():
         "migrating",
         "performance",
         "troubleshooting",
+        "seeing_what_moves",
     } <= names
 
 

@@ -9,6 +9,7 @@ PUBLIC = [
     "In",
     "InOut",
     "Out",
+    "PerformanceWarning",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",
@@ -16,11 +17,13 @@ PUBLIC = [
     "Trace",
     "TransferError",
     "TransferEvent",
+    "TransferGuardError",
     "TransferStats",
     "__version__",
     "deregister",
     "device_array",
     "device_array_like",
+    "enable_nvtx",
     "explain",
     "jit",
     "mapped",
@@ -34,6 +37,7 @@ PUBLIC = [
     "stream",
     "to_device",
     "trace",
+    "transfer_guard",
 ]
 
 
@@ -53,6 +57,8 @@ def test_errors_subclass_what_users_catch():
     assert issubclass(sa.RegistrationError, ValueError)
     assert issubclass(sa.TransferError, RuntimeError)
     assert issubclass(sa.CoherenceError, RuntimeError)
-    for cls in (sa.RegistrationError, sa.TransferError, sa.CoherenceError):
+    assert issubclass(sa.TransferGuardError, RuntimeError)
+    for cls in (sa.RegistrationError, sa.TransferError, sa.CoherenceError, sa.TransferGuardError):
         assert issubclass(cls, sa.SmartArrayError)
     assert issubclass(sa.SmartArrayWarning, UserWarning)
+    assert issubclass(sa.PerformanceWarning, sa.SmartArrayWarning)

@@ -125,3 +125,35 @@ def test_broken_cuda_is_a_clear_error(monkeypatch, capsys):
     assert cli.main(["demo", "--steps", "1"]) == 1
     err = capsys.readouterr().err
     assert "the CUDA target failed" in err and "cannot be found" in err
+
+
+def test_demo_table_splits_uploads_and_downloads():
+    out = run_cli("demo", "--size", "8", "--steps", "12", "--every", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    for fig in report["strategies"].values():
+        assert fig["h2d_bytes"] + fig["d2h_bytes"] == fig["bytes"]
+    grid = 8 * 8 * 8
+    auto = report["strategies"]["auto"]
+    assert auto["h2d_bytes"] == auto["d2h_bytes"] == 12 * 2 * grid  # both grids in and out
+    hand = report["strategies"]["hand"]
+    assert hand["d2h_bytes"] == grid  # the result, once
+    text = run_cli("demo", "--size", "6", "--steps", "3")
+    assert "uploaded (h2d)" in text.stdout and "downloaded (d2h)" in text.stdout
+
+
+def test_demo_plot_draws_three_timelines(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "demo.png"
+    out = run_cli("demo", "--size", "6", "--steps", "4", "--every", "2", "--plot", str(path))
+    assert out.returncode == 0, out.stderr
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"timelines drawn in {path}" in out.stdout
+
+
+def test_demo_plot_to_an_unwritable_path_is_a_clear_error(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "missing-folder" / "demo.png"
+    out = run_cli("demo", "--size", "4", "--steps", "1", "--plot", str(path), simulator=True)
+    assert out.returncode == 1
+    assert "cannot write" in out.stderr and "Traceback" not in out.stderr
