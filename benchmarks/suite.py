@@ -164,7 +164,8 @@ def format_report(report: dict[str, Any]) -> str:
         )
     out += [
         "",
-        f"bytes per step ({p['steps']} steps; halo_exchange: 2 blocks, 1 halo row each way):",
+        f"bytes per step (total / {p['steps']} steps: first uploads and final downloads"
+        " included; halo_exchange: 2 blocks, 1 halo row each way):",
     ]
     for w in report["workloads"]:
         per = {k: w["strategies"][k]["bytes"] / p["steps"] for k in ("smartarray", "hand", "auto")}
