@@ -164,6 +164,17 @@ def format_report(report: dict[str, Any]) -> str:
         )
     out += [
         "",
+        f"bytes per step (total / {p['steps']} steps: first uploads and final downloads"
+        " included; halo_exchange: 2 blocks, 1 halo row each way):",
+    ]
+    for w in report["workloads"]:
+        per = {k: w["strategies"][k]["bytes"] / p["steps"] for k in ("smartarray", "hand", "auto")}
+        out.append(
+            f"  {w['name']:26s} smartarray {per['smartarray']:10,.0f}   hand {per['hand']:10,.0f}"
+            f"   auto {per['auto']:10,.0f}"
+        )
+    out += [
+        "",
         "without hints, bytes / hand: plain cuda.jit, then smartarray.jit (inferred In):",
     ]
     for w in report["workloads"]:

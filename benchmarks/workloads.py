@@ -72,13 +72,30 @@ def prepare(x: Any, t: float) -> None:  # pragma: no cover - compiled
         x[i] = math.sin(0.01 * i + t)
 
 
+@cuda.jit
+def diffuse(u: Any, v: Any) -> None:  # pragma: no cover - runs as a kernel
+    """``v`` = one diffusion step of ``u`` across rows; rows 0 and -1 (halos) copied through."""
+    rows, cols = u.shape
+    for k in range(cuda.grid(1), rows * cols, cuda.gridsize(1)):
+        i, j = k // cols, k % cols
+        if i == 0 or i == rows - 1:
+            v[i, j] = u[i, j]
+        else:
+            v[i, j] = 0.5 * u[i, j] + 0.25 * (u[i - 1, j] + u[i + 1, j])
+
+
 def _launch(kernel: Any, *args: Any) -> None:
     kernel[GRID, BLOCK](*args)
 
 
 #: The kernels and the njit function above, as written (plain ``numba.cuda.jit`` / ``njit``).
 PLAIN = SimpleNamespace(
-    relax=relax, accumulate=accumulate, transform=transform, lookup=lookup, prepare=prepare
+    relax=relax,
+    accumulate=accumulate,
+    transform=transform,
+    lookup=lookup,
+    prepare=prepare,
+    diffuse=diffuse,
 )
 #: The same code through ``smartarray.jit`` / ``smartarray.njit``: inferred ``In`` hints.
 INFERRED = SimpleNamespace(
@@ -87,6 +104,7 @@ INFERRED = SimpleNamespace(
     transform=sa.jit(transform.py_func),
     lookup=sa.jit(lookup.py_func),
     prepare=sa.njit(prepare.py_func, cache=False),
+    diffuse=sa.jit(diffuse.py_func),
 )
 
 
@@ -502,6 +520,110 @@ class LargeRarelyTouched(Workload):
         return np.array(small)
 
 
+class _Mailbox:
+    """An in-process stand-in for an MPI communicator between the blocks of
+    :class:`HaloExchange` (buffered sends), so the ``smartarray`` strategy runs the code of
+    :mod:`smartarray.mpi` without an MPI library."""
+
+    def __init__(self, rank: int, boxes: dict[tuple[int, int], list[bytes]]) -> None:
+        self.rank, self.boxes = rank, boxes
+
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:  # noqa: N802 - mpi4py's name
+        self.boxes.setdefault((self.rank, dest), []).append(memoryview(buf).tobytes())
+
+    def Recv(self, buf: Any, source: int, tag: int = 0, status: Any = None) -> None:  # noqa: N802
+        memoryview(buf).cast("B")[:] = self.boxes[(source, self.rank)].pop(0)
+
+
+class HaloExchange(Workload):
+    name = "halo_exchange"
+    description = (
+        "two row blocks of a 2-D stencil swap one halo row each way per step "
+        "(MPI's pattern, in one process); a kernel steps each block"
+    )
+    cols = 32
+
+    def _blocks(self, p: Params) -> tuple[int, list[np.ndarray]]:
+        rows = max(p.n // self.cols, 2)  # owned rows of each block; plus a halo row each side
+        return rows, [
+            _start((rows + 2) * self.cols).reshape(rows + 2, self.cols) + b for b in range(2)
+        ]
+
+    @staticmethod
+    def _exchange_host(a: np.ndarray, b: np.ndarray, rows: int) -> None:
+        a[rows + 1], b[0] = b[1], a[rows]
+
+    def _result(self, parts: list[np.ndarray], rows: int) -> np.ndarray:
+        return np.concatenate([x[1 : rows + 1] for x in parts])
+
+    def auto(self, p, progress):
+        rows, u = self._blocks(p)
+        v = [np.empty_like(x) for x in u]
+        for s in range(p.steps):
+            self._exchange_host(u[0], u[1], rows)
+            for b in range(2):
+                _launch(diffuse, Auto(u[b]), Auto(v[b]))
+            u, v = v, u
+            progress(s + 1, p.steps)
+        return self._result(u, rows)
+
+    def hand(self, p, progress):
+        rows, host = self._blocks(p)
+        self._exchange_host(host[0], host[1], rows)  # the first exchange before the upload
+        u = [sa.to_device(x) for x in host]
+        v = [sa.device_array_like(x) for x in host]
+        for s in range(p.steps):
+            if s:
+                low, high = u[0][rows : rows + 1].copy_to_host(), u[1][1:2].copy_to_host()
+                u[0][rows + 1 : rows + 2].copy_to_device(high)
+                u[1][0:1].copy_to_device(low)
+            for b in range(2):
+                _launch(diffuse, u[b], v[b])
+            u, v = v, u
+            progress(s + 1, p.steps)
+        return np.concatenate([x[1 : rows + 1].copy_to_host() for x in u])
+
+    def whole_array_flags(self, p, progress):
+        rows, host = self._blocks(p)
+        u = [FlagArray(x) for x in host]
+        v = [FlagArray(np.empty_like(x)) for x in host]
+        for s in range(p.steps):
+            self._exchange_host(u[0].get("host"), u[1].get("host"), rows)
+            for b in range(2):
+                u[b].mark_changed("host")
+                _launch(diffuse, u[b], v[b])
+            u, v = v, u
+            progress(s + 1, p.steps)
+        return self._result([x.get("host") for x in u], rows)
+
+    def _smart(self, p: Params, progress: Callable[[int, int], None], launch: Any) -> np.ndarray:
+        from smartarray import _mpi
+
+        rows, host = self._blocks(p)
+        u = [sa.SmartArray(x) for x in host]
+        v = [sa.SmartArray(shape=x.shape, dtype=x.dtype) for x in host]
+        boxes: dict[tuple[int, int], list[bytes]] = {}
+        comm = [_Mailbox(0, boxes), _Mailbox(1, boxes)]
+        for s in range(p.steps):
+            # What smartarray.mpi.exchange_halos does on each rank: sent rows come down if
+            # stale, received rows are host writes that the next launch uploads.
+            _mpi.send(comm[0], u[0][rows], dest=1)
+            _mpi.send(comm[1], u[1][1], dest=0)
+            _mpi.recv(comm[0], u[0][rows + 1], source=1)
+            _mpi.recv(comm[1], u[1][0], source=0)
+            for b in range(2):
+                launch(u[b], v[b])
+            u, v = v, u
+            progress(s + 1, p.steps)
+        return np.concatenate([np.array(x[1 : rows + 1]) for x in u])
+
+    def smartarray(self, p, progress):
+        return self._smart(p, progress, lambda u, v: _launch(diffuse, sa.In(u), sa.Out(v)))
+
+    def bare(self, p, progress, k):
+        return self._smart(p, progress, lambda u, v: _launch(k.diffuse, u, v))
+
+
 #: The suite, in table order.
 WORKLOADS: tuple[Workload, ...] = (
     IterativeLoop(),
@@ -510,4 +632,5 @@ WORKLOADS: tuple[Workload, ...] = (
     NjitCudaHostPipeline(),
     HostPhase(),
     LargeRarelyTouched(),
+    HaloExchange(),
 )

@@ -7,6 +7,7 @@ with ``NUMBA_ENABLE_CUDASIM`` unset, the build uses the numba CUDA simulator (se
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -32,6 +33,8 @@ root_doc = "index"
 default_role = "code"
 highlight_language = "python3"
 
+# smartarray.mpi needs the optional mpi extra; the docs build documents it either way.
+autodoc_mock_imports = [] if importlib.util.find_spec("mpi4py") else ["mpi4py"]
 autodoc_default_options = {"member-order": "bysource"}
 autodoc_typehints = "none"  # the numpydoc sections say it
 autodoc_preserve_defaults = True  # show `dtype=np.float64`, as the reference pages do

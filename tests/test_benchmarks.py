@@ -35,6 +35,7 @@ WORKLOADS = (
     "njit_cuda_host_pipeline",
     "host_numpy_phase",
     "large_rarely_touched",
+    "halo_exchange",
 )
 
 
@@ -128,6 +129,7 @@ def test_bench_table_on_the_terminal(bench):
         "coherence",
         "smartarray.jit launch",
         "without hints",
+        "bytes per step",
     ):
         assert label in out.stdout
     assert "Traceback" not in out.stderr
@@ -193,3 +195,18 @@ def test_workload_strategies_agree(name):
     results = [workload.run(s, workloads.WARM) for s in STRATEGIES]
     for r in results[1:]:
         np.testing.assert_allclose(r, results[0])
+
+
+def test_halo_exchange_moves_only_halo_rows_after_the_first_step():
+    import workloads
+
+    halo = next(w for w in workloads.WORKLOADS if w.name == "halo_exchange")
+    p = workloads.QUICK
+    rows, row = p.n // halo.cols, halo.cols * 8
+    block = (rows + 2) * row
+    with sa.trace() as t:
+        halo.run("smartarray", p)
+    # Two blocks up once; then per step one row each way per block; the owned rows at the end.
+    assert t.stats.h2d_bytes == 2 * block + (p.steps - 1) * 2 * row
+    assert t.stats.d2h_bytes == (p.steps - 1) * 2 * row + 2 * rows * row
+    assert t.stats.d2d_bytes == 0

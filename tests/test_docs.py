@@ -137,6 +137,15 @@ def _check_command(line: str) -> None:
         for extra in re.findall(r"\[([\w,]+)\]", line):
             assert set(extra.split(",")) <= _extras(), line
         return
+    if words[0] == "mpiexec":  # mpiexec -n N python examples/...: the mpi extra's MPI
+        assert words[1] == "-n" and words[3] == "python", line
+        mpiexec = Path(sys.executable).parent / "mpiexec"
+        if importlib.util.find_spec("mpi4py") is None or not mpiexec.exists():
+            pytest.skip("needs mpi4py and mpiexec (pip install -e '.[mpi]')")
+        script = Path(words[4])
+        assert script.parent == Path("examples") and (ROOT / script).is_file(), line
+        _run([str(mpiexec), *words[1:3], sys.executable, *words[4:]], env)
+        return
     assert words[0] == "python", f"unknown command in the docs: {line}"
     if words[1:3] == ["-m", "smartarray"]:
         sub = words[3]

@@ -53,6 +53,7 @@ def test_every_example_is_tested():
         "explicit_transfers",
         "host_edits",
         "inferred_access",
+        "mpi_heat",  # tests/test_mpi.py runs it under mpiexec
         "pipeline",
         "porting_numba_smartarray",
         "quickstart",

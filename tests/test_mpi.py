@@ -1,0 +1,489 @@
+"""smartarray.mpi: views sent and received move only their bytes; halo exchange; the example.
+
+The bookkeeping is tested everywhere with an in-process communicator (:class:`FakeComm`,
+buffered sends, blocking receives, ranks as threads). The example runs under ``mpiexec`` with
+the MPI library installed from PyPI (the ``mpi`` extra) when there is one.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import smartarray as sa
+from smartarray import _mpi as sampi
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW = 8 * 6  # bytes of one row of the (.., 6) float64 blocks below
+
+
+class World:
+    """The shared mailboxes of :class:`FakeComm` ranks."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.cond = threading.Condition()
+        self.boxes: dict[tuple[int, int, int], collections.deque[bytes]] = collections.defaultdict(
+            collections.deque
+        )
+
+    def comms(self) -> list[FakeComm]:
+        return [FakeComm(self, r) for r in range(self.size)]
+
+
+class FakeRequest:
+    def __init__(self, complete, ready) -> None:
+        self.complete, self.ready, self.waited = complete, ready, False
+
+    def Wait(self, status=None) -> None:  # noqa: N802 - mpi4py's name
+        self.complete()
+        self.waited = True
+
+    def Test(self, status=None) -> bool:  # noqa: N802 - mpi4py's name
+        if self.ready():
+            self.Wait()
+        return self.waited
+
+
+class FakeComm:
+    """mpi4py's buffer methods over in-process mailboxes; sends are buffered (never block).
+
+    Buffers are checked as MPI's C interface needs them: contiguous, the right size, and
+    writable for a receive. ``calls`` records (method, peer, bytes).
+    """
+
+    PROC_NULL = -1
+
+    def __init__(self, world: World, rank: int) -> None:
+        self.world, self.rank = world, rank
+        self.calls: list[tuple[str, int, int]] = []
+
+    def Get_rank(self) -> int:  # noqa: N802
+        return self.rank
+
+    def Get_size(self) -> int:  # noqa: N802
+        return self.world.size
+
+    def _put(self, buf, dest: int, tag: int) -> int:
+        mv = memoryview(buf)
+        assert mv.c_contiguous, "MPI buffers are contiguous"
+        if dest != self.PROC_NULL:
+            with self.world.cond:
+                self.world.boxes[(self.rank, dest, tag)].append(mv.tobytes())
+                self.world.cond.notify_all()
+        return mv.nbytes
+
+    def _take(self, buf, source: int, tag: int, block: bool = True) -> bool:
+        mv = memoryview(buf)
+        assert mv.c_contiguous and not mv.readonly, "MPI receive buffers are writable"
+        if source == self.PROC_NULL:
+            return True
+        key = (source, self.rank, tag)
+        with self.world.cond:
+            if not block and not self.world.boxes[key]:
+                return False
+            assert self.world.cond.wait_for(lambda: self.world.boxes[key], timeout=10)
+            data = self.world.boxes[key].popleft()
+        assert len(data) == mv.nbytes, "message and receive buffer sizes differ"
+        mv.cast("B")[:] = data
+        return True
+
+    def Send(self, buf, dest, tag=0):  # noqa: N802
+        self.calls.append(("Send", dest, self._put(buf, dest, tag)))
+
+    def Recv(self, buf, source, tag=0, status=None):  # noqa: N802
+        self._take(buf, source, tag)
+        self.calls.append(("Recv", source, memoryview(buf).nbytes))
+
+    def Sendrecv(  # noqa: N802
+        self, sendbuf, dest, sendtag=0, recvbuf=None, source=0, recvtag=0, status=None
+    ):
+        self.Send(sendbuf, dest, sendtag)
+        self.Recv(recvbuf, source, recvtag)
+
+    def Isend(self, buf, dest, tag=0):  # noqa: N802
+        self.Send(buf, dest, tag)  # buffered: done at once
+        return FakeRequest(lambda: None, lambda: True)
+
+    def Irecv(self, buf, source, tag=0):  # noqa: N802
+        key = (source, self.rank, tag)
+        return FakeRequest(lambda: self.Recv(buf, source, tag), lambda: bool(self.world.boxes[key]))
+
+
+def block(rows: int, start: float = 0.0) -> sa.SmartArray:
+    """A (rows, 6) SmartArray current on the device only (as after a kernel wrote it)."""
+    a = sa.SmartArray(start + np.arange(rows * 6.0).reshape(rows, 6))
+    a.get("gpu")
+    a.mark_changed("gpu")
+    return a
+
+
+# -- send / recv -----------------------------------------------------------------------------
+
+
+def test_send_downloads_only_the_view():
+    c0, c1 = World(2).comms()
+    a = block(5)
+    with sa.trace() as t:
+        sampi.send(c0, a[1, :], dest=1, tag=3)
+    assert (t.stats.d2h_bytes, t.stats.h2d_bytes) == (ROW, 0)
+    assert c0.calls == [("Send", 1, ROW)]
+    got = np.empty(6)
+    c1.Recv(got, source=0, tag=3)
+    np.testing.assert_array_equal(got, np.arange(6.0, 12.0))
+    assert a[1:2].is_valid("host") and not a[2:].is_valid("host")
+    with sa.trace() as t:  # sending it again: current on the host, nothing moves
+        sampi.send(c0, a[1, :], dest=1, tag=3)
+    assert t.stats.d2h_bytes == 0
+
+
+def test_recv_records_a_host_write_of_the_view_only():
+    c0, c1 = World(2).comms()
+    a = block(5)
+    c1.Send(np.full(6, -1.0), dest=0, tag=0)
+    with sa.trace() as t:
+        sampi.recv(c0, a[0, :], source=1)
+    assert t.stats.h2d_bytes == t.stats.d2h_bytes == 0  # nothing moves now
+    assert a[0].is_valid("host") and not a[0].is_valid("gpu")
+    assert a[1:].is_valid("gpu") and not a[1:].is_valid("host")
+    with sa.trace() as t:
+        a.get("gpu")  # what the next kernel does: uploads the received row only
+    assert (t.stats.h2d_bytes, t.stats.d2h_bytes) == (ROW, 0)
+    expect = np.arange(30.0).reshape(5, 6)
+    expect[0] = -1.0
+    np.testing.assert_array_equal(np.asarray(a), expect)
+
+
+def test_sendrecv_between_views_of_one_array():
+    (c0,) = World(1).comms()
+    a = block(4)
+    with sa.trace() as t:
+        sampi.sendrecv(c0, a[2, :], 0, a[0, :], 0, sendtag=5)
+    assert (t.stats.d2h_bytes, t.stats.h2d_bytes) == (ROW, 0)
+    np.testing.assert_array_equal(np.asarray(a[0]), np.arange(12.0, 18.0))
+    assert not a[0].is_valid("gpu") and a[3].is_valid("gpu") and not a[3].is_valid("host")
+
+
+def test_strided_view_is_sent_and_received_contiguously():
+    c0, c1 = World(2).comms()
+    a = sa.SmartArray(np.arange(20.0).reshape(4, 5))
+    sampi.send(c0, a[:, 1], dest=1)
+    b = sa.SmartArray(np.zeros((4, 5)))
+    sampi.recv(c1, b[:, 3], source=0)
+    expect = np.zeros((4, 5))
+    expect[:, 3] = np.arange(1.0, 20.0, 5)
+    np.testing.assert_array_equal(np.asarray(b), expect)
+
+
+def test_plain_buffers_pass_through():
+    c0, c1 = World(2).comms()
+    sampi.send(c0, np.arange(3.0), 1)
+    out = np.zeros(3)
+    sampi.recv(c1, out, 0)
+    np.testing.assert_array_equal(out, np.arange(3.0))
+
+
+# -- non-blocking ----------------------------------------------------------------------------
+
+
+def test_irecv_lands_at_wait_and_not_before():
+    c0, c1 = World(2).comms()
+    a = block(3)
+    req = sampi.irecv(c0, a[0, :], source=1, tag=9)
+    assert not req.done and not req.test()  # nothing sent yet
+    c1.Send(np.full(6, 7.0), dest=0, tag=9)
+    # Pending: the view keeps its earlier values (the message waits in staging).
+    np.testing.assert_array_equal(np.asarray(a[0]), np.arange(6.0))
+    assert a[0].is_valid("gpu")  # nothing recorded yet
+    with sa.trace() as t:
+        req.wait()
+    assert t.stats.h2d_bytes == t.stats.d2h_bytes == 0
+    assert req.done and a[0].is_valid("host") and not a[0].is_valid("gpu")
+    np.testing.assert_array_equal(np.asarray(a[0]), np.full(6, 7.0))
+    req.wait()  # a second wait is a no-op
+    np.testing.assert_array_equal(np.asarray(a[0]), np.full(6, 7.0))
+
+
+def test_irecv_overwrites_a_write_made_while_pending():
+    c0, c1 = World(2).comms()
+    a = sa.SmartArray(np.zeros((3, 6)))
+    req = sampi.irecv(c0, a[2, :], source=1)
+    a[2, :] = 5.0  # the receive happens at wait(): it wins
+    c1.Send(np.full(6, 1.0), dest=0)
+    assert req.test() and req.done
+    np.testing.assert_array_equal(np.asarray(a[2]), np.ones(6))
+
+
+def test_isend_sends_the_values_at_posting():
+    c0, c1 = World(2).comms()
+    a = block(3)
+    with sa.trace() as t:
+        req = sampi.isend(c0, a[1, :], dest=1)
+    assert t.stats.d2h_bytes == ROW
+    a[1, :] = -5.0  # a later write does not change what is sent
+    sampi.waitall([req])
+    got = np.empty(6)
+    c1.Recv(got, source=0)
+    np.testing.assert_array_equal(got, np.arange(6.0, 12.0))
+
+
+def test_dropped_pending_receive_warns():
+    (c0,) = World(1).comms()
+    a = sa.SmartArray(np.zeros(6))
+    req = sampi.irecv(c0, a, source=0)
+    with pytest.warns(sa.SmartArrayWarning, match="dropped before wait"):
+        del req
+        import gc
+
+        gc.collect()
+
+
+def test_waitall_refuses_other_objects_before_waiting():
+    (c0,) = World(1).comms()
+    a = sa.SmartArray(np.zeros(6))
+    req = sampi.irecv(c0, a, source=0)
+    with pytest.raises(TypeError, match="Request"):
+        sampi.waitall([req, object()])
+    assert not req.done
+    c0.Send(np.ones(6), dest=0)
+    req.wait()
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda c, a: sampi.send(object(), a[0], 1), "comm must be an mpi4py communicator"),
+        (lambda c, a: sampi.send(c, a[0], 1.5), "dest must be an int"),
+        (lambda c, a: sampi.recv(c, a[0], "x"), "source must be an int"),
+        (lambda c, a: sampi.recv(c, None, 0), "buf must be a SmartArray"),
+        (lambda c, a: sampi.isend(c, a[0], 0, tag=None), "tag must be an int"),
+        (lambda c, a: sampi.exchange_halos(c, np.zeros((4, 6))), "a must be a SmartArray"),
+        (lambda c, a: sampi.exchange_halos(c, a, axis=2), "axis must be in"),
+        (lambda c, a: sampi.exchange_halos(c, a, width=0), "width must be at least 1"),
+        (lambda c, a: sampi.exchange_halos(c, a, width=2), "needs at least 6"),
+    ],
+)
+def test_bad_input_moves_nothing(call, match):
+    (c0,) = World(1).comms()
+    a = block(5)
+    before = np.array(a.get("gpu"))
+    with sa.trace() as t, pytest.raises((TypeError, ValueError), match=match):
+        call(c0, a)
+    assert t.stats.h2d_bytes == t.stats.d2h_bytes == 0
+    assert c0.calls == [] and not a.is_valid("host")
+    np.testing.assert_array_equal(np.array(a.get("gpu")), before)
+
+
+# -- halo exchange ---------------------------------------------------------------------------
+
+
+def run_ranks(size: int, body) -> list:
+    """Run ``body(comm)`` on ``size`` ranks (threads); return the results in rank order."""
+    comms = World(size).comms()
+    results: list = [None] * size
+    errors: list = []
+
+    def go(c):
+        try:
+            results[c.rank] = body(c)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(c,)) for c in comms]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(30)
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+@pytest.mark.parametrize("width", [1, 2])
+def test_exchange_halos_moves_only_halo_rows(size, width):
+    rows = 4 * width  # the first and last owned layers do not overlap
+    owned = rows - 2 * width
+    blocks = []
+    for r in range(size):
+        blocks.append(block(rows, start=100.0 * r))
+        blocks[-1].name = f"rank{r}"
+
+    def body(comm):
+        sampi.exchange_halos(comm, blocks[comm.rank], axis=0, width=width)
+
+    with sa.trace() as t:  # every thread's copies; told apart by the arrays' names
+        run_ranks(size, body)
+        for a in blocks:
+            a.get("gpu")  # what the next kernel does
+    for r, a in enumerate(blocks):
+        moved = {(e.direction, e.start, e.stop) for e in t.events if e.array == f"rank{r}"}
+        assert len(moved) == len([e for e in t.events if e.array == f"rank{r}"])
+        expect = set()
+        lo, hi = width * ROW, (rows - width) * ROW  # owned rows, in bytes
+        if r > 0:  # first owned rows sent down; lower halo received, uploaded next
+            expect |= {("d2h", lo, lo + width * ROW), ("h2d", 0, lo)}
+        if r < size - 1:  # last owned rows sent up; upper halo received, uploaded next
+            expect |= {("d2h", hi - width * ROW, hi), ("h2d", hi, rows * ROW)}
+        assert moved == expect, r
+        mine = 100.0 * r + np.arange(rows * 6.0).reshape(rows, 6)
+        want = mine.copy()
+        if r > 0:  # lower halo: the last owned layers of rank r - 1
+            below = 100.0 * (r - 1) + np.arange(rows * 6.0).reshape(rows, 6)
+            want[:width] = below[owned : owned + width]
+        if r < size - 1:  # upper halo: the first owned layers of rank r + 1
+            above = 100.0 * (r + 1) + np.arange(rows * 6.0).reshape(rows, 6)
+            want[rows - width :] = above[width : 2 * width]
+        np.testing.assert_array_equal(np.asarray(a), want)
+
+
+def test_exchange_halos_periodic_and_other_axis():
+    def body(comm):
+        a = sa.SmartArray(np.full((2, 5), float(comm.rank)))
+        sampi.exchange_halos(comm, a, axis=-1, periodic=True)
+        return np.array(np.asarray(a))
+
+    out = run_ranks(3, body)
+    for r, got in enumerate(out):
+        np.testing.assert_array_equal(got[:, 0], np.full(2, (r - 1) % 3))
+        np.testing.assert_array_equal(got[:, 1:4], np.full((2, 3), r))
+        np.testing.assert_array_equal(got[:, 4], np.full(2, (r + 1) % 3))
+
+
+# -- the optional dependency -----------------------------------------------------------------
+
+
+def test_import_without_mpi4py_names_the_extra():
+    code = (
+        "import sys; sys.modules['mpi4py'] = None\n"
+        "import smartarray\n"
+        "try:\n"
+        "    import smartarray.mpi\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n"
+    )
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert "ImportError:" in out.stdout and "smartarray[mpi]" in out.stdout
+
+
+# -- real MPI (the mpi extra: mpi4py and MPICH's wheel, with mpiexec) ------------------------
+
+
+def _mpiexec() -> str | None:
+    if importlib.util.find_spec("mpi4py") is None:
+        return None
+    beside = Path(sys.executable).parent / "mpiexec"  # the mpich wheel installs it here
+    return str(beside) if beside.exists() else shutil.which("mpiexec")
+
+
+MPIEXEC = _mpiexec()
+needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason="needs mpi4py and mpiexec (the mpi extra)")
+
+
+def _env() -> dict[str, str]:
+    # The simulator in every rank; SMARTARRAY_STRICT, if set, is kept: strict mode applies.
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run(args: list[str], ranks: int | None) -> str:
+    cmd = [sys.executable, *args]
+    if ranks is not None:
+        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
+    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout
+
+
+HEAT = ["examples/mpi_heat.py", "--n", "17", "--steps", "4"]
+
+
+@pytest.fixture(scope="module")
+def single_process():
+    return _run(HEAT, None)
+
+
+def _digest(out: str) -> str:
+    found = re.findall(r"^result: .*sha256 ([0-9a-f]+)$", out, flags=re.M)
+    assert len(found) == 1, out
+    return found[0]
+
+
+@needs_mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_mpi_heat_moves_only_halo_rows(single_process, ranks):
+    out = _run(HEAT, ranks)
+    assert _digest(out) == _digest(single_process)  # bit for bit, whatever the ranks
+    assert f"4 steps on a 17x17 grid over {ranks} rank(s)" in out
+    steps = re.findall(
+        r"^rank (\d+) step bytes: h2d (\[.*\]) d2h (\[.*\]) d2d (\[.*\])$", out, re.M
+    )
+    assert sorted(int(s[0]) for s in steps) == list(range(ranks))
+    row = 17 * 8
+    counts = [len(c) for c in np.array_split(np.arange(17), ranks)]
+    for rank, *figures in steps:
+        r = int(rank)
+        h2d, d2h, d2d = (ast.literal_eval(f) for f in figures)
+        neighbours = (r > 0) + (r < ranks - 1)
+        assert len(h2d) == 4
+        # The first step uploads the whole block (owned rows and two halos); nothing else.
+        assert (h2d[0], d2h[0], d2d[0]) == ((counts[r] + 2) * row, 0, 0)
+        # Later steps: the sent rows down, the received rows up, and nothing else.
+        assert h2d[1:] == d2h[1:] == [neighbours * row] * 3
+        assert d2d[1:] == [0] * 3
+
+
+@needs_mpi
+def test_isend_irecv_with_mpi4py():
+    script = (
+        "import numpy as np\n"
+        "from mpi4py import MPI\n"
+        "import smartarray as sa, smartarray.mpi as sampi\n"
+        "comm = MPI.COMM_WORLD\n"
+        "a = sa.SmartArray(np.arange(12.0).reshape(3, 4) + 100 * comm.rank)\n"
+        "a.get('gpu'); a.mark_changed('gpu')\n"
+        "other = 1 - comm.rank\n"
+        "with sa.trace() as t:\n"
+        "    r = sampi.irecv(comm, a[0, :], source=other, tag=4)\n"
+        "    s = sampi.isend(comm, a[1, :], dest=other, tag=4)\n"
+        "    sampi.waitall([s, r])\n"
+        "assert (t.stats.d2h_bytes, t.stats.h2d_bytes) == (32, 0), t.stats\n"
+        "assert a[0].is_valid('host') and not a[0].is_valid('gpu') and not a[2].is_valid('host')\n"
+        "assert np.array_equal(np.asarray(a[0]), np.arange(4.0, 8.0) + 100 * other)\n"
+        "st = MPI.Status()\n"
+        "sampi.sendrecv(comm, a[2, :], other, a[0, :], other, sendtag=5, status=st)\n"
+        "assert st.Get_source() == other\n"
+        "assert np.array_equal(np.asarray(a[0]), np.arange(8.0, 12.0) + 100 * other)\n"
+        "print('ok', comm.rank)\n"
+    )
+    out = _run(["-c", script], 2)
+    assert sorted(out.split("\n")[:2]) == ["ok 0", "ok 1"]
+
+
+@needs_mpi
+def test_docs_show_what_the_example_prints():
+    text = (ROOT / "docs" / "distributed.rst").read_text()
+    shown = text.split(".. code-block:: text\n\n", 1)[1].split("\n\n", 1)[0]
+    shown_lines = [line.strip() for line in shown.splitlines()]
+    out = _run(["examples/mpi_heat.py", "--n", "48", "--steps", "4"], 3)
+    printed = [line for line in out.splitlines() if not line.startswith(("target:", "defaults"))]
+    assert printed == shown_lines
