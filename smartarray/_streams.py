@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from . import memory
+from . import _simulator as _sim
 
 __all__ = ["DEFAULT", "native", "order", "pending", "same", "synchronize"]
 
@@ -92,8 +92,7 @@ def synchronize(stream: Any) -> None:
 
 
 def _event() -> Any:
-    # The simulator's Event takes no arguments; a GPU's needs no timing data.
-    return cuda.event() if memory.SIMULATOR else cuda.event(timing=False)
+    return _sim.event()  # (the simulator's Event takes no arguments)
 
 
 def order(before: Any, after: Any) -> None:

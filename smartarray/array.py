@@ -42,6 +42,15 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
 from . import _numba_cpu, _numba_cuda, _perf, _streams, guard, memory
+from ._checks import (
+    _check_array_dtype,
+    _check_host_array,
+    _check_shape,
+    _check_stream,
+    _copy_source,
+    _is_device_array,
+    check_compatibility,
+)
 from ._numba_cuda import IN, INOUT, OUT
 from .coherence import BufferState, IntervalSet
 from .errors import CoherenceError, TransferError
@@ -56,17 +65,6 @@ def _check_where(where: Any) -> str:
     if where not in _WHERE:
         raise ValueError(f"where must be 'host' or 'gpu', got {where!r}")
     return where
-
-
-def _check_dtype(dt: np.dtype, name: str = "dtype") -> np.dtype:
-    if dt.hasobject:
-        raise TypeError(
-            f"{name} {dt} holds Python objects, which device memory cannot hold; "
-            "use a numeric, boolean or structured dtype"
-        )
-    if dt.kind in "US":
-        raise TypeError(f"{name} {dt} is a string dtype; SmartArray holds numbers and records")
-    return dt
 
 
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
@@ -330,13 +328,13 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         name = _check_name(name)
         if order not in _ORDERS:
             raise ValueError(f"order must be None, 'C', 'F', 'A' or 'K', got {order!r}")
-        dt = None if dtype is None else _check_dtype(self._dtype_of(dtype))
-        dims = None if shape is None else memory._check_shape(shape)
+        dt = None if dtype is None else _check_array_dtype(self._dtype_of(dtype))
+        dims = None if shape is None else _check_shape(shape)
         if obj is None:
             if dims is None:
                 raise TypeError("SmartArray() needs obj (array-like data) or shape (and dtype)")
             dt = np.dtype(np.float64) if dt is None else dt
-            memory._check_shape(shape, itemsize=dt.itemsize)  # exact: no int64 wrap-around
+            _check_shape(shape, itemsize=dt.itemsize)  # exact: no int64 wrap-around
             strides = _contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
             nbytes = math.prod(dims) * dt.itemsize
             self._init(_Buffer(nbytes, None, bool(pinned), name), 0, dims, strides, dt)
@@ -362,7 +360,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 if isinstance(exc, ValueError) and "could not convert" not in str(exc):
                     raise ValueError(f"obj cannot be turned into an array: {exc}") from None
                 raise TypeError(f"obj cannot be turned into an array: {exc}") from None
-        _check_dtype(ary.dtype, "obj's dtype")
+        _check_array_dtype(ary.dtype, "obj's dtype")
         if dims is not None and dims != ary.shape:
             raise ValueError(f"shape {dims} conflicts with obj's shape {ary.shape}")
         if not (ary.flags.c_contiguous or ary.flags.f_contiguous):
@@ -756,10 +754,10 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         numpy.ndarray
             ``ary``, or a new writable array (a copy: writing it changes nothing here).
         """
-        memory._check_stream(stream)
+        _check_stream(stream)
         if ary is not None:
-            memory._check_host_array(ary, "ary")
-            memory.check_compatibility(self._probe(), ary)
+            _check_host_array(ary, "ary")
+            check_compatibility(self._probe(), ary)
         with self._buf.lock:
             host = self._host_ro("copy_to_host")
             if ary is None:
@@ -776,11 +774,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         recorded as a device write; host data is written to the host copy (as ``a[...] = ary``)
         and moves to the device when a kernel next needs it.
         """
-        stream = memory._check_stream(stream)
-        source = memory._copy_source(self, ary, "ary")
+        stream = _check_stream(stream)
+        source = _copy_source(self, ary, "ary")
         if source is None:
             return
-        if not memory._is_device_array(source):
+        if not _is_device_array(source):
             self[...] = source
             return
         buf = self._buf

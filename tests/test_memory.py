@@ -13,7 +13,7 @@ from _targets import real_target_env
 from numba import cuda
 
 import smartarray as sa
-from smartarray import memory
+from smartarray import _pinning, memory
 
 
 @pytest.fixture(autouse=True)
@@ -649,7 +649,7 @@ def _gpu_like_pinning(monkeypatch):
         calls.append(extent)
         raise RuntimeError("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED")
 
-    monkeypatch.setattr(memory, "_pin", pin)
+    monkeypatch.setattr(_pinning, "_pin", pin)  # the page-lock registry's
     return calls
 
 
@@ -690,8 +690,8 @@ def test_unpinning_waits_for_the_device_first(monkeypatch):
     events = []
     synchronize = cuda.synchronize  # still waits: strict mode runs queued work there
     monkeypatch.setattr(cuda, "synchronize", lambda: (events.append("wait"), synchronize()))
-    unpin = memory._unpin
-    monkeypatch.setattr(memory, "_unpin", lambda pin: (events.append("unpin"), unpin(pin)))
+    unpin = _pinning._unpin  # the page-lock registry's
+    monkeypatch.setattr(_pinning, "_unpin", lambda pin: (events.append("unpin"), unpin(pin)))
     a, b = np.zeros(8), np.zeros(8)
     sa.register(a, b)
     sa.deregister(a, b)

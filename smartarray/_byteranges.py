@@ -1,0 +1,126 @@
+"""Byte-range copies and device views for the layers above (SmartArray's base buffer).
+
+A SmartArray's base buffer keeps each copy as a flat ``uint8`` buffer and moves byte ranges
+between them (:func:`copy_range`), and hands out typed device views of its device buffer
+(:func:`device_view`). Both are reached as :mod:`smartarray.memory` names.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import _simulator as _sim
+from ._checks import _check_dtype, _check_shape, _check_strides
+from ._counted import _adopt, _raw
+from .stats import abort as _abort
+from .stats import begin as _begin
+from .stats import record as _record
+
+
+def copy_range(
+    direction: str,
+    host_bytes: np.ndarray,
+    device_bytes: Any,
+    start: int,
+    stop: int,
+    stream: Any = 0,
+    reason: str = "",
+    array: str = "",
+) -> None:
+    """Copy bytes ``[start, stop)`` between a host and a device byte buffer, and count it.
+
+    Parameters
+    ----------
+    direction : {'h2d', 'd2h'}
+    host_bytes : numpy.ndarray
+        A 1-D contiguous ``uint8`` view of the host buffer.
+    device_bytes : device array
+        A 1-D contiguous ``uint8`` view of the device buffer.
+    start, stop : int
+        The byte range.
+    stream : int or Stream
+        Where the copy is enqueued.
+    reason, array : str
+        Shown in trace events.
+
+    Raises
+    ------
+    TransferGuardError
+        The transfer guard refuses the copy; nothing was copied.
+    """
+    if stop <= start:
+        return
+    if direction not in ("h2d", "d2h"):
+        raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    began = _begin(direction, stop - start, reason, array)  # the transfer guard may refuse
+    try:
+        host_part = host_bytes[start:stop]
+        device_part = _raw(device_bytes)[start:stop]
+        if direction == "h2d":
+            device_part.copy_to_device(host_part, stream=stream)
+        else:
+            device_part.copy_to_host(host_part, stream=stream)
+    except BaseException:
+        _abort(began)
+        raise
+    _record(
+        direction, stop - start, reason, array, start=start, stop=stop, stream=stream, began=began
+    )
+
+
+def device_view(
+    device_bytes: Any, offset: int, shape: Sequence[int], strides: Sequence[int], dtype: Any
+) -> Any:
+    """A counted device array viewing ``device_bytes`` from byte ``offset`` on.
+
+    Used by SmartArray to hand out a view of its device buffer without copying.
+
+    Parameters
+    ----------
+    device_bytes : device array
+        A 1-D contiguous ``uint8`` device array (from :func:`device_array`).
+    offset : int
+        Byte offset of element 0 of the view.
+    shape, strides : tuple of int
+        The view's shape and byte strides (non-negative: numba kernels take no negative strides).
+    dtype : dtype
+
+    Returns
+    -------
+    DeviceNDArray
+        A fake device array on the simulator.
+
+    Raises
+    ------
+    ValueError
+        A stride is negative, or the view reaches outside ``device_bytes``.
+    """
+    dims = _check_shape(tuple(shape))
+    dt = _check_dtype(dtype)
+    steps = _check_strides(tuple(strides), len(dims))
+    assert steps is not None
+    if any(s < 0 for s in steps):
+        raise ValueError(
+            f"device views take no negative strides, got {steps!r}; "
+            "make a contiguous copy first (e.g. SmartArray(a))"
+        )
+    offset = operator.index(offset)
+    size = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    extent = (
+        0 if size == 0 else sum((d - 1) * s for d, s in zip(dims, steps, strict=True)) + dt.itemsize
+    )
+    if offset < 0 or offset + extent > device_bytes.shape[0]:
+        raise ValueError(
+            f"a view of {extent} bytes at offset {offset} does not fit in "
+            f"{device_bytes.shape[0]} device bytes"
+        )
+    if _sim.SIMULATOR:
+        return _adopt(_sim.device_view(device_bytes, offset, dims, steps, dt))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    gpu_data = device_bytes.gpu_data.view(offset) if size else None  # numba: NULL when empty
+    return _adopt(DeviceNDArray(dims, steps, dt, gpu_data=gpu_data))

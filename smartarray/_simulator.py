@@ -1,0 +1,181 @@
+"""Every gap of the numba CUDA simulator, filled in one place so that the code above behaves alike.
+
+Above the memory layer the simulator and a GPU must behave the same (same bytes moved, same
+trace events, same errors). Where the simulator (``NUMBA_ENABLE_CUDASIM=1``) lacks something or
+does it differently, the memory layer calls one of the helpers here; each says which gap it
+fills. Strict mode (:mod:`smartarray.testing`) is the only other code that touches the
+simulator's internals, and it closes some of these gaps itself (it adds ``cuda.mapped``, a
+``mempin`` and numba's ``MappedNDArray``): the checks below test for the missing piece, not only
+for the simulator.
+
+The gaps, and where they are filled:
+
+- no ``cuda.mapped``: :func:`lacks_mapping` / :func:`mapped` alias the host array instead
+  (exactly what a mapping does, minus the hardware);
+- ``pinned()`` takes one array and ``pinned_array`` is ordinary memory: page-locking is recorded
+  but emulated (:func:`emulates_page_locking`);
+- ``to_device(to=d)`` returns ``None`` and ``to_device(copy=False)`` copies anyway: the memory
+  layer copies into ``d`` itself and allocates with ``device_array_like`` (no branch needed);
+- ``mapped_array`` returns a fake device array, not an ``ndarray``: :func:`mapped_array` returns
+  a :class:`SimMappedNDArray` (the counted class gives it the ``MappedNDArray`` methods);
+- ``np.asarray`` of a simulated device array aliases device memory (a GPU copies), and the fake
+  array forwards unknown attributes to the ndarray it wraps: :class:`DeviceArrayGaps`;
+- ``ravel`` takes no ``stream``: :func:`ravel`;
+- ``copy_to_device`` reads a device source through ``__array__``: :func:`numba_copy_source`;
+- kernels run in Python and index device arrays like the host does: :func:`in_kernel`;
+- a device record is allocated by copying a host record: :func:`device_record_like`;
+- a device view is built from the ndarray the fake array wraps: :func:`device_view`;
+- its ``Event`` takes no arguments: :func:`event`;
+- ``split`` returns a list there and a generator on a GPU: the counted ``split`` returns a list
+  on both (no branch needed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numba
+import numpy as np
+from numba import cuda
+
+from ._checks import _is_device_array
+
+#: True when numba.cuda is the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
+SIMULATOR: bool = bool(numba.config.ENABLE_CUDASIM)
+
+
+class DeviceArrayGaps:
+    """Methods of the counted device classes that make a simulated device array act as a GPU's.
+
+    Mixed into every counted class (on a GPU they do what numba's own methods do).
+    """
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        # Gap: np.asarray of a simulated device array aliases device memory; a GPU copies to
+        # the host here (through the counted copy_to_host, so the download is counted).
+        host = self.copy_to_host()  # type: ignore[attr-defined]
+        return host if dtype is None else host.astype(dtype, copy=False)
+
+    def __getattr__(self, name: str) -> Any:
+        # Gap: the simulator's fake array forwards unknown attributes to the ndarray it wraps;
+        # forwarding these two would let np.asarray alias device memory, which a GPU array
+        # cannot do (it has neither attribute).
+        if name in ("__array_interface__", "__array_struct__"):
+            raise AttributeError(name)
+        forward = getattr(super(), "__getattr__", None)
+        if forward is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return forward(name)
+
+
+def ravel(parent: Any, order: str, stream: Any) -> Any:
+    """``parent.ravel(order, stream)``, numba's method reached through ``super()``."""
+    if SIMULATOR:
+        return parent.ravel(order=order)  # gap: the simulator's ravel takes no stream
+    return parent.ravel(order=order, stream=stream)
+
+
+def in_kernel() -> bool:
+    """Whether the simulator is running a kernel (whose element accesses are no transfers).
+
+    Gap: simulated kernels run in Python and index the same device array objects the host does;
+    on a GPU a kernel's element accesses never reach the Python object.
+    """
+    if not SIMULATOR:
+        return False
+    from numba.cuda.simulator import kernel
+
+    return kernel._get_kernel_context() is not None
+
+
+def numba_copy_source(source: Any) -> Any:
+    """The source to hand numba's own ``copy_to_device``.
+
+    Gap: the simulator's ``copy_to_device`` reads a device source through ``__array__``, which
+    for a counted array is a counted ``copy_to_host``: a d2d copy would also be counted as a
+    d2h. There it gets the ndarray the fake device array wraps (the checks were done already).
+    """
+    if SIMULATOR and _is_device_array(source) and hasattr(source, "_ary"):
+        return source._ary
+    return source
+
+
+def device_view(device_bytes: Any, offset: int, dims: tuple[int, ...], steps: Any, dt: Any) -> Any:
+    """A simulated device array viewing ``device_bytes`` from byte ``offset`` on (not counted).
+
+    Gap: a simulated device array has no device pointer to offset; it wraps an ndarray, so the
+    view is an ndarray view of that one, wrapped again.
+    """
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    host = np.ndarray(dims, dt, buffer=device_bytes._ary, offset=offset, strides=steps)
+    return FakeCUDAArray(host)
+
+
+def device_record_like(rec: np.void, stream: Any) -> Any:
+    """An uninitialised simulated device record like ``rec`` (not counted).
+
+    Gap: the simulator has no ``from_record_like``; it allocates by copying a host record (host
+    memory, nothing crosses).
+    """
+    return cuda.to_device(np.zeros((), dtype=rec.dtype)[()], stream=stream)
+
+
+def lacks_mapping() -> bool:
+    """Whether numba.cuda has no ``cuda.mapped`` (the plain simulator; strict mode adds one)."""
+    return SIMULATOR and not hasattr(cuda, "mapped")
+
+
+@contextlib.contextmanager
+def mapped(*arrays: np.ndarray, stream: Any = 0) -> Iterator[Any]:
+    """``cuda.mapped`` for the plain simulator: one device array per host array (not counted).
+
+    Gap: no ``cuda.mapped``. A fake device array wrapping the host array aliases its memory,
+    which is what a mapping is; there is nothing to unmap.
+    """
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    devarys = [FakeCUDAArray(ary, stream=stream) for ary in arrays]
+    yield devarys[0] if len(devarys) == 1 else devarys
+
+
+class SimMappedNDArray(np.ndarray):
+    """The simulator's stand-in for ``MappedNDArray``: a host ndarray with its device methods.
+
+    On a GPU a mapped array is host memory that kernels address directly. The simulator runs
+    kernels on host memory anyway, so the ndarray itself is the mapping.
+    """
+
+    # alloc_size, copy_to_host, copy_to_device, split and is_c/f_contiguous: the counted
+    # mapped class, as on a GPU.
+
+
+def mapped_array(
+    dims: tuple[int, ...], dt: np.dtype, strides: Sequence[int] | None, order: str
+) -> SimMappedNDArray:
+    """A mapped array for the plain simulator (not counted, not tracked as page-locked).
+
+    Gap: the simulator's ``mapped_array`` is a fake device array, not an ``ndarray`` (strict
+    mode gives numba's ``MappedNDArray``, and the GPU path runs).
+    """
+    host = np.ndarray(dims, dtype=dt, strides=strides, order=order)
+    return host.view(SimMappedNDArray)
+
+
+def emulates_page_locking() -> bool:
+    """Whether page-locking is emulated: the plain simulator's context has no ``mempin``.
+
+    Gap: the simulator's ``pinned()`` takes one array and its ``pinned_array`` is ordinary
+    memory; the registry still records what is page-locked (strict mode models ``mempin``).
+    """
+    return SIMULATOR and not hasattr(cuda.current_context(), "mempin")
+
+
+def event() -> Any:
+    """A new CUDA event for ordering streams (no timing data needed).
+
+    Gap: the simulator's ``Event`` takes no arguments.
+    """
+    return cuda.event() if SIMULATOR else cuda.event(timing=False)
