@@ -189,8 +189,9 @@ def dlpack(
 ) -> Any:
     """See :meth:`SmartArray.__dlpack__`."""
     _check_dl_device(dl_device)
-    if stream is not None and stream != -1:
-        raise ValueError(f"stream must be None for a host (CPU) consumer, got {stream!r}")
+    # ``stream`` is the consumer's stream. The host copy is current when this returns (its
+    # downloads waited for), so there is nothing to order on it: any value is accepted, as
+    # cuda.core passes one for host memory too.
     if copy:
         host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
     else:
