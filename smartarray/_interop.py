@@ -214,7 +214,7 @@ def _has_interface(obj: Any) -> bool:
 
 def is_device_object(obj: Any) -> bool:
     """Whether ``SmartArray(obj)`` takes ``obj`` as device memory (copied device to device)."""
-    if obj is None or isinstance(obj, (np.ndarray, SmartArray, CudaView)):
+    if obj is None or isinstance(obj, (np.ndarray, SmartArray)):
         return False
     return memory._is_device_array(obj) or _has_interface(obj)
 

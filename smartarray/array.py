@@ -259,9 +259,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     obj : array_like or SmartArray, optional
         The initial data, copied (a C- or F-contiguous ndarray of an accepted dtype is adopted
         as the host copy when ``copy=False``; it stays in sync with the array). A SmartArray's
-        current data is copied.
+        current data is copied. Device memory (an object with ``__cuda_array_interface__``:
+        CuPy, PyTorch, numba device arrays) is copied device to device.
     copy : bool, optional
-        ``False`` adopts a suitable ndarray ``obj`` instead of copying it.
+        ``False`` adopts a suitable ndarray ``obj`` instead of copying it, or device memory
+        ``obj`` as the device copy (its owner kept alive).
     shape : int or tuple of int, optional
         The shape of an uninitialised array (when ``obj`` is None), or a check on ``obj``'s.
     dtype : dtype, optional

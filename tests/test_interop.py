@@ -97,7 +97,7 @@ def test_interface_makes_device_current_and_records_a_write():
     assert desc["data"] == (pointer(a.get("gpu")), False)
     assert a.valid_at == ("gpu",)  # the consumer may write: conservative
     sa.reset_stats()
-    a.__cuda_array_interface__  # already current: nothing moves
+    assert a.__cuda_array_interface__ == desc  # already current: nothing moves
     assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
 
 
@@ -165,7 +165,7 @@ def test_cuda_view_refuses_an_unknown_intent_moving_nothing():
 def test_negative_strides_are_refused_before_anything_moves():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     with pytest.raises(ValueError, match="negative strides"):
-        a[::-1].__cuda_array_interface__
+        _ = a[::-1].__cuda_array_interface__
     assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
 
 
@@ -301,6 +301,16 @@ def test_copy_of_device_data_copies_device_to_device():
     launch(add_one, b)
     np.testing.assert_array_equal(b.host(), np.arange(N) + 2.0)
     np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+
+
+def test_from_a_read_only_cuda_view_copies_device_to_device():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    v = a.cuda_view("in")
+    sa.reset_stats()
+    b = sa.SmartArray(v)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 8 * N}
+    assert a.valid_at == ("host", "gpu")
+    np.testing.assert_array_equal(b.host(), np.arange(N))
 
 
 def test_copy_of_host_data_moves_nothing():
@@ -439,8 +449,11 @@ def test_cupy_both_ways():
     sa.reset_stats()
     b = sa.SmartArray(cp.arange(N, dtype=cp.float64))
     assert moved() == {"h2d": 0, "d2h": 0, "d2d": 8 * N}
-    with cp.cuda.Stream() as s:
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
         c = sa.SmartArray(cp.ones(N), copy=False)
+    np.testing.assert_array_equal(c.copy_to_host(stream=cuda.external_stream(s.ptr)), np.ones(N))
+    if hasattr(s, "__cuda_stream__"):
         np.testing.assert_array_equal(c.copy_to_host(stream=s), np.ones(N))
     np.testing.assert_array_equal(b.host(), np.arange(N))
 
