@@ -12,6 +12,7 @@ if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
 
     _select_simulator()
 
+from ._interop import as_cuda_array, is_cuda_array
 from ._version import __version__
 from .array import SmartArray
 from .errors import (
@@ -69,11 +70,13 @@ __all__ = [
     "TransferGuardError",
     "TransferStats",
     "__version__",
+    "as_cuda_array",
     "deregister",
     "device_array",
     "device_array_like",
     "enable_nvtx",
     "explain",
+    "is_cuda_array",
     "jit",
     "mapped",
     "mapped_array",

@@ -124,3 +124,26 @@ def device_view(
 
     gpu_data = device_bytes.gpu_data.view(offset) if size else None  # numba: NULL when empty
     return _adopt(DeviceNDArray(dims, steps, dt, gpu_data=gpu_data))
+
+
+def copy_device(dst: Any, src: Any, stream: Any = 0, reason: str = "", array: str = "") -> None:
+    """Copy device array ``src`` into device array ``dst`` on the device, and count it ``d2d``.
+
+    Both must be contiguous with the same dtype and shape (numba.cuda's checks apply).
+    Used by :mod:`smartarray._interop` for data that must not round-trip through the host.
+
+    Raises
+    ------
+    TransferGuardError
+        The transfer guard refuses the copy; nothing was copied.
+    """
+    nbytes = int(dst.size) * np.dtype(dst.dtype).itemsize
+    if nbytes == 0:
+        return
+    began = _begin("d2d", nbytes, reason, array)  # the transfer guard may refuse
+    try:
+        _raw(dst).copy_to_device(_sim.numba_copy_source(src), stream=stream)
+    except BaseException:
+        _abort(began)
+        raise
+    _record("d2d", nbytes, reason, array, stream=stream, began=began)

@@ -112,11 +112,31 @@ def _check_stream(stream: Any) -> Any:
             )
         return 0
     if callable(getattr(stream, "synchronize", None)):
-        return stream
+        return _foreign_stream(stream)
     raise TypeError(
         "stream must be 0 (the default stream) or a stream from smartarray.stream() "
         f"or numba.cuda.stream(), got {type(stream).__name__}"
     )
+
+
+def _foreign_stream(stream: Any) -> Any:
+    """CuPy's and PyTorch's streams as numba's ``external_stream`` (numba's copies need one).
+
+    A stream with a ``handle`` (numba's) is taken as it is; one that names its CUstream
+    through ``__cuda_stream__()`` (the CUDA stream protocol) or PyTorch's ``cuda_stream`` is
+    wrapped. The simulator has no external streams: there it is taken as it is.
+    """
+    from ._simulator import SIMULATOR
+
+    if SIMULATOR or getattr(stream, "handle", None) is not None:
+        return stream
+    protocol = getattr(stream, "__cuda_stream__", None)
+    handle = protocol()[1] if callable(protocol) else getattr(stream, "cuda_stream", None)
+    if handle is None:
+        return stream
+    from numba import cuda
+
+    return cuda.external_stream(int(handle))
 
 
 def _check_host_array(ary: Any, name: str) -> np.ndarray:

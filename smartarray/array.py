@@ -257,9 +257,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     obj : array_like or SmartArray, optional
         The initial data, copied (a C- or F-contiguous ndarray of an accepted dtype is adopted
         as the host copy when ``copy=False``; it stays in sync with the array). A SmartArray's
-        current data is copied.
+        current data is copied. Device memory (an object with ``__cuda_array_interface__``:
+        CuPy, PyTorch, numba device arrays) is copied device to device.
     copy : bool, optional
-        ``False`` adopts a suitable ndarray ``obj`` instead of copying it.
+        ``False`` adopts a suitable ndarray ``obj`` instead of copying it, or device memory
+        ``obj`` as the device copy (its owner kept alive).
     shape : int or tuple of int, optional
         The shape of an uninitialised array (when ``obj`` is None), or a check on ``obj``'s.
     dtype : dtype, optional
@@ -339,6 +341,12 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             nbytes = math.prod(dims) * dt.itemsize
             self._init(_Buffer(nbytes, None, bool(pinned), name), 0, dims, strides, dt)
             return
+        # -- interop (issue 16): device memory is copied device to device; see _interop --
+        if _interop.is_device_object(obj):
+            _interop.init_from_device(self, obj, copy, dims, dt, order, bool(pinned), name)
+            return
+        obj = _interop.host_dlpack(obj)  # an object that speaks DLPack only
+        # -- end interop --
         if isinstance(obj, SmartArray):
             obj = obj._host_ro()
         adopt = (
@@ -1865,3 +1873,78 @@ for _name in dir(np.ndarray):
     if not _name.startswith("_") and not hasattr(SmartArray, _name):
         setattr(SmartArray, _name, _not_supported(_name))
 del _name
+
+
+# -- interop (issue 16): CUDA Array Interface, DLPack, device-to-device copies ----------------
+# The logic lives in smartarray/_interop.py (built on the public API); these only delegate.
+from . import _interop  # noqa: E402
+
+
+def _cuda_array_interface(self: SmartArray) -> dict[str, Any]:
+    """The CUDA Array Interface (version 3) of the device copy, made current first.
+
+    Because the consumer may write, a device write is recorded (the host copy becomes stale
+    and is downloaded when next read). Share read-only with :meth:`SmartArray.cuda_view`
+    ``(intent='in')``. The ``stream`` entry names the stream of pending device work on this
+    array (None when there is none).
+    """
+    return _interop.cuda_array_interface(self)
+
+
+def _cuda_view(self: SmartArray, intent: str = "inout") -> _interop.CudaView:
+    """Share the device copy with a CUDA consumer (CuPy, PyTorch, numba), made current first.
+
+    Parameters
+    ----------
+    intent : {'inout', 'in'}
+        ``'in'``: read-only, nothing recorded. ``'inout'``: a device write is recorded now
+        and again when a ``with`` block around the view exits (so host arrays held earlier
+        show what the consumer wrote).
+
+    Returns
+    -------
+    CudaView
+        An object with ``__cuda_array_interface__``, usable as a context manager.
+    """
+    return _interop.cuda_view(self, intent)
+
+
+def _dlpack(
+    self: SmartArray,
+    *,
+    stream: Any = None,
+    max_version: Any = None,
+    dl_device: Any = None,
+    copy: bool | None = None,
+) -> Any:
+    """Export the host copy through DLPack (``np.from_dlpack(a)``), made current first.
+
+    The consumer may write: a host write is recorded (the device copy becomes stale), unless
+    ``copy=True`` (a snapshot). CUDA consumers take ``__cuda_array_interface__``: a request
+    for a CUDA device (``dl_device=(2, n)``) raises ``BufferError``.
+    """
+    return _interop.dlpack(self, stream, max_version, dl_device, copy)
+
+
+def _dlpack_device(self: SmartArray) -> tuple[int, int]:
+    """``(1, 0)``: DLPack exports are of the host copy (kDLCPU)."""
+    return _interop.dlpack_device(self)
+
+
+_host_copy = SmartArray.copy  # type: ignore[attr-defined]
+
+
+def _copy(self: SmartArray, order: str = "C") -> SmartArray:
+    """A new array with this one's data: device to device when current on the device only."""
+    return _interop.copy(self, _host_copy, order)
+
+
+SmartArray.__cuda_array_interface__ = property(_cuda_array_interface)  # type: ignore[attr-defined]
+SmartArray.cuda_view = _cuda_view  # type: ignore[attr-defined]
+SmartArray.__dlpack__ = _dlpack  # type: ignore[attr-defined]
+SmartArray.__dlpack_device__ = _dlpack_device  # type: ignore[attr-defined]
+SmartArray.copy = _copy  # type: ignore[attr-defined]
+for _name, _fn in (("cuda_view", _cuda_view), ("__dlpack__", _dlpack), ("copy", _copy)):
+    _fn.__name__, _fn.__qualname__ = _name, f"SmartArray.{_name}"
+del _name, _fn
+# -- end interop --

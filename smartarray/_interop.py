@@ -1,0 +1,424 @@
+"""Interoperability: the CUDA Array Interface, DLPack and foreign device arrays, coherence kept.
+
+Built on SmartArray's public API (``get``, ``mark_changed``, ``is_valid``, construction); the
+few engine facts it needs (the stream of the buffer's pending device work, adopting device
+memory) go through the small helpers at the top of this module.
+
+Export rules (see ``docs/interop.rst``):
+
+- ``__cuda_array_interface__`` makes the device copy current and, since the consumer may write,
+  records a device write (conservative). ``cuda_view(intent='in')`` shares read-only and records
+  nothing; ``with a.cuda_view() as v:`` records the write again on exit, so held host arrays show
+  what the consumer wrote.
+- ``__dlpack__`` exports to host consumers (``np.from_dlpack``): the host copy is made current
+  and a host write recorded (``copy=True``: a snapshot, nothing recorded). CUDA consumers take
+  the CUDA Array Interface; a CUDA DLPack capsule is not offered (``BufferError``).
+
+Import: device objects (the CUDA Array Interface, numba device arrays) are copied device to
+device (counted ``d2d``), or adopted as the device copy with ``copy=False``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _streams, memory
+from .array import SmartArray
+from .errors import TransferError
+
+__all__ = [
+    "CudaView",
+    "as_cuda_array",
+    "copy",
+    "cuda_array_interface",
+    "cuda_view",
+    "dlpack",
+    "dlpack_device",
+    "init_from_device",
+    "is_cuda_array",
+    "is_device_object",
+]
+
+#: DLPack device types (``DLDeviceType``).
+KDL_CPU = 1
+KDL_CUDA = 2
+
+_INTENTS = ("in", "inout")
+
+
+# -- engine facts ---------------------------------------------------------------------------
+
+
+def _pending_stream(a: SmartArray) -> Any:
+    """The stream of the latest device work on ``a``'s buffer (0: nothing queued)."""
+    return a._buf.stream
+
+
+def _wait_for_device(a: SmartArray) -> None:
+    """Block until the device work queued on ``a``'s buffer finished."""
+    a._buf.wait_for_device()
+
+
+def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
+    """Make ``raw`` (1-D uint8 device memory) ``a``'s device copy (``a`` owns a fresh buffer)."""
+    assert a._buf.device_bytes is None
+    a._buf.device_bytes = raw
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def _device_pointer(dev: Any) -> int:
+    if dev.size == 0:
+        return 0
+    if memory.SIMULATOR:  # simulated device memory is host memory
+        return int(dev._ary.__array_interface__["data"][0])
+    return int(dev.device_ctypes_pointer.value or 0)
+
+
+def _interface_stream(a: SmartArray) -> int | None:
+    """The ``stream`` entry: where a consumer must order its work after ours (None: nowhere)."""
+    pending = _pending_stream(a)
+    if pending == 0 and pending.__class__ is int:
+        return None
+    if memory.SIMULATOR:
+        # The simulator's streams have no handle a consumer could wait for: wait here.
+        _wait_for_device(a)
+        return None
+    if pending is _streams.DEFAULT:
+        return 1  # the legacy default stream, as the interface spells it
+    handle = getattr(pending, "handle", None)
+    handle = getattr(handle, "value", handle)  # numba's ctypes handle
+    try:
+        value = int(handle) if handle is not None else 0
+    except (TypeError, ValueError):
+        value = 0
+    if value == 0:
+        # No handle we can name (0 is not allowed in the interface): wait here instead.
+        _wait_for_device(a)
+        return None
+    return value
+
+
+def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any]:
+    """The CUDA Array Interface (v3) of ``a``'s device copy, made current first.
+
+    Unless ``readonly``, a device write is recorded (the consumer may write): the host copy
+    becomes stale and is downloaded when next read.
+    """
+    dev = a.get("gpu")  # device copy current (only stale bytes move); refuses negative strides
+    if not readonly:
+        a.mark_changed("gpu")
+    contiguous = dev.size == 0 or dev.is_c_contiguous()
+    return {
+        "shape": tuple(int(d) for d in dev.shape),
+        "strides": None if contiguous else tuple(int(s) for s in dev.strides),
+        "typestr": np.dtype(dev.dtype).str,
+        "data": (_device_pointer(dev), bool(readonly)),
+        "version": 3,
+        "stream": _interface_stream(a),
+    }
+
+
+class CudaView:
+    """A SmartArray's device data shared with a CUDA consumer (CuPy, PyTorch, numba).
+
+    Created by :meth:`SmartArray.cuda_view`. It has ``__cuda_array_interface__`` (the device
+    copy made current when the view was created) and keeps the array alive.
+
+    - ``intent='in'``: read-only; nothing is recorded (the interface says ``readonly``).
+    - ``intent='inout'``: a device write is recorded when the view is created and again when a
+      ``with`` block around it exits, so host arrays held earlier show the consumer's writes.
+    """
+
+    __slots__ = ("array", "intent", "__cuda_array_interface__")
+
+    def __init__(self, array: SmartArray, intent: str = "inout") -> None:
+        if intent not in _INTENTS:
+            raise ValueError(f"intent must be 'in' or 'inout', got {intent!r}")
+        self.array = array
+        self.intent = intent
+        self.__cuda_array_interface__ = cuda_array_interface(array, readonly=intent == "in")
+
+    def __enter__(self) -> CudaView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.intent != "in":
+            # Also after an exception: the consumer may have written part of the bytes, and
+            # the device copy (current when shared) holds them.
+            self.array.mark_changed("gpu")
+
+    def __repr__(self) -> str:
+        return f"<CudaView of {self.array.name} intent={self.intent!r}>"
+
+
+def cuda_view(a: SmartArray, intent: str = "inout") -> CudaView:
+    """See :meth:`SmartArray.cuda_view`."""
+    return CudaView(a, intent)
+
+
+def _check_dl_device(dl_device: Any) -> None:
+    if dl_device is None:
+        return
+    try:
+        kind, _ = dl_device
+        kind = int(kind)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"dl_device must be None or a (device_type, device_id) pair, got {dl_device!r}"
+        ) from None
+    if kind == KDL_CUDA:
+        raise BufferError(
+            "SmartArray.__dlpack__ exports host memory only; CUDA consumers take "
+            "__cuda_array_interface__ (cupy.asarray(a), torch.as_tensor(a, device='cuda'), "
+            "numba.cuda.as_cuda_array(a))"
+        )
+    if kind != KDL_CPU:
+        raise BufferError(f"SmartArray.__dlpack__ exports to the CPU (1) only, not {kind}")
+
+
+def dlpack(
+    a: SmartArray,
+    stream: Any = None,
+    max_version: Any = None,
+    dl_device: Any = None,
+    copy: bool | None = None,
+) -> Any:
+    """See :meth:`SmartArray.__dlpack__`."""
+    _check_dl_device(dl_device)
+    # ``stream`` is the consumer's stream. The host copy is current when this returns (its
+    # downloads waited for), so there is nothing to order on it: any value is accepted, as
+    # cuda.core passes one for host memory too.
+    if copy:
+        host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
+    else:
+        host = a.get("host")  # tracked: refreshed if the device copy is later marked changed
+        a.mark_changed("host")  # the consumer may write through it
+    return host.__dlpack__(max_version=max_version)
+
+
+def dlpack_device(a: SmartArray) -> tuple[int, int]:
+    """See :meth:`SmartArray.__dlpack_device__`."""
+    return (KDL_CPU, 0)
+
+
+# -- import ---------------------------------------------------------------------------------
+
+
+def _has_interface(obj: Any) -> bool:
+    return getattr(obj, "__cuda_array_interface__", None) is not None
+
+
+def is_device_object(obj: Any) -> bool:
+    """Whether ``SmartArray(obj)`` takes ``obj`` as device memory (copied device to device)."""
+    if obj is None or isinstance(obj, (np.ndarray, SmartArray)):
+        return False
+    return memory._is_device_array(obj) or _has_interface(obj)
+
+
+def host_dlpack(obj: Any) -> Any:
+    """An ndarray over ``obj``'s host memory when ``obj`` speaks DLPack only, else ``obj``."""
+    if (
+        isinstance(obj, (np.ndarray, SmartArray))
+        or getattr(obj, "__dlpack__", None) is None
+        or hasattr(obj, "__array__")
+        or hasattr(obj, "__array_interface__")
+    ):
+        return obj
+    device = getattr(obj, "__dlpack_device__", None)
+    if device is not None and int(device()[0]) == KDL_CUDA:
+        raise TypeError(
+            "obj is CUDA memory offered through DLPack only; SmartArray(obj) takes device "
+            "objects with __cuda_array_interface__ (CuPy, PyTorch, numba device arrays)"
+        )
+    return np.from_dlpack(obj)
+
+
+class _Foreign:
+    """The base of a simulated device view of foreign memory: keeps the owner alive."""
+
+    __slots__ = ("__array_interface__", "owner")
+
+
+def _from_interface(desc: dict[str, Any], owner: Any, sync: bool) -> Any:
+    """A counted device array viewing the memory ``desc`` describes (no copy)."""
+    if not memory.SIMULATOR:
+        from numba import cuda
+
+        return memory._adopt(cuda.from_cuda_array_interface(desc, owner=owner, sync=sync))
+    if desc.get("mask") is not None:
+        raise NotImplementedError("Masked arrays are not supported")
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    shape = tuple(int(d) for d in desc["shape"])
+    dtype = np.dtype(desc["typestr"])
+    if 0 in shape:
+        ary = np.empty(shape, dtype)
+    else:
+        holder = _Foreign()
+        holder.owner = owner
+        holder.__array_interface__ = {
+            "shape": shape,
+            "typestr": desc["typestr"],
+            "descr": desc.get("descr", [("", desc["typestr"])]),
+            "strides": desc.get("strides"),
+            "data": (int(desc["data"][0]), bool(desc["data"][1])),
+            "version": 3,
+        }
+        ary = np.asarray(holder)  # its base is the holder, which holds the owner
+    # The simulator's streams complete at once: nothing to wait for.
+    return memory._adopt(FakeCUDAArray(ary))
+
+
+def _device_of(obj: Any, sync: bool = True) -> tuple[Any, bool]:
+    """The device array behind ``obj`` (a view, no copy), and whether it is read-only."""
+    if memory._is_device_array(obj):
+        return obj, False
+    desc = obj.__cuda_array_interface__
+    return _from_interface(desc, obj, sync), bool(desc["data"][1])
+
+
+def _layout(dev: Any) -> str | None:
+    """'C' or 'F' when ``dev`` is contiguous that way, else None."""
+    probe = np.lib.stride_tricks.as_strided(np.zeros(1, dev.dtype), dev.shape, dev.strides)
+    if dev.size <= 1 or probe.flags.c_contiguous:
+        return "C"
+    if probe.flags.f_contiguous:
+        return "F"
+    return None
+
+
+def _byte_view(dev: Any) -> Any:
+    """A 1-D uint8 device array over the same (contiguous) memory as ``dev``."""
+    nbytes = int(dev.size) * np.dtype(dev.dtype).itemsize
+    if memory.SIMULATOR:
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        raw = dev._ary.reshape(-1, order="A" if dev._ary.flags.f_contiguous else "C")
+        return memory._adopt(FakeCUDAArray(raw.view(np.uint8)[:nbytes]))
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+    return memory._adopt(DeviceNDArray((nbytes,), (1,), np.uint8, gpu_data=dev.gpu_data))
+
+
+def init_from_device(
+    self: SmartArray,
+    obj: Any,
+    copy: bool,
+    dims: tuple[int, ...] | None,
+    dt: np.dtype | None,
+    order: str | None,
+    pinned: bool,
+    name: str | None,
+) -> None:
+    """``SmartArray.__init__`` for device memory: copied device to device, or adopted.
+
+    Everything is checked before anything moves; the new array's data is current on the
+    device only.
+    """
+    src, readonly = _device_of(obj)
+    shape = tuple(int(d) for d in src.shape)
+    dtype = np.dtype(src.dtype)
+    if dt is not None and dt != dtype:
+        raise TypeError(
+            f"dtype {dt} differs from the device object's {dtype}: device memory is copied as "
+            "it is; convert after (e.g. a.astype(...))"
+        )
+    if dims is not None and dims != shape:
+        raise ValueError(f"shape {dims} conflicts with obj's shape {shape}")
+    layout = _layout(src)
+    if layout is None:
+        raise ValueError(
+            "obj must be C- or F-contiguous device memory to be copied device to device; "
+            "make a contiguous copy of it first"
+        )
+    if order in ("C", "F") and order != layout and src.ndim > 1 and src.size > 1:
+        raise ValueError(
+            f"order={order!r} differs from the device object's layout ({layout!r}); a device "
+            "to device copy keeps the layout"
+        )
+    if not copy and readonly:
+        raise ValueError("copy=False cannot adopt read-only device memory; pass copy=True")
+    if not copy and pinned:
+        raise ValueError("copy=False adopts device memory; pinned=True is for a host copy")
+    SmartArray.__init__(self, shape=shape, dtype=dtype, order=layout, pinned=pinned, name=name)
+    if not copy:
+        _adopt_device_bytes(self, _byte_view(src))
+        self.mark_changed("gpu")
+        return
+    dst = self.get("gpu")  # allocated; nothing current yet, nothing moves
+    try:
+        memory.copy_device(dst, src, 0, "construction", self.name)
+    except Exception as exc:
+        if exc.__class__.__name__ == "TransferGuardError":
+            raise
+        raise TransferError(f"copying the device object failed: {exc}") from exc
+    self.mark_changed("gpu")
+
+
+def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
+    """``a.copy()``: device to device when the data is current on the device only."""
+    if (
+        order in ("C", "K", "A")
+        and a.size
+        and a.is_valid("gpu")
+        and not a.is_valid("host")
+        and all(s >= 0 for s in a.strides)
+    ):
+        dev = a.get("gpu")  # moves nothing: current there
+        if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
+            return SmartArray(dev)
+    return host_copy(a, order=order)
+
+
+# -- numba.cuda's primitives ----------------------------------------------------------------
+
+
+def as_cuda_array(obj: Any, sync: bool = True) -> Any:
+    """Create a device array viewing the memory of any object with the CUDA Array Interface.
+
+    As ``numba.cuda.as_cuda_array``: no copy; the result keeps ``obj`` alive; with ``sync``
+    the stream the interface names is synchronized. Its copies are counted. A SmartArray is
+    shared as ``__cuda_array_interface__`` shares it (device copy current, write recorded).
+
+    Parameters
+    ----------
+    obj : object
+        A SmartArray, a numba device array, or any object with ``__cuda_array_interface__``
+        (CuPy, PyTorch).
+    sync : bool, optional
+        Wait for the stream the interface names before returning.
+
+    Returns
+    -------
+    DeviceNDArray
+        ``FakeCUDAArray`` on the simulator.
+
+    Raises
+    ------
+    TypeError
+        ``obj`` does not implement the CUDA Array Interface.
+    """
+    if memory._is_device_array(obj) and memory.SIMULATOR:
+        # The plain simulator's device arrays have no interface: a view, as a GPU makes.
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        return memory._adopt(FakeCUDAArray(obj._ary, stream=obj.stream))
+    desc = getattr(obj, "__cuda_array_interface__", None)
+    if desc is None:
+        raise TypeError("*obj* doesn't implement the cuda array interface.")
+    return _from_interface(desc, obj, sync)
+
+
+def is_cuda_array(obj: Any) -> bool:
+    """Test if the object has defined the ``__cuda_array_interface__`` attribute.
+
+    As ``numba.cuda.is_cuda_array``: the interface is not validated. A SmartArray is one
+    (without making anything current); so are numba device arrays, also on the simulator.
+    """
+    if isinstance(obj, (SmartArray, CudaView)) or memory._is_device_array(obj):
+        return True
+    return hasattr(obj, "__cuda_array_interface__")

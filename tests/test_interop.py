@@ -1,0 +1,476 @@
+"""Interoperability (issue 16): the CUDA Array Interface, DLPack, foreign device arrays, streams.
+
+Each direction with numba's own consumers and producers (device arrays, kernels taking what
+``as_cuda_array`` returns), NumPy's ``from_dlpack``, and a stand-in that speaks the CUDA Array
+Interface as CuPy's ndarray does; the bytes each path moves are checked (device to device is
+``d2d``, never ``d2h`` + ``h2d``). CuPy and PyTorch run in the ``gpu``-marked tests.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import smartarray as sa
+from smartarray import memory
+
+N = 6
+
+
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+@cuda.jit
+def copy_into(src, dst):
+    i = cuda.grid(1)
+    if i < src.size:
+        dst[i] = src[i]
+
+
+def launch(kernel, *args):
+    kernel[1, 32](*args)
+
+
+def pointer(dev) -> int:
+    """The device address of a device array (simulated device memory is host memory)."""
+    if memory.SIMULATOR:
+        return int(dev._ary.__array_interface__["data"][0])
+    return int(dev.device_ctypes_pointer.value)
+
+
+class CupyLike:
+    """Speaks the CUDA Array Interface as CuPy's ndarray does (version 3, ``descr``, ``stream``).
+
+    Its memory is numba device memory it owns; ``owned()`` reads it back (a counted d2h).
+    """
+
+    def __init__(self, host: np.ndarray, readonly: bool = False) -> None:
+        self._mem = cuda.to_device(host)  # numba's own, uncounted
+        self._host = np.array(host)
+        self.readonly = readonly
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        dt = self._host.dtype
+        return {
+            "shape": self._host.shape,
+            "typestr": dt.str,
+            "descr": [("", dt.str)],
+            "strides": None,
+            "data": (pointer(self._mem), self.readonly),
+            "version": 3,
+            "stream": None,
+        }
+
+    def values(self) -> np.ndarray:
+        return self._mem.copy_to_host()
+
+
+def moved() -> dict[str, int]:
+    s = sa.stats()
+    return {"h2d": s.h2d_bytes, "d2h": s.d2h_bytes, "d2d": s.d2d_bytes}
+
+
+@pytest.fixture(autouse=True)
+def _fresh_stats():
+    sa.reset_stats()
+    yield
+
+
+# -- export: the CUDA Array Interface ------------------------------------------------------
+
+
+def test_interface_makes_device_current_and_records_a_write():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    desc = a.__cuda_array_interface__
+    assert moved() == {"h2d": 8 * N, "d2h": 0, "d2d": 0}
+    assert desc["version"] == 3 and desc["shape"] == (N,) and desc["typestr"] == "<f8"
+    assert desc["strides"] is None and desc["stream"] is None
+    assert desc["data"] == (pointer(a.get("gpu")), False)
+    assert a.valid_at == ("gpu",)  # the consumer may write: conservative
+    sa.reset_stats()
+    assert a.__cuda_array_interface__ == desc  # already current: nothing moves
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+
+
+def test_kernel_writing_through_as_cuda_array_is_seen_on_the_host():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    d = sa.as_cuda_array(a)
+    launch(add_one, d)
+    np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+    assert moved() == {"h2d": 8 * N, "d2h": 8 * N, "d2d": 0}
+
+
+def test_interface_of_a_strided_view_describes_its_strides():
+    a = sa.SmartArray(np.arange(12, dtype=np.int32).reshape(3, 4))
+    col = a[:, 1]
+    desc = col.__cuda_array_interface__
+    assert desc["shape"] == (3,) and desc["strides"] == (16,)
+    assert desc["data"][0] == pointer(a.get("gpu")) + 4
+    view = sa.as_cuda_array(col)
+    launch(add_one, view)
+    np.testing.assert_array_equal(a.host()[:, 1], [2, 6, 10])
+    np.testing.assert_array_equal(a.host()[:, 0], [0, 4, 8])
+
+
+def test_read_only_view_records_nothing():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    v = a.cuda_view(intent="in")
+    assert v.__cuda_array_interface__["data"][1] is True
+    assert a.valid_at == ("host", "gpu")
+    out = sa.SmartArray(np.zeros(N))
+    launch(copy_into, sa.as_cuda_array(v), out)
+    np.testing.assert_array_equal(out.host(), np.arange(N))
+    assert a.valid_at == ("host", "gpu")  # the host copy was not made stale
+    sa.reset_stats()
+    a.host()
+    assert moved()["d2h"] == 0
+
+
+def test_inout_view_records_the_write_on_exit_for_held_host_arrays():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    held = a.get("host")  # a host array the user keeps
+    with a.cuda_view() as v:
+        launch(add_one, sa.as_cuda_array(v))
+    np.testing.assert_array_equal(held, np.arange(N) + 1.0)
+    np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+
+
+def test_inout_view_records_the_write_even_when_the_consumer_fails():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    held = a.get("host")
+    with pytest.raises(RuntimeError, match="consumer"):
+        with a.cuda_view() as v:
+            launch(add_one, sa.as_cuda_array(v))
+            raise RuntimeError("consumer failed after writing")
+    np.testing.assert_array_equal(held, np.arange(N) + 1.0)
+
+
+def test_cuda_view_refuses_an_unknown_intent_moving_nothing():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    with pytest.raises(ValueError, match="intent"):
+        a.cuda_view(intent="sideways")
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+    assert a.valid_at == ("host",)
+
+
+def test_negative_strides_are_refused_before_anything_moves():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    with pytest.raises(ValueError, match="negative strides"):
+        _ = a[::-1].__cuda_array_interface__
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+
+
+# -- primitives -------------------------------------------------------------------------------
+
+
+def test_is_cuda_array_moves_nothing():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    assert sa.is_cuda_array(a)
+    assert a.valid_at == ("host",) and moved()["h2d"] == 0
+    assert sa.is_cuda_array(sa.to_device(np.arange(3)))
+    assert sa.is_cuda_array(cuda.to_device(np.arange(3)))
+    assert sa.is_cuda_array(CupyLike(np.arange(3)))
+    assert not sa.is_cuda_array(np.arange(3))
+    assert not sa.is_cuda_array([1, 2])
+
+
+def test_as_cuda_array_views_foreign_memory_and_counts_its_copies():
+    stand = CupyLike(np.arange(N, dtype=np.float32))
+    d = sa.as_cuda_array(stand)
+    assert pointer(d) == stand.__cuda_array_interface__["data"][0]
+    launch(add_one, d)  # writes the stand-in's memory: a view, no copy
+    np.testing.assert_array_equal(stand.values(), np.arange(N) + 1.0)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+    np.testing.assert_array_equal(d.copy_to_host(), np.arange(N) + 1.0)
+    assert moved()["d2h"] == 4 * N  # the view's copies are counted
+
+
+def test_as_cuda_array_keeps_its_owner_alive():
+    stand = CupyLike(np.arange(N, dtype=np.float64))
+    ref = weakref.ref(stand)
+    d = sa.as_cuda_array(stand)
+    del stand
+    gc.collect()
+    assert ref() is not None
+    np.testing.assert_array_equal(d.copy_to_host(), np.arange(N))
+
+
+def test_as_cuda_array_refuses_what_has_no_interface():
+    with pytest.raises(TypeError, match="cuda array interface"):
+        sa.as_cuda_array(np.arange(3))
+
+
+# -- import: device objects -------------------------------------------------------------------
+
+
+def test_from_a_numba_device_array_copies_device_to_device():
+    d = cuda.to_device(np.arange(N, dtype=np.float64))
+    for where in ("host", "gpu"):
+        sa.reset_stats()
+        a = sa.SmartArray(d, where=where)
+        assert moved() == {"h2d": 0, "d2h": 0, "d2d": 8 * N}
+        assert a.valid_at == ("gpu",)
+        launch(add_one, a)
+        np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+        np.testing.assert_array_equal(d.copy_to_host(), np.arange(N))  # a copy
+
+
+def test_from_a_counted_device_array_and_a_2d_fortran_one():
+    d = sa.to_device(np.asfortranarray(np.arange(12.0).reshape(3, 4)))
+    sa.reset_stats()
+    a = sa.SmartArray(d)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 96}
+    assert a.flags.f_contiguous
+    np.testing.assert_array_equal(a.host(), np.arange(12.0).reshape(3, 4))
+
+
+def test_from_the_cupy_like_stand_in_copies_device_to_device():
+    stand = CupyLike(np.arange(N, dtype=np.int64))
+    a = sa.SmartArray(stand, name="imported")
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 8 * N}
+    assert a.name == "imported" and a.valid_at == ("gpu",)
+    launch(add_one, a)
+    np.testing.assert_array_equal(a.host(), np.arange(N) + 1)
+    np.testing.assert_array_equal(stand.values(), np.arange(N))
+
+
+def test_copy_false_adopts_the_foreign_memory_and_keeps_its_owner_alive():
+    stand = CupyLike(np.arange(N, dtype=np.float64))
+    ref = weakref.ref(stand)
+    a = sa.SmartArray(stand, copy=False)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+    assert a.valid_at == ("gpu",)
+    launch(add_one, a)
+    np.testing.assert_array_equal(stand.values(), np.arange(N) + 1.0)  # the same memory
+    del stand
+    gc.collect()
+    assert ref() is not None  # held by the SmartArray
+    a[0] = 100.0
+    launch(add_one, a)
+    np.testing.assert_array_equal(a.host(), [101.0, 3, 4, 5, 6, 7])
+    np.testing.assert_array_equal(ref().values(), [101.0, 3, 4, 5, 6, 7])
+
+
+def test_copy_false_adopts_a_numba_device_array():
+    d = cuda.to_device(np.zeros(N))
+    a = sa.SmartArray(d, copy=False)
+    a[:] = 5.0
+    launch(add_one, a)
+    np.testing.assert_array_equal(d.copy_to_host(), np.full(N, 6.0))
+
+
+def test_bad_device_input_is_refused_before_anything_moves():
+    stand = CupyLike(np.arange(N, dtype=np.float64), readonly=True)
+    with pytest.raises(ValueError, match="read-only"):
+        sa.SmartArray(stand, copy=False)
+    with pytest.raises(TypeError, match="dtype"):
+        sa.SmartArray(stand, dtype=np.float32)
+    with pytest.raises(ValueError, match="shape"):
+        sa.SmartArray(stand, shape=(N + 1,))
+    strided = cuda.to_device(np.arange(12.0).reshape(3, 4))[:, 1]
+    with pytest.raises(ValueError, match="contiguous"):
+        sa.SmartArray(strided)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+    a = sa.SmartArray(stand)  # a read-only source is fine to copy
+    np.testing.assert_array_equal(a.host(), np.arange(N))
+
+
+def test_transfer_guard_sees_the_device_copy():
+    d = cuda.to_device(np.arange(N, dtype=np.float64))
+    with sa.transfer_guard("disallow_explicit", "d2d"):
+        with pytest.raises(sa.TransferGuardError, match="d2d"):
+            sa.SmartArray(d)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+
+
+def test_copy_of_device_data_copies_device_to_device():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64), where="gpu")
+    launch(add_one, a)
+    sa.reset_stats()
+    b = a.copy()
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 8 * N}
+    launch(add_one, b)
+    np.testing.assert_array_equal(b.host(), np.arange(N) + 2.0)
+    np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+
+
+def test_from_a_read_only_cuda_view_copies_device_to_device():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    v = a.cuda_view("in")
+    sa.reset_stats()
+    b = sa.SmartArray(v)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 8 * N}
+    assert a.valid_at == ("host", "gpu")
+    np.testing.assert_array_equal(b.host(), np.arange(N))
+
+
+def test_copy_of_host_data_moves_nothing():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    b = a.copy()
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+    b[0] = -1
+    assert a.host()[0] == 0
+
+
+# -- DLPack -----------------------------------------------------------------------------------
+
+
+def test_numpy_from_dlpack_gets_the_host_copy_current_and_records_a_host_write():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64), where="gpu")
+    launch(add_one, a)
+    sa.reset_stats()
+    h = np.from_dlpack(a)
+    assert moved() == {"h2d": 0, "d2h": 8 * N, "d2d": 0}
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)
+    assert a.valid_at == ("host",)  # the consumer may write
+    h[0] = 50.0  # NumPy writes through the shared memory
+    launch(add_one, a)
+    assert a.host()[0] == 51.0
+
+
+def test_dlpack_copy_is_a_snapshot():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64), where="gpu")
+    h = np.from_dlpack(a, copy=True)
+    assert a.valid_at == ("host", "gpu")
+    h[0] = 50.0
+    assert a.host()[0] == 0.0
+
+
+def test_dlpack_device_and_cuda_requests():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    assert a.__dlpack_device__() == (1, 0)
+    with pytest.raises(BufferError, match="__cuda_array_interface__"):
+        a.__dlpack__(dl_device=(2, 0))
+    with pytest.raises(ValueError, match="dl_device"):
+        a.__dlpack__(dl_device="cuda")
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+    assert a.valid_at == ("host",)
+
+
+def test_from_an_object_that_speaks_dlpack_only():
+    class DLPackOnly:
+        def __init__(self, ary):
+            self._ary = ary
+
+        def __dlpack__(self, **kwargs):
+            return self._ary.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    a = sa.SmartArray(DLPackOnly(np.arange(4.0)))
+    np.testing.assert_array_equal(a.host(), np.arange(4.0))
+
+    class CudaDLPack(DLPackOnly):
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(TypeError, match="__cuda_array_interface__"):
+        sa.SmartArray(CudaDLPack(np.arange(4.0)))
+
+
+def test_dlpack_round_trip_through_another_smartarray():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    b = sa.SmartArray(np.from_dlpack(a), copy=False)  # shares a's host memory
+    b[0] = 9.0
+    assert a.host()[0] == 9.0
+
+
+# -- streams ----------------------------------------------------------------------------------
+
+
+class ForeignStream:
+    """A stand-in for CuPy's / PyTorch's streams: ``synchronize()``, ``__cuda_stream__``."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle_value = handle
+
+    def synchronize(self) -> None:
+        pass
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle_value)
+
+
+def test_foreign_streams_become_numba_external_streams(monkeypatch):
+    made = []
+
+    def external_stream(ptr):
+        made.append(ptr)
+        return ("external", ptr)
+
+    from smartarray import _simulator
+
+    monkeypatch.setattr(_simulator, "SIMULATOR", False)  # the real target's conversion
+    monkeypatch.setattr(memory.cuda, "external_stream", external_stream, raising=False)
+    assert memory._check_stream(ForeignStream(0x1234)) == ("external", 0x1234)
+
+    class TorchLike:
+        cuda_stream = 0x99
+
+        def synchronize(self):
+            pass
+
+    assert memory._check_stream(TorchLike()) == ("external", 0x99)
+    assert made == [0x1234, 0x99]
+
+
+def test_foreign_stream_is_accepted_by_copies():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64), where="gpu")
+    out = a.copy_to_host(stream=ForeignStream(7))
+    np.testing.assert_array_equal(out, np.arange(N))
+
+
+# -- with a GPU: CuPy and PyTorch -------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_numba_as_cuda_array_consumes_a_smartarray():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    d = cuda.as_cuda_array(a)
+    add_one[1, 32](d)
+    np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+
+
+@pytest.mark.gpu
+def test_cupy_both_ways():
+    cp = pytest.importorskip("cupy")
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    x = cp.asarray(a)  # shares the device copy
+    x += 1
+    np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+    sa.reset_stats()
+    b = sa.SmartArray(cp.arange(N, dtype=cp.float64))
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 8 * N}
+    s = cp.cuda.Stream(non_blocking=True)
+    with s:
+        c = sa.SmartArray(cp.ones(N), copy=False)
+    np.testing.assert_array_equal(c.copy_to_host(stream=cuda.external_stream(s.ptr)), np.ones(N))
+    if hasattr(s, "__cuda_stream__"):
+        np.testing.assert_array_equal(c.copy_to_host(stream=s), np.ones(N))
+    np.testing.assert_array_equal(b.host(), np.arange(N))
+
+
+@pytest.mark.gpu
+def test_pytorch_both_ways():
+    torch = pytest.importorskip("torch")
+    a = sa.SmartArray(np.arange(N, dtype=np.float32))
+    t = torch.as_tensor(a, device="cuda")
+    t += 1
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
+    sa.reset_stats()
+    b = sa.SmartArray(torch.arange(N, dtype=torch.float32, device="cuda"))
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 4 * N}
+    np.testing.assert_array_equal(b.host(), np.arange(N))
+    h = torch.from_dlpack(a)  # a host consumer
+    assert h.device.type == "cpu"
