@@ -27,10 +27,8 @@ Choices made here (see ``DESIGN.md``):
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import operator
-import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -42,13 +40,13 @@ from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
 from . import _numba_cpu, _numba_cuda, _perf, _streams, guard, memory
-from ._numba_cuda import IN, INOUT, OUT
-from .coherence import BufferState, IntervalSet
+from ._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT, LaunchFailures, LaunchWrites
+from ._engine import Buffer as _Buffer
 from .errors import CoherenceError, TransferError
 
 __all__ = ["SmartArray"]
 
-_WHERE = ("host", "gpu")
+_WHERE = LOCATIONS
 _ORDERS = (None, "C", "F", "A", "K")
 
 
@@ -96,159 +94,10 @@ def _is_basic_index(key: Any) -> bool:
     return True
 
 
-# Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
-_names = itertools.count()
-
-
 def _check_name(name: Any) -> str | None:
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
     return name
-
-
-class _Buffer:
-    """The shared base buffer: validity state, lazily allocated copies, exported views."""
-
-    __slots__ = (
-        "nbytes",
-        "state",
-        "lock",
-        "host_bytes",
-        "device_bytes",
-        "exports",
-        "pinned",
-        "stream",
-        "fast_views",
-        "launch_writes",
-        "name",
-        "perf",
-    )
-
-    def __init__(
-        self, nbytes: int, valid_at: str | None, pinned: bool, name: str | None = None
-    ) -> None:
-        self.name = f"a{next(_names)}" if name is None else name
-        self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
-        self.nbytes = nbytes
-        self.state = BufferState(nbytes, ("host", "gpu"), valid_at=valid_at)
-        self.lock = threading.RLock()
-        self.host_bytes: np.ndarray | None = None
-        self.device_bytes: Any = None
-        self.exports: list[tuple[weakref.ref, int, int]] = []
-        self.pinned = pinned
-        # The stream of the latest device work on this buffer: host reads of device data and
-        # host writes wait for it (and only for it), and device work on another stream is
-        # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
-        # stream, which is never assumed to order itself before other streams' work.
-        self.stream: Any = 0
-        # Views whose njit fast path is armed (bytes current on the host only): any transition
-        # that makes device bytes current, or starts device work, disarms them. Keyed by id and
-        # weak: an entry goes with its view, so fresh views in a loop do not grow it.
-        self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
-            weakref.WeakValueDictionary()
-        )
-        # The writes of the launch being prepared (or run) on this buffer, see _LaunchWrites.
-        self.launch_writes: _LaunchWrites | None = None
-
-    def disarm_fast_paths(self) -> None:
-        """The host is no longer the only current copy: njit calls must go through the hooks."""
-        if self.fast_views:
-            for view in list(self.fast_views.values()):
-                view._njit_fast = None
-            self.fast_views.clear()
-
-    def wait_for_device(self) -> None:
-        """Block until the latest device work on this buffer (on its stream) finished."""
-        if self.stream != 0:
-            _streams.synchronize(self.stream)  # numba's, cuda.core's or the default stream
-            self.stream = 0  # nothing of this buffer is queued any more
-
-    def ensure_host(self) -> np.ndarray:
-        if self.host_bytes is None:
-            if self.pinned:
-                self.host_bytes = memory.pinned_array(self.nbytes, np.uint8)
-            else:
-                self.host_bytes = np.empty(self.nbytes, np.uint8)
-        return self.host_bytes
-
-    def ensure_device(self) -> Any:
-        if self.device_bytes is None:
-            self.device_bytes = memory.device_array(self.nbytes, np.uint8)
-        return self.device_bytes
-
-    def ensure(self, where: str) -> None:
-        if where == "host":
-            self.ensure_host()
-        else:
-            self.ensure_device()
-
-    def export(self, ary: Any, lo: int, hi: int) -> None:
-        self.exports = [e for e in self.exports if e[0]() is not None]
-        self.exports.append((weakref.ref(ary), lo, hi))
-
-    def export_view(
-        self,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        offset: int,
-        strides: tuple[int, ...],
-        lo: int,
-        hi: int,
-        readonly: bool,
-    ) -> np.ndarray:
-        """A host ndarray handed out to the user, tracked for as long as any view of it lives.
-
-        NumPy collapses the ``.base`` of every view derived from an ndarray (``h[2:5]``,
-        ``h.T``, ``h.reshape(..)``, a field) to the first array that owns its memory or whose
-        base is of another type. Over the host buffer directly, that is the buffer: a weak
-        reference to ``h`` dies while ``row = h[2:5]`` lives on, and ``row`` is never
-        refreshed. So the handed-out array is built over a small holder object (not an
-        ndarray): every derived view keeps the holder alive, and the weak reference to the
-        holder lives exactly as long as anything that shows these bytes. A read-only export
-        gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
-        its views, and ``np.asarray(h.base)`` is read-only too.
-        """
-        host = self.ensure_host()
-        holder = _Exported()
-        holder.host = host
-        address = host.__array_interface__["data"][0]
-        if dtype.fields is None and dtype.subdtype is None:
-            holder.__array_interface__ = {
-                "shape": shape,
-                "typestr": dtype.str,
-                "strides": strides,
-                "data": (address + offset, readonly),
-                "version": 3,
-            }
-            view = np.asarray(holder)
-        else:  # records and subarrays: the exact dtype through a byte view of [lo, hi)
-            holder.__array_interface__ = {
-                "shape": (hi - lo,),
-                "typestr": "|u1",
-                "data": (address + lo, readonly),
-                "version": 3,
-            }
-            raw = np.asarray(holder)
-            view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
-        self.export(holder, lo, hi)
-        return view
-
-
-class _Exported:
-    """The base object of a host array handed out (see :meth:`_Buffer.export_view`)."""
-
-    __slots__ = ("__array_interface__", "host", "__weakref__")
-
-
-class _LaunchWrites:
-    """The writes of one launch to one buffer (identified by the launch's ``retr`` list)."""
-
-    __slots__ = ("retr", "pending", "ranges")
-
-    def __init__(self, retr: list[Any]) -> None:
-        self.retr = retr
-        self.pending = 0  # argument callbacks still to run
-        self.ranges: list[tuple[int, int]] = []
 
 
 class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
@@ -485,148 +334,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
 
     # -- core operations ----------------------------------------------------------------------
 
-    def _sync(self, where: str, lo: int, hi: int, reason: str, stream: Any = None) -> None:
-        """Make bytes ``[lo, hi)`` current at ``where``, copying only stale ones.
-
-        Copies go on ``stream`` (default: the stream of the buffer's latest device work, so
-        they are ordered after it); a download is waited for before returning.
-        """
-        buf = self._buf
-        with buf.lock:
-            plan = buf.state.plan_read(where, lo, hi)
-            if not plan.copies:
-                return
-            self._copy(plan, reason, buf.stream if stream is None else stream)
-            buf.state.apply(plan)
-
-    def _copy(self, plan: Any, reason: str, stream: Any) -> None:
-        """Perform the copies of a plan on ``stream``; TransferError if one fails."""
-        buf = self._buf
-        if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
-            for c in plan.copies:
-                direction = "h2d" if c.target == "gpu" else "d2h"
-                guard.check(direction, c.stop - c.start, reason, buf.name)
-        host = buf.ensure_host()
-        dev = buf.ensure_device()
-        downloads = uploads = False
-        # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
-        native = _streams.native(stream)
-        snaps = _perf.before_copy(buf, plan, host) if buf.perf is not None else None
-        try:
-            for c in plan.copies:
-                direction = "h2d" if c.target == "gpu" else "d2h"
-                if direction == "h2d":
-                    buf.disarm_fast_paths()
-                    uploads = True
-                else:
-                    downloads = True
-                memory.copy_range(
-                    direction, host, dev, c.start, c.stop, native, reason, self._desc()
-                )
-            if downloads and stream != 0:
-                if native != 0:
-                    _streams.synchronize(stream)  # the host reads these bytes next
-                # (a synchronous download waited for the default stream's earlier work)
-                if stream is buf.stream:
-                    buf.stream = 0
-            if uploads and native == 0 and buf.stream == 0:
-                # A synchronous upload from pageable memory returns once the bytes are staged:
-                # the DMA may still run on the default stream. Launches elsewhere order after it.
-                buf.stream = _streams.DEFAULT
-        except Exception as exc:
-            raise TransferError(
-                f"copying to the host or device copy failed ({reason}): {exc}"
-            ) from exc
-        if snaps:
-            _perf.after_copy(buf, snaps, host)
-
     def _changed(self, where: str, lo: int, hi: int) -> None:
-        """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
-        buf = self._buf
-        with buf.lock:
-            if where == "host" and buf.perf is not None:
-                buf.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
-            if buf.state.is_exclusive(where, lo, hi):
-                # Current there only (a kernel writing the same array again): nothing else to
-                # make stale, and no held host array to refresh (it would be current).
-                return
-            self._record(where, lo, hi)
-            if where == "gpu":
-                self._refresh_exports(lo, hi)
-
-    def _record(self, where: str, lo: int, hi: int) -> None:
-        """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
-
-        The write is recorded before the consolidation copies run: a failed copy leaves the
-        write recorded (and the consolidation undone), never a stale byte marked valid.
-        """
-        buf = self._buf
-        if where != "host":
-            buf.disarm_fast_paths()
-        buf.state.mark_changed(where, lo, hi)
-        plan = buf.state.plan_consolidate()
-        if plan.copies:
-            self._copy(plan, "consolidation", buf.stream)
-        buf.state.apply(plan)
-
-    def _record_where_valid(self, where: str, lo: int, hi: int) -> None:
-        """Record a write that may have touched any byte of ``[lo, hi)`` at ``where`` but
-        could only be trusted where that copy was current: a failed kernel or NumPy call.
-
-        Bytes current at ``where`` become current there only (the failed call may have
-        changed them, and they were right before). Bytes stale at ``where`` stay stale (the
-        other copy holds their value; a partial write into stale memory is dropped). Nothing
-        is declared valid that may be stale, and nothing current is lost.
-        """
-        buf = self._buf
-        runs = buf.state.valid(where).intersection(IntervalSet.span(lo, hi))
-        if not runs:
-            return
-        if where != "host":
-            buf.disarm_fast_paths()
-        for a, b in runs:
-            buf.state.mark_changed(where, a, b)
-        plan = buf.state.plan_consolidate()
-        if plan.copies:
-            self._copy(plan, "consolidation", buf.stream)
-        buf.state.apply(plan)
-
-    def _stale_export(self, lo: int, hi: int) -> bool:
-        """Whether a held host array shows bytes of ``[lo, hi)`` that are stale on the host.
-
-        Only after a failure (a kernel that raised, a refresh that failed): otherwise a device
-        write refreshes them at once. The next launch then refreshes them: it must not take
-        the fast path that registers no post-launch callback.
-        """
-        buf = self._buf
-        if not buf.exports:
-            return False
-        valid = buf.state.valid("host")
-        for ref, elo, ehi in buf.exports:
-            a, b = max(lo, elo), min(hi, ehi)
-            if a < b and ref() is not None and not valid.contains(a, b):
-                return True
-        return False
-
-    def _refresh_exports(self, lo: int, hi: int) -> None:
-        """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
-        buf = self._buf
-        if not buf.exports or lo >= hi:
-            return
-        live = []
-        for ref, elo, ehi in buf.exports:
-            if ref() is None:
-                continue
-            live.append((ref, elo, ehi))
-        buf.exports = live
-        refreshed = 0
-        for _, elo, ehi in live:
-            a, b = max(lo, elo), min(hi, ehi)
-            if a < b:
-                self._sync("host", a, b, "eager refresh of an exported view")
-                refreshed += b - a
-        if refreshed:
-            _perf.refreshed(buf, refreshed)
+        """Record a write of bytes ``[lo, hi)`` at ``where`` (see :meth:`Buffer.changed`)."""
+        self._buf.changed(where, lo, hi)
 
     def _host_view(self) -> np.ndarray:
         """The writable host view (no sync; host memory allocated)."""
@@ -643,21 +353,23 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
 
     def _host_ro(self, reason: str = "host read") -> np.ndarray:
         """A synced read-only host view (not tracked)."""
-        with self._buf.lock:
-            self._sync("host", self._lo, self._hi, reason)
+        buf = self._buf
+        with buf.lock:
+            buf.acquire(HOST, self._lo, self._hi, IN, reason)
             view = self._host_view()
-            if self._buf.perf is not None and self._buf.perf.pending:
-                _perf.emit(self._buf)  # after the read is complete and recorded
+            if buf.perf is not None and buf.perf.pending:
+                _perf.emit(buf)  # after the read is complete and recorded
         view.flags.writeable = False
         return view
 
     def _host_rw(self, full: bool) -> np.ndarray:
         """A writable host view before a write: synced in full, or only its gaps when needed."""
-        self._buf.wait_for_device()  # an upload from this memory may still be in flight
         if full:
-            self._sync("host", self._lo, self._hi, "host read")
-        elif not self._covers():
-            self._sync("host", self._lo, self._hi, "host write gap")
+            self._buf.acquire(HOST, self._lo, self._hi, INOUT, "host read")
+        else:
+            self._buf.acquire(
+                HOST, self._lo, self._hi, OUT, "host write gap", covers=self._covers()
+            )
         return self._host_view()
 
     # -- public API ---------------------------------------------------------------------------
@@ -681,11 +393,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._check_device_geometry()  # before anything moves
         with self._buf.lock:
             self._buf.ensure(where)
-            self._sync(where, self._lo, self._hi, "explicit get")
-            if where == "host":
-                # A writable view: an upload from this memory may still be in flight (pinned
-                # memory, a launch's stream), and the caller's write would race it.
-                self._buf.wait_for_device()
+            # A writable view (the caller may write, then mark_changed): on the host, an upload
+            # from this memory may still be in flight (pinned memory, a launch's stream), and
+            # the caller's write would race it, so the access waits for it.
+            self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
+            if where == HOST:
                 return self._export(readonly=False)
             return memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
@@ -798,7 +510,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 # It may have written part of the bytes: where the host copy is current it
                 # keeps the values and the device bytes are recorded stale.
                 if buf.state.is_valid("host", self._lo, self._hi):
-                    buf.state.mark_changed("host", self._lo, self._hi)
+                    buf.mark(HOST, self._lo, self._hi)
                 raise TransferError(f"copy_to_device failed: {exc}") from exc
             buf.stream = copy_stream  # host reads of this buffer wait for this stream
             self._changed("gpu", self._lo, self._hi)
@@ -862,13 +574,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         """Make the device copy current for a launch on ``stream``; record the write after it."""
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         buf = self._buf
-        # What the buffer records for this launch's stream: the object, or _streams.DEFAULT
-        # for 0 (the simulator passes 0; a GPU's dispatcher a cuda.core Stream, even for the
-        # default stream).
-        launch_stream = _streams.pending(stream)
         if (
             self._gpu_only_at == buf.state.version
-            and buf.stream is launch_stream
+            and buf.stream is _streams.pending(stream)
             and self._device_view is not None
         ):
             # The loop-of-launches fast path: nothing changed since this view was found current
@@ -882,76 +590,27 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             return _numba_cuda.launch_argument(self._device_view, retr, stream)
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
-        lo, hi = self._lo, self._hi
         with buf.lock:
-            if buf.perf is not None and buf.perf.pending:
-                _perf.emit(buf)  # before anything moves for this launch
-            if buf.stream != 0 and not _streams.same(buf.stream, launch_stream):
-                # Work on this buffer is queued on another stream (the default stream
-                # included): order it before this launch on the device, with an event. No host
-                # wait; host reads then wait for this launch's stream, which waited for it.
-                _streams.order(buf.stream, launch_stream)
-                buf.stream = launch_stream
-            # Fast path: current on the device only (a loop of launches). Nothing to upload,
-            # and a write by the kernel changes nothing unless the host reads in between.
-            record = False
-            state = buf.state
-            if self._gpu_only_at == state.version or (
-                state.is_exclusive("gpu", lo, hi) and not self._stale_export(lo, hi)
-            ):
-                self._gpu_only_at = state.version
-                if intent != IN:
-                    retr.append(self._fast_check or self._make_fast_check())
-            else:
-                record = intent != IN
-                if record and buf.exports and guard.armed():
-                    self._guard_refresh(lo, hi)  # before anything moves: a refusal changes nothing
-                if intent != OUT or not self._covers():  # Out of a covering view: no upload
-                    plan = buf.state.plan_read("gpu", lo, hi)
-                    if plan:
-                        self._copy(plan, "device use", stream)
-                        buf.state.apply(plan)
-                    if buf.perf is not None:
-                        _perf.uploaded(buf, plan.nbytes if plan else 0, lo, hi)
-                if intent == INOUT and hi - lo >= _perf.MIN_BYTES:  # may the kernel only read?
-                    _perf.launched(buf, lo, hi, buf.state.is_valid("host", lo, hi))
-                if record:
-                    # Record the device write now, before the launch: a launch that fails
-                    # (a kernel raising after it wrote, a later argument that cannot be
-                    # prepared) runs no callback, and nothing may stay marked valid on the
-                    # host that the kernel may have overwritten. Only bytes current on the
-                    # device are claimed (Out skipped the upload of the others: if the kernel
-                    # never runs, the host holds their value). The callback records the
-                    # whole write again after the launch and refreshes held host arrays.
-                    self._record_where_valid("gpu", lo, hi)
-            buf.stream = launch_stream  # host reads of this buffer wait for this stream
+            exclusive = buf.acquire(
+                GPU, self._lo, self._hi, intent, "device use", covers=self._covers(), launch=stream
+            )
             devary = self._device_view
             if devary is None:
                 devary = self._device_view = memory.device_view(
                     buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
                 )
             arg = _numba_cuda.launch_argument(devary, retr, stream)
-            if record:
+            if exclusive:
+                self._gpu_only_at = buf.state.version
+                if intent != IN:
+                    retr.append(self._fast_check or self._make_fast_check())
+            elif intent != IN:
                 # One record of the writes to this buffer per launch: its held host arrays
                 # are refreshed once, after the last argument's write is recorded (one array
                 # passed twice, or overlapping views, must not download the overlap twice).
-                writes = buf.launch_writes
-                if writes is None or writes.retr is not retr:
-                    writes = buf.launch_writes = _LaunchWrites(retr)
-                writes.pending += 1
+                writes = buf.launch_writes_for(retr)
                 retr.append(functools.partial(self._after_launch, writes))
             return arg
-
-    def _guard_refresh(self, lo: int, hi: int) -> None:
-        """Ask the guard, before a launch, about the refresh of held host arrays after it.
-
-        The refresh runs in the dispatcher's post-launch callbacks, where a refusal would
-        stop the callbacks of the other arguments (leaving their writes unrecorded).
-        """
-        for ref, elo, ehi in self._buf.exports:
-            a, b = max(lo, elo), min(hi, ehi)
-            if ref() is not None and a < b:
-                guard.check("d2h", b - a, "eager refresh of an exported view", self._buf.name)
 
     def _make_fast_check(self) -> Any:
         """The post-launch check of the fast path, made once per view (cached in a slot, so a
@@ -970,42 +629,27 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         self._fast_check = check
         return check
 
-    def _after_launch(self, writes: _LaunchWrites | None = None) -> None:
+    def _after_launch(self, writes: LaunchWrites | None = None) -> None:
         """Record the kernel's write (the dispatcher runs this right after the launch).
 
-        The write is recorded first; then held host arrays are refreshed: with ``writes``
-        (this launch's writes to the buffer), by the last argument's callback, over every range
-        written, so an overlap downloads once. A failed refresh must not stop the dispatcher's
-        loop over ``retr`` (the later arguments' writes would go unrecorded): it leaves those
-        host bytes marked stale (which they are), and the error is raised by a callback
-        appended to the end of ``retr``, after every argument recorded its write.
+        See :meth:`Buffer.release`. A failed refresh must not stop the dispatcher's loop over
+        ``retr`` (the later arguments' writes would go unrecorded): it leaves those host bytes
+        marked stale (which they are), and the error is raised by a callback appended to the
+        end of ``retr``, after every argument recorded its write.
         """
         buf = self._buf
         lo, hi = self._lo, self._hi
         try:
             with buf.lock:
-                try:
-                    if not buf.state.is_exclusive("gpu", lo, hi):
-                        self._record("gpu", lo, hi)
-                finally:
-                    if writes is not None:
-                        writes.ranges.append((lo, hi))
-                        writes.pending -= 1
-                if writes is None:
-                    self._refresh_exports(lo, hi)
-                elif writes.pending == 0:
-                    if buf.launch_writes is writes:
-                        buf.launch_writes = None
-                    for a, b in writes.ranges:
-                        self._refresh_exports(a, b)  # only stale bytes move: overlaps once
-                if buf.state.is_exclusive("gpu", lo, hi):  # and no held array is stale
+                buf.release(GPU, lo, hi, INOUT, writes=writes)
+                if buf.state.is_exclusive(GPU, lo, hi):  # and no held array is stale
                     self._gpu_only_at = buf.state.version
         except TransferError as exc:
             retr = None if writes is None else writes.retr
             if retr is None:
                 raise
-            if not (retr and isinstance(retr[-1], _LaunchFailures)):
-                retr.append(_LaunchFailures())
+            if not (retr and isinstance(retr[-1], LaunchFailures)):
+                retr.append(LaunchFailures())
             retr[-1].errors.append(exc)
 
     def _njit_enter(self) -> np.ndarray:
@@ -1021,12 +665,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         """The current host ndarray handed to an njit function (its exact type and layout)."""
         buf = self._buf
         with buf.lock:
-            if intent == OUT and self._covers():
-                buf.wait_for_device()
-            else:
-                self._sync("host", self._lo, self._hi, "njit argument")
-                if intent != IN:
-                    buf.wait_for_device()
+            buf.acquire(HOST, self._lo, self._hi, intent, "njit argument", covers=self._covers())
             view = self._njit_view
             if view is None:
                 view = self._njit_view = self._host_view()
@@ -1034,31 +673,20 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             return view
 
     def _njit_exit_as(self, intent: str) -> None:
-        if intent == IN:
-            return
+        """Record the njit call's host write (later calls take the fast path while the
+        bytes stay current on the host only: the engine arms and disarms it)."""
         buf = self._buf
         with buf.lock:
-            self._changed("host", self._lo, self._hi)
-            # Current on the host only: later njit calls need no hook until that changes.
-            if intent == INOUT and self._njit_view is not None and buf.stream == 0:
-                if buf.state.is_exclusive("host", self._lo, self._hi):
-                    self._njit_fast = self._njit_view
-                    buf.fast_views[id(self)] = self
+            buf.release(HOST, self._lo, self._hi, intent, view=self)
 
     def _njit_abort_as(self, intent: str) -> None:
         """The cleanup of an njit call that failed with a Python error pending.
 
         Numba runs it when a later argument failed to unbox (the function never ran), and in
         the rare case that the function itself left a Python error (an object-mode block).
-        Only host bytes that were current when the call began are recorded as written
-        (conservative: they may have been written); an ``Out`` argument whose download was
-        skipped keeps its current bytes where they are, so nothing valid is lost.
+        See :meth:`Buffer.abort`.
         """
-        if intent == IN:
-            return
-        buf = self._buf
-        with buf.lock:
-            self._record_where_valid("host", self._lo, self._hi)
+        self._buf.abort(HOST, self._lo, self._hi, intent)
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -1236,7 +864,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                     )
                 return view._host_ro().copy()[()]
             touched, lo, hi = self._advanced(key)
-            self._sync("host", lo, hi, "host read")
+            self._buf.sync(HOST, lo, hi, "host read")
             # A fresh array nobody else holds: adopted, not an exported view.
             return _owning(self._host_view()[key])
 
@@ -1259,7 +887,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 return
             covers = np.unique(touched).size * self._dtype.itemsize == hi - lo
             if not covers:
-                self._sync("host", lo, hi, "host write gap")
+                self._buf.sync(HOST, lo, hi, "host write gap")
             self._buf.wait_for_device()
             self._host_view()[key] = staged
             self._changed("host", lo, hi)
@@ -1359,7 +987,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         with self._buf.lock:
             if copy or (dtype is not None and np.dtype(dtype) != self._dtype):
                 return np.array(self._host_ro("__array__"), dtype=dtype, copy=True)
-            self._sync("host", self._lo, self._hi, "__array__")
+            self._buf.sync(HOST, self._lo, self._hi, "__array__")
             return self._export(readonly=True)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
@@ -1518,21 +1146,6 @@ class _Record(SmartArray):
         return self[()] != (other[()] if isinstance(other, SmartArray) else other)
 
 
-class _LaunchFailures:
-    """The last post-launch callback of a launch whose host refresh failed: raises then."""
-
-    def __init__(self) -> None:
-        self.errors: list[TransferError] = []
-
-    def __call__(self) -> None:
-        first = self.errors[0]
-        raise TransferError(
-            f"the kernel ran and its writes are recorded, but refreshing {len(self.errors)} "
-            "held host array(s) failed; they are marked stale and the next host read "
-            f"downloads again (do not launch again to retry): {first}"
-        ) from first
-
-
 # NumPy functions that write into their first argument.
 _MUTATING = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis}
 
@@ -1546,8 +1159,7 @@ def _failed_host_write(targets: list[SmartArray]) -> None:
     overwrite skips the download) keep the device's value.
     """
     for t in targets:
-        with t._buf.lock:
-            t._record_where_valid("host", t._lo, t._hi)
+        t._buf.abort(HOST, t._lo, t._hi, INOUT)
 
 
 def _call_reshape(a: SmartArray, *args: Any, **kwargs: Any) -> SmartArray:
