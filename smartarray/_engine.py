@@ -14,9 +14,11 @@ armed ``njit`` fast paths. Every access goes through one pair of calls:
 
 The ``njit`` fast path (a view's ``_njit_fast``, read by numba's unboxer in C) is armed by
 :meth:`release` and disarmed by :meth:`_leave_host_only`, which every transition that makes
-device bytes current goes through (:meth:`_copy` before an upload, :meth:`mark` for a device
-write). The launch fast path needs no disarming: a view caches the state's ``version`` at
-which it was current on the device only, and any transition changes the version.
+device bytes current or starts device work goes through (:meth:`_copy` before an upload,
+:meth:`mark` for a device write, :meth:`acquire` for a launch that writes). Nothing outside
+this module arms or disarms it. The launch fast path needs no disarming: a view caches the
+state's ``version`` at which it was current on the device only, and any transition changes the
+version.
 """
 
 from __future__ import annotations
@@ -421,6 +423,8 @@ class Buffer:
             self.sync(GPU, lo, hi, reason)
             return False
         launch_stream = _streams.pending(launch)
+        if intent != IN:
+            self._leave_host_only()  # device work that writes these bytes starts
         if self.perf is not None and self.perf.pending:
             _perf.emit(self)  # before anything moves for this launch
         if self.stream != 0 and not _streams.same(self.stream, launch_stream):
