@@ -4,7 +4,8 @@ numba-cuda prepares every kernel argument that is an ``ArgHint`` by calling its
 ``to_device(retr, stream)``: the object returns what the kernel receives and appends zero-argument
 callbacks to ``retr``, which the dispatcher runs right after the launch (the simulator: after
 every block finished). SmartArray and the intent wrappers of :mod:`smartarray.hints` are
-``ArgHint`` subclasses through :class:`KernelArgument`.
+``ArgHint`` subclasses through :class:`KernelArgument`; a SmartArray is an
+:class:`ArrayArgument`, the protocol the intent wrappers talk to.
 
 The simulator swaps ``numba.cuda.args`` for a module of its own, so ``ArgHint`` is imported here,
 after numba.cuda chose its target (any import of smartarray imports numba.cuda first).
@@ -32,10 +33,7 @@ from numba.cuda.args import ArgHint as _ArgHint
 from numba.cuda.args import In as _NumbaIn
 from numba.np import numpy_support
 
-__all__ = ["IN", "INOUT", "OUT", "KernelArgument", "element_type", "launch_argument"]
-
-#: Intents of a kernel or njit argument: read only, overwritten entirely, read and written.
-IN, OUT, INOUT = "in", "out", "inout"
+__all__ = ["ArrayArgument", "KernelArgument", "element_type", "launch_argument"]
 
 
 def element_type(dtype: np.dtype) -> types.Type:
@@ -49,16 +47,40 @@ def element_type(dtype: np.dtype) -> types.Type:
 class KernelArgument(_ArgHint):
     """Base of the objects a kernel launch prepares through numba-cuda's ArgHint protocol.
 
-    Subclasses implement ``_prepare_launch(retr, stream, intent)``.
+    Subclasses implement ``to_device(retr, stream=0)`` and ``_numba_type_``.
     """
 
-    intent = INOUT
+    __slots__ = ()
 
-    def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
-        """Make the device copy current and return the kernel's argument (ArgHint protocol)."""
-        return self._prepare_launch(retr, stream, self.intent)
+
+class ArrayArgument(KernelArgument):
+    """An array the glue can hand to a kernel or an ``njit`` function with an intent.
+
+    The protocol the intent wrappers (:mod:`smartarray.hints`) and the njit unbox hooks
+    (:mod:`smartarray._numba_cpu`) talk to, so that the glue never imports the array layer.
+    ``intent`` is one of ``smartarray._engine``'s ``IN``, ``OUT``, ``INOUT``.
+    """
+
+    __slots__ = ()
 
     def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
+        """Make the device copy current for a launch; append the post-launch record to ``retr``."""
+        raise NotImplementedError
+
+    def _numba_type(self, readonly: bool) -> Any:
+        """The Numba type of this array (``readonly``: for an ``In`` argument)."""
+        raise NotImplementedError
+
+    def _njit_enter_as(self, intent: str) -> Any:
+        """The current host ndarray an njit function receives."""
+        raise NotImplementedError
+
+    def _njit_exit_as(self, intent: str) -> None:
+        """Record what the njit call wrote."""
+        raise NotImplementedError
+
+    def _njit_abort_as(self, intent: str) -> None:
+        """Record what a failed njit call may have written."""
         raise NotImplementedError
 
 

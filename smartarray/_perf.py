@@ -46,7 +46,7 @@ _lock = threading.Lock()
 
 
 class Perf:
-    """Per-buffer counters of the patterns (``_Buffer.perf``, created on first need)."""
+    """Per-buffer counters of the patterns (``_engine.Buffer.perf``, made on first need)."""
 
     __slots__ = ("refreshes", "marked", "whole_uploads", "watch", "checks", "unchanged", "pending")
 

@@ -1,6 +1,6 @@
 """Streams as the engine sees them: identity, host waits, and ordering across streams.
 
-A base buffer records the stream of its latest device work (``_Buffer.stream``; ``0`` when
+A base buffer records the stream of its latest device work (``_engine.Buffer.stream``; ``0`` when
 nothing of it is queued). These helpers take any stream object that reaches smartarray:
 
 - ``0``: the default stream, as users and the simulator pass it;

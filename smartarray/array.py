@@ -26,22 +26,16 @@ Choices made here (see ``DESIGN.md``):
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import operator
-import threading
-import weakref
 from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import numpy as np
-from numpy.lib.array_utils import normalize_axis_index
-from numpy.lib.mixins import NDArrayOperatorsMixin
 from numpy.lib.stride_tricks import as_strided
 
-from . import _numba_cpu, _numba_cuda, _perf, _streams, guard, memory
+from . import _numba_cpu, _perf, _streams, guard, memory
+from ._arguments import ArgumentMethods, address, njit_owner
 from ._checks import (
     _check_array_dtype,
     _check_host_array,
@@ -51,13 +45,17 @@ from ._checks import (
     _is_device_array,
     check_compatibility,
 )
-from ._numba_cuda import IN, INOUT, OUT
-from .coherence import BufferState, IntervalSet
+from ._engine import HOST, IN, INOUT, LOCATIONS, OUT
+from ._engine import Buffer as _Buffer
+from ._numpy_api import NumPyMethods, add_unsupported_hints
+from ._numpy_api import arrays_in as _arrays_in
+from ._numpy_api import locked as _locked
+from ._views import ViewMethods
 from .errors import CoherenceError, TransferError
 
 __all__ = ["SmartArray"]
 
-_WHERE = ("host", "gpu")
+_WHERE = LOCATIONS
 _ORDERS = (None, "C", "F", "A", "K")
 
 
@@ -77,179 +75,13 @@ def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tu
     return tuple(strides)
 
 
-def _address(ary: np.ndarray) -> int:
-    return ary.__array_interface__["data"][0]
-
-
-def _is_basic_index(key: Any) -> bool:
-    items = key if isinstance(key, tuple) else (key,)
-    for item in items:
-        if item is None or item is Ellipsis or isinstance(item, slice):
-            continue
-        if isinstance(item, (bool, np.bool_)):
-            return False
-        if isinstance(item, (int, np.integer)):
-            continue
-        return False
-    return True
-
-
-# Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
-_names = itertools.count()
-
-
 def _check_name(name: Any) -> str | None:
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
     return name
 
 
-class _Buffer:
-    """The shared base buffer: validity state, lazily allocated copies, exported views."""
-
-    __slots__ = (
-        "nbytes",
-        "state",
-        "lock",
-        "host_bytes",
-        "device_bytes",
-        "exports",
-        "pinned",
-        "stream",
-        "fast_views",
-        "launch_writes",
-        "name",
-        "perf",
-    )
-
-    def __init__(
-        self, nbytes: int, valid_at: str | None, pinned: bool, name: str | None = None
-    ) -> None:
-        self.name = f"a{next(_names)}" if name is None else name
-        self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
-        self.nbytes = nbytes
-        self.state = BufferState(nbytes, ("host", "gpu"), valid_at=valid_at)
-        self.lock = threading.RLock()
-        self.host_bytes: np.ndarray | None = None
-        self.device_bytes: Any = None
-        self.exports: list[tuple[weakref.ref, int, int]] = []
-        self.pinned = pinned
-        # The stream of the latest device work on this buffer: host reads of device data and
-        # host writes wait for it (and only for it), and device work on another stream is
-        # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
-        # stream, which is never assumed to order itself before other streams' work.
-        self.stream: Any = 0
-        # Views whose njit fast path is armed (bytes current on the host only): any transition
-        # that makes device bytes current, or starts device work, disarms them. Keyed by id and
-        # weak: an entry goes with its view, so fresh views in a loop do not grow it.
-        self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
-            weakref.WeakValueDictionary()
-        )
-        # The writes of the launch being prepared (or run) on this buffer, see _LaunchWrites.
-        self.launch_writes: _LaunchWrites | None = None
-
-    def disarm_fast_paths(self) -> None:
-        """The host is no longer the only current copy: njit calls must go through the hooks."""
-        if self.fast_views:
-            for view in list(self.fast_views.values()):
-                view._njit_fast = None
-            self.fast_views.clear()
-
-    def wait_for_device(self) -> None:
-        """Block until the latest device work on this buffer (on its stream) finished."""
-        if self.stream != 0:
-            _streams.synchronize(self.stream)  # numba's, cuda.core's or the default stream
-            self.stream = 0  # nothing of this buffer is queued any more
-
-    def ensure_host(self) -> np.ndarray:
-        if self.host_bytes is None:
-            if self.pinned:
-                self.host_bytes = memory.pinned_array(self.nbytes, np.uint8)
-            else:
-                self.host_bytes = np.empty(self.nbytes, np.uint8)
-        return self.host_bytes
-
-    def ensure_device(self) -> Any:
-        if self.device_bytes is None:
-            self.device_bytes = memory.device_array(self.nbytes, np.uint8)
-        return self.device_bytes
-
-    def ensure(self, where: str) -> None:
-        if where == "host":
-            self.ensure_host()
-        else:
-            self.ensure_device()
-
-    def export(self, ary: Any, lo: int, hi: int) -> None:
-        self.exports = [e for e in self.exports if e[0]() is not None]
-        self.exports.append((weakref.ref(ary), lo, hi))
-
-    def export_view(
-        self,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        offset: int,
-        strides: tuple[int, ...],
-        lo: int,
-        hi: int,
-        readonly: bool,
-    ) -> np.ndarray:
-        """A host ndarray handed out to the user, tracked for as long as any view of it lives.
-
-        NumPy collapses the ``.base`` of every view derived from an ndarray (``h[2:5]``,
-        ``h.T``, ``h.reshape(..)``, a field) to the first array that owns its memory or whose
-        base is of another type. Over the host buffer directly, that is the buffer: a weak
-        reference to ``h`` dies while ``row = h[2:5]`` lives on, and ``row`` is never
-        refreshed. So the handed-out array is built over a small holder object (not an
-        ndarray): every derived view keeps the holder alive, and the weak reference to the
-        holder lives exactly as long as anything that shows these bytes. A read-only export
-        gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
-        its views, and ``np.asarray(h.base)`` is read-only too.
-        """
-        host = self.ensure_host()
-        holder = _Exported()
-        holder.host = host
-        address = host.__array_interface__["data"][0]
-        if dtype.fields is None and dtype.subdtype is None:
-            holder.__array_interface__ = {
-                "shape": shape,
-                "typestr": dtype.str,
-                "strides": strides,
-                "data": (address + offset, readonly),
-                "version": 3,
-            }
-            view = np.asarray(holder)
-        else:  # records and subarrays: the exact dtype through a byte view of [lo, hi)
-            holder.__array_interface__ = {
-                "shape": (hi - lo,),
-                "typestr": "|u1",
-                "data": (address + lo, readonly),
-                "version": 3,
-            }
-            raw = np.asarray(holder)
-            view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
-        self.export(holder, lo, hi)
-        return view
-
-
-class _Exported:
-    """The base object of a host array handed out (see :meth:`_Buffer.export_view`)."""
-
-    __slots__ = ("__array_interface__", "host", "__weakref__")
-
-
-class _LaunchWrites:
-    """The writes of one launch to one buffer (identified by the launch's ``retr`` list)."""
-
-    __slots__ = ("retr", "pending", "ranges")
-
-    def __init__(self, retr: list[Any]) -> None:
-        self.retr = retr
-        self.pending = 0  # argument callbacks still to run
-        self.ranges: list[tuple[int, int]] = []
-
-
-class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
+class SmartArray(ViewMethods, NumPyMethods, ArgumentMethods):
     """An array with a host (NumPy) and a device (numba.cuda) copy, kept coherent by byte range.
 
     Parameters
@@ -468,7 +300,7 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         return as_strided(np.zeros(1, self._dtype), self._shape, self._strides)
 
     def _from_probe(self, probe: np.ndarray, result: np.ndarray) -> SmartArray:
-        offset = self._offset + _address(result) - _address(probe)
+        offset = self._offset + address(result) - address(probe)
         return self._view(self._buf, offset, result.shape, result.strides, result.dtype)
 
     def _covers(self) -> bool:
@@ -491,148 +323,9 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
 
     # -- core operations ----------------------------------------------------------------------
 
-    def _sync(self, where: str, lo: int, hi: int, reason: str, stream: Any = None) -> None:
-        """Make bytes ``[lo, hi)`` current at ``where``, copying only stale ones.
-
-        Copies go on ``stream`` (default: the stream of the buffer's latest device work, so
-        they are ordered after it); a download is waited for before returning.
-        """
-        buf = self._buf
-        with buf.lock:
-            plan = buf.state.plan_read(where, lo, hi)
-            if not plan.copies:
-                return
-            self._copy(plan, reason, buf.stream if stream is None else stream)
-            buf.state.apply(plan)
-
-    def _copy(self, plan: Any, reason: str, stream: Any) -> None:
-        """Perform the copies of a plan on ``stream``; TransferError if one fails."""
-        buf = self._buf
-        if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
-            for c in plan.copies:
-                direction = "h2d" if c.target == "gpu" else "d2h"
-                guard.check(direction, c.stop - c.start, reason, buf.name)
-        host = buf.ensure_host()
-        dev = buf.ensure_device()
-        downloads = uploads = False
-        # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
-        native = _streams.native(stream)
-        snaps = _perf.before_copy(buf, plan, host) if buf.perf is not None else None
-        try:
-            for c in plan.copies:
-                direction = "h2d" if c.target == "gpu" else "d2h"
-                if direction == "h2d":
-                    buf.disarm_fast_paths()
-                    uploads = True
-                else:
-                    downloads = True
-                memory.copy_range(
-                    direction, host, dev, c.start, c.stop, native, reason, self._desc()
-                )
-            if downloads and stream != 0:
-                if native != 0:
-                    _streams.synchronize(stream)  # the host reads these bytes next
-                # (a synchronous download waited for the default stream's earlier work)
-                if stream is buf.stream:
-                    buf.stream = 0
-            if uploads and native == 0 and buf.stream == 0:
-                # A synchronous upload from pageable memory returns once the bytes are staged:
-                # the DMA may still run on the default stream. Launches elsewhere order after it.
-                buf.stream = _streams.DEFAULT
-        except Exception as exc:
-            raise TransferError(
-                f"copying to the host or device copy failed ({reason}): {exc}"
-            ) from exc
-        if snaps:
-            _perf.after_copy(buf, snaps, host)
-
     def _changed(self, where: str, lo: int, hi: int) -> None:
-        """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
-        buf = self._buf
-        with buf.lock:
-            if where == "host" and buf.perf is not None:
-                buf.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
-            if buf.state.is_exclusive(where, lo, hi):
-                # Current there only (a kernel writing the same array again): nothing else to
-                # make stale, and no held host array to refresh (it would be current).
-                return
-            self._record(where, lo, hi)
-            if where == "gpu":
-                self._refresh_exports(lo, hi)
-
-    def _record(self, where: str, lo: int, hi: int) -> None:
-        """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
-
-        The write is recorded before the consolidation copies run: a failed copy leaves the
-        write recorded (and the consolidation undone), never a stale byte marked valid.
-        """
-        buf = self._buf
-        if where != "host":
-            buf.disarm_fast_paths()
-        buf.state.mark_changed(where, lo, hi)
-        plan = buf.state.plan_consolidate()
-        if plan.copies:
-            self._copy(plan, "consolidation", buf.stream)
-        buf.state.apply(plan)
-
-    def _record_where_valid(self, where: str, lo: int, hi: int) -> None:
-        """Record a write that may have touched any byte of ``[lo, hi)`` at ``where`` but
-        could only be trusted where that copy was current: a failed kernel or NumPy call.
-
-        Bytes current at ``where`` become current there only (the failed call may have
-        changed them, and they were right before). Bytes stale at ``where`` stay stale (the
-        other copy holds their value; a partial write into stale memory is dropped). Nothing
-        is declared valid that may be stale, and nothing current is lost.
-        """
-        buf = self._buf
-        runs = buf.state.valid(where).intersection(IntervalSet.span(lo, hi))
-        if not runs:
-            return
-        if where != "host":
-            buf.disarm_fast_paths()
-        for a, b in runs:
-            buf.state.mark_changed(where, a, b)
-        plan = buf.state.plan_consolidate()
-        if plan.copies:
-            self._copy(plan, "consolidation", buf.stream)
-        buf.state.apply(plan)
-
-    def _stale_export(self, lo: int, hi: int) -> bool:
-        """Whether a held host array shows bytes of ``[lo, hi)`` that are stale on the host.
-
-        Only after a failure (a kernel that raised, a refresh that failed): otherwise a device
-        write refreshes them at once. The next launch then refreshes them: it must not take
-        the fast path that registers no post-launch callback.
-        """
-        buf = self._buf
-        if not buf.exports:
-            return False
-        valid = buf.state.valid("host")
-        for ref, elo, ehi in buf.exports:
-            a, b = max(lo, elo), min(hi, ehi)
-            if a < b and ref() is not None and not valid.contains(a, b):
-                return True
-        return False
-
-    def _refresh_exports(self, lo: int, hi: int) -> None:
-        """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
-        buf = self._buf
-        if not buf.exports or lo >= hi:
-            return
-        live = []
-        for ref, elo, ehi in buf.exports:
-            if ref() is None:
-                continue
-            live.append((ref, elo, ehi))
-        buf.exports = live
-        refreshed = 0
-        for _, elo, ehi in live:
-            a, b = max(lo, elo), min(hi, ehi)
-            if a < b:
-                self._sync("host", a, b, "eager refresh of an exported view")
-                refreshed += b - a
-        if refreshed:
-            _perf.refreshed(buf, refreshed)
+        """Record a write of bytes ``[lo, hi)`` at ``where`` (see :meth:`Buffer.changed`)."""
+        self._buf.changed(where, lo, hi)
 
     def _host_view(self) -> np.ndarray:
         """The writable host view (no sync; host memory allocated)."""
@@ -649,21 +342,23 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
 
     def _host_ro(self, reason: str = "host read") -> np.ndarray:
         """A synced read-only host view (not tracked)."""
-        with self._buf.lock:
-            self._sync("host", self._lo, self._hi, reason)
+        buf = self._buf
+        with buf.lock:
+            buf.acquire(HOST, self._lo, self._hi, IN, reason)
             view = self._host_view()
-            if self._buf.perf is not None and self._buf.perf.pending:
-                _perf.emit(self._buf)  # after the read is complete and recorded
+            if buf.perf is not None and buf.perf.pending:
+                _perf.emit(buf)  # after the read is complete and recorded
         view.flags.writeable = False
         return view
 
     def _host_rw(self, full: bool) -> np.ndarray:
         """A writable host view before a write: synced in full, or only its gaps when needed."""
-        self._buf.wait_for_device()  # an upload from this memory may still be in flight
         if full:
-            self._sync("host", self._lo, self._hi, "host read")
-        elif not self._covers():
-            self._sync("host", self._lo, self._hi, "host write gap")
+            self._buf.acquire(HOST, self._lo, self._hi, INOUT, "host read")
+        else:
+            self._buf.acquire(
+                HOST, self._lo, self._hi, OUT, "host write gap", covers=self._covers()
+            )
         return self._host_view()
 
     # -- public API ---------------------------------------------------------------------------
@@ -687,11 +382,11 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
             self._check_device_geometry()  # before anything moves
         with self._buf.lock:
             self._buf.ensure(where)
-            self._sync(where, self._lo, self._hi, "explicit get")
-            if where == "host":
-                # A writable view: an upload from this memory may still be in flight (pinned
-                # memory, a launch's stream), and the caller's write would race it.
-                self._buf.wait_for_device()
+            # A writable view (the caller may write, then mark_changed): on the host, an upload
+            # from this memory may still be in flight (pinned memory, a launch's stream), and
+            # the caller's write would race it, so the access waits for it.
+            self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
+            if where == HOST:
                 return self._export(readonly=False)
             return memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
@@ -804,267 +499,70 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
                 # It may have written part of the bytes: where the host copy is current it
                 # keeps the values and the device bytes are recorded stale.
                 if buf.state.is_valid("host", self._lo, self._hi):
-                    buf.state.mark_changed("host", self._lo, self._hi)
+                    buf.mark(HOST, self._lo, self._hi)
                 raise TransferError(f"copy_to_device failed: {exc}") from exc
             buf.stream = copy_stream  # host reads of this buffer wait for this stream
             self._changed("gpu", self._lo, self._hi)
+
+    # -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) --------
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface (version 3) of the device copy, made current first.
+
+        Because the consumer may write, a device write is recorded (the host copy becomes
+        stale and is downloaded when next read). Share read-only with
+        :meth:`cuda_view` ``(intent='in')``. The ``stream`` entry names the stream of pending
+        device work on this array (None when there is none).
+        """
+        return _interop.cuda_array_interface(self)
+
+    def cuda_view(self, intent: str = "inout") -> Any:
+        """Share the device copy with a CUDA consumer (CuPy, PyTorch, numba), made current first.
+
+        Parameters
+        ----------
+        intent : {'inout', 'in'}
+            ``'in'``: read-only, nothing recorded. ``'inout'``: a device write is recorded now
+            and again when a ``with`` block around the view exits (so host arrays held
+            earlier show what the consumer wrote).
+
+        Returns
+        -------
+        CudaView
+            An object with ``__cuda_array_interface__``, usable as a context manager.
+        """
+        return _interop.cuda_view(self, intent)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export the host copy through DLPack (``np.from_dlpack(a)``), made current first.
+
+        The consumer may write: a host write is recorded (the device copy becomes stale),
+        unless ``copy=True`` (a snapshot). CUDA consumers take ``__cuda_array_interface__``: a
+        request for a CUDA device (``dl_device=(2, n)``) raises ``BufferError``.
+        """
+        return _interop.dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(1, 0)``: DLPack exports are of the host copy (kDLCPU)."""
+        return _interop.dlpack_device(self)
+
+    def copy(self, order: str = "C") -> SmartArray:
+        """A new array with this one's data: device to device when current on the device only."""
+        return _interop.copy(self, NumPyMethods.copy, order)
 
     def is_valid(self, where: str = "host") -> bool:
         """Return whether every byte of this array is current at ``where``."""
         where = _check_where(where)
         with self._buf.lock:
             return self._buf.state.is_valid(where, self._lo, self._hi)
-
-    # -- Numba integration (see _numba_cuda and _numba_cpu) -------------------------------------
-
-    @functools.cached_property
-    def _numba_type_(self) -> Any:
-        """This array's Numba type, cached in the instance (both dispatchers read it directly).
-
-        Layout as numba-cuda gives a device array: 'C' or 'F' when contiguous that way and not
-        broadcast (a zero stride), 'A' otherwise.
-        """
-        return self._numba_type(readonly=False)
-
-    def _numba_type(self, readonly: bool) -> Any:
-        flags = self._probe().flags
-        broadcast = 0 in self._strides and self.size != 0
-        if flags.c_contiguous and not broadcast:
-            layout = "C"
-        elif flags.f_contiguous and not broadcast:
-            layout = "F"
-        else:
-            layout = "A"
-        return _numba_cpu.smartarray_type(
-            self._dtype, self.ndim, layout, readonly, self._aligned(flags.aligned)
-        )
-
-    def _aligned(self, strides_aligned: bool) -> bool:
-        """Whether every element sits at a multiple of its dtype's alignment, on both copies.
-
-        A field view of packed records (offset 1, stride 9 for ``('i1', 'f8')``) does not: typed
-        aligned, a kernel would load it with a misaligned ``ld.f64``. ``strides_aligned`` is
-        NumPy's verdict on the strides (the probe's element 0 is aligned); the base buffers are
-        (device allocations, NumPy's and pinned allocations), except an adopted ndarray's.
-        """
-        align = self._dtype.alignment
-        host = self._buf.host_bytes
-        return (
-            strides_aligned
-            and self._offset % align == 0
-            and (host is None or _address(host) % align == 0)
-        )
-
-    def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
-        """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol).
-
-        Called by the dispatcher before a launch: makes the device copy current (only stale
-        bytes move, on ``stream``), returns the kernel's argument, and appends to ``retr`` the
-        callback that records the kernel's write right after the launch.
-        """
-        return self._prepare_launch(retr, stream, INOUT)
-
-    def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
-        """Make the device copy current for a launch on ``stream``; record the write after it."""
-        self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
-        buf = self._buf
-        # What the buffer records for this launch's stream: the object, or _streams.DEFAULT
-        # for 0 (the simulator passes 0; a GPU's dispatcher a cuda.core Stream, even for the
-        # default stream).
-        launch_stream = _streams.pending(stream)
-        if (
-            self._gpu_only_at == buf.state.version
-            and buf.stream is launch_stream
-            and self._device_view is not None
-        ):
-            # The loop-of-launches fast path: nothing changed since this view was found current
-            # on the device only, and the latest work on this buffer is on this launch's stream
-            # (ordered before it), so nothing moves, nothing waits and no lock is needed
-            # (reading a version number is atomic). A host read before the kernel runs (another
-            # thread, a later argument's preparation) would make the host "current" with
-            # pre-kernel values: a cached callback re-checks the version after the launch.
-            if intent != IN:
-                retr.append(self._fast_check or self._make_fast_check())
-            return _numba_cuda.launch_argument(self._device_view, retr, stream)
-        if self._device_view is None:
-            self._check_device_geometry()  # before anything moves
-        lo, hi = self._lo, self._hi
-        with buf.lock:
-            if buf.perf is not None and buf.perf.pending:
-                _perf.emit(buf)  # before anything moves for this launch
-            if buf.stream != 0 and not _streams.same(buf.stream, launch_stream):
-                # Work on this buffer is queued on another stream (the default stream
-                # included): order it before this launch on the device, with an event. No host
-                # wait; host reads then wait for this launch's stream, which waited for it.
-                _streams.order(buf.stream, launch_stream)
-                buf.stream = launch_stream
-            # Fast path: current on the device only (a loop of launches). Nothing to upload,
-            # and a write by the kernel changes nothing unless the host reads in between.
-            record = False
-            state = buf.state
-            if self._gpu_only_at == state.version or (
-                state.is_exclusive("gpu", lo, hi) and not self._stale_export(lo, hi)
-            ):
-                self._gpu_only_at = state.version
-                if intent != IN:
-                    retr.append(self._fast_check or self._make_fast_check())
-            else:
-                record = intent != IN
-                if record and buf.exports and guard.armed():
-                    self._guard_refresh(lo, hi)  # before anything moves: a refusal changes nothing
-                if intent != OUT or not self._covers():  # Out of a covering view: no upload
-                    plan = buf.state.plan_read("gpu", lo, hi)
-                    if plan:
-                        self._copy(plan, "device use", stream)
-                        buf.state.apply(plan)
-                    if buf.perf is not None:
-                        _perf.uploaded(buf, plan.nbytes if plan else 0, lo, hi)
-                if intent == INOUT and hi - lo >= _perf.MIN_BYTES:  # may the kernel only read?
-                    _perf.launched(buf, lo, hi, buf.state.is_valid("host", lo, hi))
-                if record:
-                    # Record the device write now, before the launch: a launch that fails
-                    # (a kernel raising after it wrote, a later argument that cannot be
-                    # prepared) runs no callback, and nothing may stay marked valid on the
-                    # host that the kernel may have overwritten. Only bytes current on the
-                    # device are claimed (Out skipped the upload of the others: if the kernel
-                    # never runs, the host holds their value). The callback records the
-                    # whole write again after the launch and refreshes held host arrays.
-                    self._record_where_valid("gpu", lo, hi)
-            buf.stream = launch_stream  # host reads of this buffer wait for this stream
-            devary = self._device_view
-            if devary is None:
-                devary = self._device_view = memory.device_view(
-                    buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
-                )
-            arg = _numba_cuda.launch_argument(devary, retr, stream)
-            if record:
-                # One record of the writes to this buffer per launch: its held host arrays
-                # are refreshed once, after the last argument's write is recorded (one array
-                # passed twice, or overlapping views, must not download the overlap twice).
-                writes = buf.launch_writes
-                if writes is None or writes.retr is not retr:
-                    writes = buf.launch_writes = _LaunchWrites(retr)
-                writes.pending += 1
-                retr.append(functools.partial(self._after_launch, writes))
-            return arg
-
-    def _guard_refresh(self, lo: int, hi: int) -> None:
-        """Ask the guard, before a launch, about the refresh of held host arrays after it.
-
-        The refresh runs in the dispatcher's post-launch callbacks, where a refusal would
-        stop the callbacks of the other arguments (leaving their writes unrecorded).
-        """
-        for ref, elo, ehi in self._buf.exports:
-            a, b = max(lo, elo), min(hi, ehi)
-            if ref() is not None and a < b:
-                guard.check("d2h", b - a, "eager refresh of an exported view", self._buf.name)
-
-    def _make_fast_check(self) -> Any:
-        """The post-launch check of the fast path, made once per view (cached in a slot, so a
-        launch allocates nothing for it). It holds this view weakly (no reference cycle).
-        """
-        ref = weakref.ref(self)
-        state = self._buf.state
-
-        def check() -> None:
-            # The state moved since preparation found this view current on the device only
-            # (a host read made the host current with pre-kernel values): record the write.
-            view = ref()
-            if view is not None and view._gpu_only_at != state.version:
-                view._after_launch()
-
-        self._fast_check = check
-        return check
-
-    def _after_launch(self, writes: _LaunchWrites | None = None) -> None:
-        """Record the kernel's write (the dispatcher runs this right after the launch).
-
-        The write is recorded first; then held host arrays are refreshed: with ``writes``
-        (this launch's writes to the buffer), by the last argument's callback, over every range
-        written, so an overlap downloads once. A failed refresh must not stop the dispatcher's
-        loop over ``retr`` (the later arguments' writes would go unrecorded): it leaves those
-        host bytes marked stale (which they are), and the error is raised by a callback
-        appended to the end of ``retr``, after every argument recorded its write.
-        """
-        buf = self._buf
-        lo, hi = self._lo, self._hi
-        try:
-            with buf.lock:
-                try:
-                    if not buf.state.is_exclusive("gpu", lo, hi):
-                        self._record("gpu", lo, hi)
-                finally:
-                    if writes is not None:
-                        writes.ranges.append((lo, hi))
-                        writes.pending -= 1
-                if writes is None:
-                    self._refresh_exports(lo, hi)
-                elif writes.pending == 0:
-                    if buf.launch_writes is writes:
-                        buf.launch_writes = None
-                    for a, b in writes.ranges:
-                        self._refresh_exports(a, b)  # only stale bytes move: overlaps once
-                if buf.state.is_exclusive("gpu", lo, hi):  # and no held array is stale
-                    self._gpu_only_at = buf.state.version
-        except TransferError as exc:
-            retr = None if writes is None else writes.retr
-            if retr is None:
-                raise
-            if not (retr and isinstance(retr[-1], _LaunchFailures)):
-                retr.append(_LaunchFailures())
-            retr[-1].errors.append(exc)
-
-    def _njit_enter(self) -> np.ndarray:
-        return self._njit_enter_as(INOUT)
-
-    def _njit_exit(self) -> None:
-        self._njit_exit_as(INOUT)
-
-    def _njit_abort(self) -> None:
-        self._njit_abort_as(INOUT)
-
-    def _njit_enter_as(self, intent: str) -> np.ndarray:
-        """The current host ndarray handed to an njit function (its exact type and layout)."""
-        buf = self._buf
-        with buf.lock:
-            if intent == OUT and self._covers():
-                buf.wait_for_device()
-            else:
-                self._sync("host", self._lo, self._hi, "njit argument")
-                if intent != IN:
-                    buf.wait_for_device()
-            view = self._njit_view
-            if view is None:
-                view = self._njit_view = self._host_view()
-                _register_njit_view(self, view)
-            return view
-
-    def _njit_exit_as(self, intent: str) -> None:
-        if intent == IN:
-            return
-        buf = self._buf
-        with buf.lock:
-            self._changed("host", self._lo, self._hi)
-            # Current on the host only: later njit calls need no hook until that changes.
-            if intent == INOUT and self._njit_view is not None and buf.stream == 0:
-                if buf.state.is_exclusive("host", self._lo, self._hi):
-                    self._njit_fast = self._njit_view
-                    buf.fast_views[id(self)] = self
-
-    def _njit_abort_as(self, intent: str) -> None:
-        """The cleanup of an njit call that failed with a Python error pending.
-
-        Numba runs it when a later argument failed to unbox (the function never ran), and in
-        the rare case that the function itself left a Python error (an object-mode block).
-        Only host bytes that were current when the call began are recorded as written
-        (conservative: they may have been written); an ``Out`` argument whose download was
-        skipped keeps its current bytes where they are, so nothing valid is lost.
-        """
-        if intent == IN:
-            return
-        buf = self._buf
-        with buf.lock:
-            self._record_where_valid("host", self._lo, self._hi)
 
     # -- attributes ---------------------------------------------------------------------------
 
@@ -1119,156 +617,21 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
         with self._buf.lock:
             return tuple(w for w in _WHERE if self._buf.state.is_valid(w, self._lo, self._hi))
 
-    # -- views --------------------------------------------------------------------------------
+    # -- hooks of the view and indexing methods (smartarray._views) ----------------------------
 
-    def transpose(self, *axes: Any) -> SmartArray:
-        """A view with axes permuted, as ``numpy.ndarray.transpose``."""
-        probe = self._probe()
-        return self._from_probe(probe, probe.transpose(*axes))
+    @staticmethod
+    def _copy_of(ary: np.ndarray) -> SmartArray:
+        """A new SmartArray holding a copy of ``ary``."""
+        return SmartArray(ary)
 
-    def squeeze(self, axis: Any = None) -> SmartArray:
-        """A view without length-one axes, as ``numpy.ndarray.squeeze``."""
-        probe = self._probe()
-        return self._from_probe(probe, probe.squeeze(axis))
+    @staticmethod
+    def _adopt(ary: np.ndarray) -> SmartArray:
+        """A new SmartArray adopting ``ary``, a fresh ndarray nobody else holds."""
+        return _owning(ary)
 
-    def swapaxes(self, axis1: int, axis2: int) -> SmartArray:
-        """A view with two axes swapped, as ``numpy.ndarray.swapaxes``."""
-        probe = self._probe()
-        return self._from_probe(probe, probe.swapaxes(axis1, axis2))
-
-    def reshape(self, *shape: Any, order: str = "C") -> SmartArray:
-        """A view with a new shape where NumPy gives one, else a copy.
-
-        Parameters
-        ----------
-        *shape : int or tuple of int
-        order : {'C', 'F', 'A'}, optional
-        """
-        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
-            shape = tuple(shape[0])
-        probe = self._probe()
-        try:
-            return self._from_probe(probe, probe.reshape(shape, order=order, copy=False))
-        except ValueError:
-            # A bad shape (raised again here, reading no memory) or a copy is needed.
-            as_strided(np.zeros(1, np.uint8), (self.size,), (0,)).reshape(shape)
-        with self._buf.lock:
-            return SmartArray(self._host_ro().reshape(shape, order=order))
-
-    def ravel(self, order: str = "C") -> SmartArray:
-        """A flat view where NumPy gives one, else a flat copy."""
-        if order not in ("C", "F", "A", "K"):
-            raise ValueError(f"order must be 'C', 'F', 'A' or 'K', got {order!r}")
-        probe = self._probe()
-        flags = probe.flags
-        if order == "A":
-            order = "F" if flags.f_contiguous and not flags.c_contiguous else "C"
-        elif order == "K" and (flags.c_contiguous or flags.f_contiguous):
-            order = "C" if flags.c_contiguous else "F"
-        # NumPy's rule (PyArray_Ravel), decided on the geometry alone (ravelling the probe would
-        # allocate a copy of its size): a view iff contiguous in the order asked, or for 'K'
-        # iff the strides, sorted by size, tile the memory.
-        if order == "K":
-            view = True
-            step = self._dtype.itemsize
-            dims = sorted(zip(self._shape, self._strides, strict=True), key=lambda ds: abs(ds[1]))
-            for d, s in dims:
-                if d == 1:
-                    continue
-                if s != step:
-                    view = False
-                    break
-                step *= d
-            if view:
-                itemsize = self._dtype.itemsize
-                return self._view(self._buf, self._offset, (self.size,), (itemsize,), self._dtype)
-        elif flags.c_contiguous if order == "C" else flags.f_contiguous:
-            return self._from_probe(probe, probe.reshape(-1, order=order))
-        with self._buf.lock:
-            return SmartArray(self._host_ro().ravel(order))
-
-    def flatten(self, order: str = "C") -> SmartArray:
-        """A flat copy."""
-        with self._buf.lock:
-            return SmartArray(self._host_ro().flatten(order))
-
-    # -- indexing -----------------------------------------------------------------------------
-
-    def _element_offsets(self) -> np.ndarray:
-        """Byte offset from ``_offset`` of every element, with this array's shape."""
-        offs = np.zeros(self._shape, np.int64)
-        for axis, (d, s) in enumerate(zip(self._shape, self._strides, strict=True)):
-            shape = [1] * self.ndim
-            shape[axis] = d
-            offs += (np.arange(d, dtype=np.int64) * s).reshape(shape)
-        return offs
-
-    def _basic(self, key: Any) -> tuple[SmartArray, bool]:
-        """The view ``self[key]`` for a basic index, and whether NumPy would give a scalar."""
-        probe = self._probe()
-        if isinstance(key, str):
-            return self._from_probe(probe, probe[key]), False
-        items = key if isinstance(key, tuple) else (key,)
-        has_ellipsis = any(item is Ellipsis for item in items)
-        result = probe[items if has_ellipsis else (*items, Ellipsis)]
-        view = self._from_probe(probe, result)
-        return view, (result.ndim == 0 and not has_ellipsis)
-
-    def _advanced(self, key: Any) -> tuple[np.ndarray, int, int]:
-        """The touched offsets of an advanced index and their bounding byte interval."""
-        key = key._host_ro() if isinstance(key, SmartArray) else key
-        if isinstance(key, tuple):
-            key = tuple(k._host_ro() if isinstance(k, SmartArray) else k for k in key)
-        touched = self._element_offsets()[key]
-        if touched.size == 0:
-            return touched, 0, 0
-        lo = self._offset + int(touched.min())
-        return touched, lo, self._offset + int(touched.max()) + self._dtype.itemsize
-
-    def __getitem__(self, key: Any) -> Any:
-        # Every array involved is locked up front, in the global order (a key's lock taken
-        # while holding self's would deadlock against ``key[self]`` in another thread).
-        with _locked(_arrays_in(self, key)):
-            if _is_basic_index(key) or isinstance(key, str):
-                view, scalar = self._basic(key)
-                if not scalar:
-                    return view
-                if view._dtype.names is not None:
-                    # NumPy's record scalar (np.void) is a view: ``a[0]['x'] = 5`` writes the
-                    # array. A copy would drop that write silently; a record view lands it
-                    # and records it.
-                    return _Record._view(
-                        view._buf, view._offset, view._shape, view._strides, view._dtype
-                    )
-                return view._host_ro().copy()[()]
-            touched, lo, hi = self._advanced(key)
-            self._sync("host", lo, hi, "host read")
-            # A fresh array nobody else holds: adopted, not an exported view.
-            return _owning(self._host_view()[key])
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        with _locked(_arrays_in(self, key, value)):
-            if isinstance(value, SmartArray):
-                value = value._host_ro()
-            if _is_basic_index(key) or isinstance(key, str):
-                target, _ = self._basic(key)
-                staged = np.empty(target._shape, target._dtype)
-                staged[...] = value  # validates (dtype, broadcast) before anything is touched
-                hv = target._host_rw(full=False)
-                hv[...] = staged
-                target._changed("host", target._lo, target._hi)
-                return
-            touched, lo, hi = self._advanced(key)
-            staged = np.empty(touched.shape, self._dtype)
-            staged[...] = value
-            if lo == hi:
-                return
-            covers = np.unique(touched).size * self._dtype.itemsize == hi - lo
-            if not covers:
-                self._sync("host", lo, hi, "host write gap")
-            self._buf.wait_for_device()
-            self._host_view()[key] = staged
-            self._changed("host", lo, hi)
+    def _as_record(self) -> SmartArray:
+        """This 0-d view of a structured array as a record view (see :class:`_Record`)."""
+        return _Record._view(self._buf, self._offset, self._shape, self._strides, self._dtype)
 
     # -- Python protocols ---------------------------------------------------------------------
 
@@ -1338,130 +701,6 @@ class SmartArray(NDArrayOperatorsMixin, _numba_cuda.KernelArgument):
     def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
         return SmartArray(self)
 
-    def resize(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: a SmartArray's buffer cannot grow in place."""
-        raise TypeError(
-            "SmartArray.resize is not supported (views share the buffer); "
-            "use SmartArray(np.resize(a, new_shape)) for a resized copy"
-        )
-
-    def setflags(self, *args: Any, **kwargs: Any) -> None:
-        """Not supported: SmartArray has no settable flags."""
-        raise TypeError(
-            "SmartArray.setflags is not supported; use np.asarray(a) for a read-only view or "
-            "a.host() for a writable one"
-        )
-
-    # -- NumPy protocols ----------------------------------------------------------------------
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        """The current host data as a read-only view, tracked so it stays current.
-
-        A writable view would let an untracked write go silently stale (the device copy
-        would never learn of it), so the view is read-only: writing raises NumPy's
-        read-only error. It is refreshed eagerly when the device copy is marked changed.
-        ``copy=True`` (or a different ``dtype``) returns a plain writable copy instead.
-        """
-        with self._buf.lock:
-            if copy or (dtype is not None and np.dtype(dtype) != self._dtype):
-                return np.array(self._host_ro("__array__"), dtype=dtype, copy=True)
-            self._sync("host", self._lo, self._hi, "__array__")
-            return self._export(readonly=True)
-
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        outs = kwargs.get("out", ())
-        if not isinstance(outs, tuple):
-            outs = (outs,)
-        targets = [o for o in outs if isinstance(o, SmartArray)]
-        if method == "at" and isinstance(inputs[0], SmartArray):
-            targets.append(inputs[0])
-        if method == "__call__" and ufunc.signature is None:
-            _check_broadcast(inputs, outs, kwargs.get("where", True))  # before anything moves
-        arrays = [x for x in (*inputs, *outs) if isinstance(x, SmartArray)]
-        with _locked(arrays):
-            hosts: list[np.ndarray] = []
-            ins = []
-            for i, x in enumerate(inputs):
-                if isinstance(x, SmartArray):
-                    if method == "at" and i == 0:
-                        x = x._host_rw(full=True)
-                    else:
-                        x = x._host_ro()
-                    hosts.append(x)
-                ins.append(x)
-            if outs:
-                new_outs = []
-                # With where=, unselected elements keep their old values: they must be current.
-                partial = kwargs.get("where", True) is not True
-                for o in outs:
-                    if isinstance(o, SmartArray):
-                        o = o._host_rw(full=partial)
-                        hosts.append(o)
-                    new_outs.append(o)
-                kwargs["out"] = tuple(new_outs)
-            try:
-                result = getattr(ufunc, method)(*ins, **kwargs)
-            except BaseException:
-                # NumPy keeps what it wrote before failing (a floating-point error under
-                # errstate='raise', a bad index of ufunc.at): record it.
-                _failed_host_write(targets)
-                raise
-            for t in targets:
-                t._changed("host", t._lo, t._hi)
-            if method == "at":
-                return None
-            if outs:
-                if len(outs) == 1:
-                    return outs[0] if isinstance(outs[0], SmartArray) else result
-                return tuple(
-                    o if isinstance(o, SmartArray) else r for o, r in zip(outs, result, strict=True)
-                )
-            return SmartArray._wrap(result, tuple(hosts))
-
-    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        first = args[0] if args else None
-        if isinstance(first, SmartArray):
-            if func is np.reshape:
-                return _call_reshape(*args, **kwargs)
-            if func is np.transpose:
-                return first.transpose(*(a for a in args[1:2] + tuple(kwargs.values())))
-            if func is np.ravel:
-                return first.ravel(*args[1:], **kwargs)
-            if func is np.shape:
-                return first.shape
-            if func is np.ndim:
-                return first.ndim
-            if func is np.size and len(args) == 1 and not kwargs:
-                return first.size
-            if func is np.squeeze:
-                return first.squeeze(*args[1:], **kwargs)
-        arrays: list[SmartArray] = []
-        _collect(args, arrays)
-        _collect(kwargs, arrays)
-        mutated = first if func in _MUTATING and isinstance(first, SmartArray) else None
-        full = True  # whether the old values of ``mutated`` are read (or kept): sync them
-        if mutated is not None and func is np.copyto:
-            src = args[1] if len(args) > 1 else kwargs.get("src")
-            _check_broadcast((src,), (mutated,), True)  # before anything moves
-            where = args[3] if len(args) > 3 else kwargs.get("where", True)
-            # No mask: every element is overwritten, so nothing needs downloading first
-            # (_host_rw still syncs the gaps of a strided destination).
-            full = not (isinstance(where, (bool, np.bool_)) and where)
-        with _locked(arrays):
-            hosts: list[np.ndarray] = []
-            new_args = _convert(args, hosts, mutated, full)
-            new_kwargs = _convert(kwargs, hosts, mutated, full)
-            try:
-                result = func(*new_args, **new_kwargs)
-            except BaseException:
-                if mutated is not None:
-                    _failed_host_write([mutated])
-                raise
-            if mutated is not None:
-                mutated._changed("host", mutated._lo, mutated._hi)
-                return result
-            return SmartArray._wrap(result, tuple(hosts))
-
 
 class _Record(SmartArray):
     """One element of a structured SmartArray, as ``a[i]`` returns it.
@@ -1497,7 +736,7 @@ class _Record(SmartArray):
         with self._buf.lock:
             probe = self._probe()
             result = probe[name]
-            offset = self._offset + _address(result) - _address(probe)
+            offset = self._offset + address(result) - address(probe)
             field = SmartArray._view(self._buf, offset, result.shape, result.strides, result.dtype)
             if field.ndim:
                 return field
@@ -1524,133 +763,6 @@ class _Record(SmartArray):
         return self[()] != (other[()] if isinstance(other, SmartArray) else other)
 
 
-class _LaunchFailures:
-    """The last post-launch callback of a launch whose host refresh failed: raises then."""
-
-    def __init__(self) -> None:
-        self.errors: list[TransferError] = []
-
-    def __call__(self) -> None:
-        first = self.errors[0]
-        raise TransferError(
-            f"the kernel ran and its writes are recorded, but refreshing {len(self.errors)} "
-            "held host array(s) failed; they are marked stale and the next host read "
-            f"downloads again (do not launch again to retry): {first}"
-        ) from first
-
-
-# NumPy functions that write into their first argument.
-_MUTATING = {np.copyto, np.put, np.place, np.putmask, np.fill_diagonal, np.put_along_axis}
-
-
-def _failed_host_write(targets: list[SmartArray]) -> None:
-    """Record what a NumPy call that raised may have written into writable host views.
-
-    NumPy keeps a partial write (``a.put([0, 99], v)`` writes index 0, then fails). Where the
-    host bytes were current when the view was handed out, they are recorded as written
-    (conservative: the device copy becomes stale there); bytes that were stale (a pure
-    overwrite skips the download) keep the device's value.
-    """
-    for t in targets:
-        with t._buf.lock:
-            t._record_where_valid("host", t._lo, t._hi)
-
-
-def _call_reshape(a: SmartArray, *args: Any, **kwargs: Any) -> SmartArray:
-    shape = kwargs.pop("shape", kwargs.pop("newshape", None))
-    if args:
-        shape, args = args[0], args[1:]
-    order = args[0] if args else kwargs.pop("order", "C")
-    return a.reshape(shape, order=order)
-
-
-def _collect(obj: Any, found: list[SmartArray]) -> None:
-    if isinstance(obj, SmartArray):
-        found.append(obj)
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            _collect(x, found)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            _collect(x, found)
-
-
-def _convert(
-    obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None, full: bool = True
-) -> Any:
-    if isinstance(obj, SmartArray):
-        view = obj._host_rw(full=full) if obj is mutated else obj._host_ro()
-        hosts.append(view)
-        return view
-    if isinstance(obj, tuple):
-        return tuple(_convert(x, hosts, mutated, full) for x in obj)
-    if isinstance(obj, list):
-        return [_convert(x, hosts, mutated, full) for x in obj]
-    if isinstance(obj, dict):
-        return {k: _convert(v, hosts, mutated, full) for k, v in obj.items()}
-    return obj
-
-
-def _shape_of(x: Any) -> tuple[int, ...] | None:
-    """The shape of an operand known without reading it, or None (NumPy will judge)."""
-    if isinstance(x, (SmartArray, np.ndarray, np.generic)):
-        return tuple(x.shape)
-    if isinstance(x, (bool, int, float, complex)):
-        return ()
-    return None
-
-
-def _check_broadcast(inputs: tuple[Any, ...], outs: tuple[Any, ...], where: Any) -> None:
-    """NumPy's broadcasting checks of an elementwise call, on shapes alone (nothing moves).
-
-    The inputs (and ``where``) broadcast together, and into each output's shape unchanged.
-    """
-    shapes = [_shape_of(x) for x in (*inputs, where)]
-    if any(shape is None for shape in shapes):
-        return
-    try:
-        full = np.broadcast_shapes(*shapes)
-    except ValueError:
-        text = " ".join(str(shape) for shape in shapes)
-        raise ValueError(f"operands could not be broadcast together with shapes {text}") from None
-    for out in outs:
-        shape = None if out is None else _shape_of(out)
-        if shape is None:
-            continue
-        try:
-            fits = np.broadcast_shapes(full, shape) == shape
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"non-broadcastable output operand with shape {shape} doesn't match the "
-                f"broadcast shape {full}"
-            )
-
-
-def _arrays_in(*objs: Any) -> list[SmartArray]:
-    """The SmartArrays in ``objs`` (and in their lists, tuples and dicts), to lock together."""
-    found: list[SmartArray] = []
-    _collect(objs, found)
-    return found
-
-
-class _locked:  # noqa: N801 - used like a function
-    """Hold the locks of several arrays' buffers, taken in a fixed order (no deadlock)."""
-
-    def __init__(self, arrays: list[SmartArray]) -> None:
-        bufs = {id(a._buf): a._buf for a in arrays}
-        self._locks = [bufs[k].lock for k in sorted(bufs)]
-        self._stack = ExitStack()
-
-    def __enter__(self) -> None:
-        for lock in self._locks:
-            self._stack.enter_context(lock)
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-
 def _owning(ary: np.ndarray) -> SmartArray:
     """A SmartArray adopting a fresh ndarray that nobody else holds.
 
@@ -1668,28 +780,6 @@ def _rebuild(data: np.ndarray) -> SmartArray:
 
 # -- njit results (see smartarray._numba_cpu: SmartArrayType's copy, __array_ufunc__, box) --
 
-# id(host ndarray handed to njit) -> the SmartArray it belongs to. numba keeps that ndarray as
-# the ``parent`` of every view taken of the argument inside compiled code; the entry lives as
-# long as the SmartArray (its ``_njit_view`` is created once).
-_njit_owners: dict[int, weakref.ref[SmartArray]] = {}
-
-
-def _register_njit_view(owner: SmartArray, view: np.ndarray) -> None:
-    key = id(view)
-
-    def forget(ref: weakref.ref[SmartArray]) -> None:
-        if _njit_owners.get(key) is ref:
-            del _njit_owners[key]
-
-    _njit_owners[key] = weakref.ref(owner, forget)
-
-
-def _njit_owner(ary: Any) -> SmartArray | None:
-    """The SmartArray whose njit host ndarray is ``ary``, if any."""
-    ref = _njit_owners.get(id(ary))
-    owner = None if ref is None else ref()
-    return owner if owner is not None and owner._njit_view is ary else None
-
 
 def _from_njit(ary: Any) -> Any:
     """What an njit function returns for a value of SmartArrayType (numba boxed ``ary``).
@@ -1705,16 +795,16 @@ def _from_njit(ary: Any) -> Any:
     """
     if type(ary) is not np.ndarray:
         return ary
-    owner = _njit_owner(ary)
+    owner = njit_owner(ary)
     if owner is not None:
         return owner
     parent = getattr(ary.base, "parent", ary)  # numba's MemInfo object has ``parent``
     if parent is None:
         return _owning(ary) if ary.flags.writeable else SmartArray(ary)
-    owner = _njit_owner(parent)
+    owner = njit_owner(parent)
     if owner is None:
         return ary
-    offset = owner._offset + _address(ary) - _address(parent)
+    offset = owner._offset + address(ary) - address(parent)
     view = SmartArray._view(owner._buf, offset, ary.shape, ary.strides, ary.dtype)
     if view._lo < 0 or view._hi > owner._buf.nbytes:
         return ary  # cannot happen for numba's views; never record bytes outside the buffer
@@ -1729,222 +819,7 @@ def _from_njit(ary: Any) -> Any:
 _numba_cpu.set_result_adapter(_from_njit)
 
 
-# -- NumPy methods ----------------------------------------------------------------------------
+add_unsupported_hints(SmartArray)  # ndarray attributes SmartArray lacks fail with a hint
 
-_READERS = (
-    "all",
-    "any",
-    "argmax",
-    "argmin",
-    "argpartition",
-    "argsort",
-    "astype",
-    "choose",
-    "clip",
-    "compress",
-    "conj",
-    "conjugate",
-    "copy",
-    "cumprod",
-    "cumsum",
-    "diagonal",
-    "dot",
-    "dump",
-    "dumps",
-    "item",
-    "max",
-    "mean",
-    "min",
-    "nonzero",
-    "prod",
-    "ptp",
-    "repeat",
-    "round",
-    "searchsorted",
-    "std",
-    "sum",
-    "take",
-    "tobytes",
-    "tofile",
-    "tolist",
-    "trace",
-    "var",
-)
-
-# Mutating methods: name -> whether they read the old values (sync all) or only write.
-_WRITERS = {"fill": False, "sort": True, "put": True, "partition": True}
-
-
-def _reader(name: str) -> Any:
-    def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
-        with _locked(_arrays_in(self, args, kwargs)):
-            hosts: list[np.ndarray] = []
-            host = _convert(self, hosts, None)
-            result = getattr(host, name)(
-                *_convert(args, hosts, None), **_convert(kwargs, hosts, None)
-            )
-            return SmartArray._wrap(result, tuple(hosts))
-
-    method.__name__ = name
-    method.__qualname__ = f"SmartArray.{name}"
-    method.__doc__ = f"As ``numpy.ndarray.{name}``, on the current host data."
-    return method
-
-
-def _check_sort_args(self: SmartArray, name: str, args: Any, kwargs: Any) -> None:
-    """Validate ``sort`` / ``partition`` arguments on a tiny stand-in (nothing moves)."""
-    if _arrays_in(args, kwargs):
-        return  # SmartArray arguments: NumPy judges them after conversion
-    tiny = np.zeros(tuple(min(d, 1) for d in self._shape), self._dtype)
-    if name == "sort":
-        tiny.sort(*args, **kwargs)  # axis, kind and order, checked by NumPy itself
-        return
-    rest = dict(kwargs)
-    kth = args[0] if args else rest.pop("kth", None)
-    axis = args[1] if len(args) > 1 else rest.pop("axis", -1)
-    tiny.partition(0, axis, *args[2:], **rest)  # axis, kind and order
-    if axis is not None:
-        n = self._shape[normalize_axis_index(axis, self.ndim)]
-        ks = np.asarray(kth)
-        if ks.dtype.kind in "iu" and ks.size and (ks.min() < -n or ks.max() >= n):
-            raise ValueError(f"kth(={kth!r}) out of bounds ({n})")
-
-
-def _writer(name: str, reads: bool) -> Any:
-    def method(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
-        if name in ("sort", "partition"):
-            _check_sort_args(self, name, args, kwargs)
-        with _locked(_arrays_in(self, args, kwargs)):
-            hosts: list[np.ndarray] = []
-            args = _convert(args, hosts, None)
-            kwargs = _convert(kwargs, hosts, None)
-            host = self._host_rw(full=reads)
-            try:
-                result = getattr(host, name)(*args, **kwargs)
-            except BaseException:
-                _failed_host_write([self])  # e.g. put: index 0 written, then index 99 fails
-                raise
-            self._changed("host", self._lo, self._hi)
-            return result
-
-    method.__name__ = name
-    method.__qualname__ = f"SmartArray.{name}"
-    method.__doc__ = (
-        f"As ``numpy.ndarray.{name}``, in place on the host copy (the device copy goes stale)."
-    )
-    return method
-
-
-for _name in _READERS:
-    setattr(SmartArray, _name, _reader(_name))
-for _name, _reads in _WRITERS.items():
-    setattr(SmartArray, _name, _writer(_name, _reads))
-del _name, _reads
-
-
-def _byteswap(self: SmartArray, inplace: bool = False) -> SmartArray | None:
-    """As ``numpy.ndarray.byteswap``; ``inplace=True`` marks the host copy changed."""
-    with _locked([self]):
-        if inplace:
-            host = self._host_rw(full=True)
-            host.byteswap(inplace=True)
-            self._changed("host", self._lo, self._hi)
-            return self
-        return SmartArray(self._host_ro().byteswap())
-
-
-SmartArray.byteswap = _byteswap  # type: ignore[attr-defined]
-
-
-def _not_supported(name: str) -> property:
-    def fail(self: SmartArray) -> Any:
-        raise AttributeError(
-            f"SmartArray has no attribute {name!r}; use a.host().{name} on the host copy "
-            "(then a.host_changed() if it writes)"
-        )
-
-    return property(fail)
-
-
-# ndarray attributes SmartArray does not have fail with a hint. Properties rather than a
-# __getattr__ hook: a class with __getattr__ makes every attribute read slower, and Numba's
-# dispatchers read two attributes per call (``_numba_type_``, ``_njit_fast``).
-for _name in dir(np.ndarray):
-    if not _name.startswith("_") and not hasattr(SmartArray, _name):
-        setattr(SmartArray, _name, _not_supported(_name))
-del _name
-
-
-# -- interop (issue 16): CUDA Array Interface, DLPack, device-to-device copies ----------------
-# The logic lives in smartarray/_interop.py (built on the public API); these only delegate.
+# The interop logic (smartarray/_interop.py) builds on SmartArray, so it is imported last.
 from . import _interop  # noqa: E402
-
-
-def _cuda_array_interface(self: SmartArray) -> dict[str, Any]:
-    """The CUDA Array Interface (version 3) of the device copy, made current first.
-
-    Because the consumer may write, a device write is recorded (the host copy becomes stale
-    and is downloaded when next read). Share read-only with :meth:`SmartArray.cuda_view`
-    ``(intent='in')``. The ``stream`` entry names the stream of pending device work on this
-    array (None when there is none).
-    """
-    return _interop.cuda_array_interface(self)
-
-
-def _cuda_view(self: SmartArray, intent: str = "inout") -> _interop.CudaView:
-    """Share the device copy with a CUDA consumer (CuPy, PyTorch, numba), made current first.
-
-    Parameters
-    ----------
-    intent : {'inout', 'in'}
-        ``'in'``: read-only, nothing recorded. ``'inout'``: a device write is recorded now
-        and again when a ``with`` block around the view exits (so host arrays held earlier
-        show what the consumer wrote).
-
-    Returns
-    -------
-    CudaView
-        An object with ``__cuda_array_interface__``, usable as a context manager.
-    """
-    return _interop.cuda_view(self, intent)
-
-
-def _dlpack(
-    self: SmartArray,
-    *,
-    stream: Any = None,
-    max_version: Any = None,
-    dl_device: Any = None,
-    copy: bool | None = None,
-) -> Any:
-    """Export the host copy through DLPack (``np.from_dlpack(a)``), made current first.
-
-    The consumer may write: a host write is recorded (the device copy becomes stale), unless
-    ``copy=True`` (a snapshot). CUDA consumers take ``__cuda_array_interface__``: a request
-    for a CUDA device (``dl_device=(2, n)``) raises ``BufferError``.
-    """
-    return _interop.dlpack(self, stream, max_version, dl_device, copy)
-
-
-def _dlpack_device(self: SmartArray) -> tuple[int, int]:
-    """``(1, 0)``: DLPack exports are of the host copy (kDLCPU)."""
-    return _interop.dlpack_device(self)
-
-
-_host_copy = SmartArray.copy  # type: ignore[attr-defined]
-
-
-def _copy(self: SmartArray, order: str = "C") -> SmartArray:
-    """A new array with this one's data: device to device when current on the device only."""
-    return _interop.copy(self, _host_copy, order)
-
-
-SmartArray.__cuda_array_interface__ = property(_cuda_array_interface)  # type: ignore[attr-defined]
-SmartArray.cuda_view = _cuda_view  # type: ignore[attr-defined]
-SmartArray.__dlpack__ = _dlpack  # type: ignore[attr-defined]
-SmartArray.__dlpack_device__ = _dlpack_device  # type: ignore[attr-defined]
-SmartArray.copy = _copy  # type: ignore[attr-defined]
-for _name, _fn in (("cuda_view", _cuda_view), ("__dlpack__", _dlpack), ("copy", _copy)):
-    _fn.__name__, _fn.__qualname__ = _name, f"SmartArray.{_name}"
-del _name, _fn
-# -- end interop --

@@ -16,17 +16,19 @@ They also accept plain ndarrays and device arrays, with numba.cuda's meaning of 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from numba.cuda import args as _numba_args
 from numba.cuda.typing.typeof import Purpose, typeof
 
-from . import _numba_cuda
+from ._engine import IN, INOUT, OUT
+from ._numba_cuda import ArrayArgument, KernelArgument
 
 __all__ = ["In", "InOut", "Out"]
 
 
-class _Intent(_numba_cuda.KernelArgument):
+class _Intent(KernelArgument):
     _numba_hint: type = _numba_args.InOut
     _njit_fast = None  # njit always goes through the hooks (see smartarray._numba_cpu)
 
@@ -40,7 +42,7 @@ class _Intent(_numba_cuda.KernelArgument):
 
     @property
     def _smart(self) -> bool:
-        return hasattr(self.value, "_prepare_launch")
+        return isinstance(self.value, ArrayArgument)
 
     def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
         """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
@@ -48,11 +50,13 @@ class _Intent(_numba_cuda.KernelArgument):
             return self.value._prepare_launch(retr, stream, self.intent)
         return self._numba_hint(self.value).to_device(retr, stream)
 
-    @property
+    @functools.cached_property
     def _numba_type_(self) -> Any:  # type: ignore[override]
+        """The argument's Numba type, computed once per wrapper (the dispatcher reads it
+        twice per argument and launch)."""
         if self._smart:
             # In: a readonly array type, so writes fail at compile time on both targets.
-            return self.value._numba_type(readonly=self.intent == _numba_cuda.IN)
+            return self.value._numba_type(readonly=self.intent == IN)
         return typeof(self.value, Purpose.argument)
 
     def _njit_enter(self) -> Any:
@@ -79,7 +83,7 @@ class In(_Intent):
     In(SmartArray([0., 1., 2., 3.], valid='host'))
     """
 
-    intent = _numba_cuda.IN
+    intent = IN
     _numba_hint = _numba_args.In
 
 
@@ -96,7 +100,7 @@ class Out(_Intent):
     'out'
     """
 
-    intent = _numba_cuda.OUT
+    intent = OUT
     _numba_hint = _numba_args.Out
 
 
@@ -110,5 +114,5 @@ class InOut(_Intent):
     'inout'
     """
 
-    intent = _numba_cuda.INOUT
+    intent = INOUT
     _numba_hint = _numba_args.InOut

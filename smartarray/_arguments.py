@@ -1,0 +1,231 @@
+"""SmartArray as a kernel and ``njit`` argument: typing, launch preparation, njit hooks.
+
+:class:`ArgumentMethods` is a mixin :class:`~smartarray.array.SmartArray` inherits. It is the
+array layer's side of the glue's :class:`~smartarray._numba_cuda.ArrayArgument` protocol:
+numba-cuda's dispatcher calls :meth:`~ArgumentMethods.to_device` (the ArgHint protocol), the
+njit unbox hooks of :mod:`smartarray._numba_cpu` call ``_njit_enter`` / ``_njit_exit`` /
+``_njit_abort``, and the intent wrappers of :mod:`smartarray.hints` call the ``_as(intent)``
+forms. Each goes through its base buffer's :meth:`~smartarray._engine.Buffer.acquire` /
+:meth:`~smartarray._engine.Buffer.release` with this view's byte range. What is kept here is
+the per-view cache of the launch fast path (``_gpu_only_at``: the state's version at which
+this view was current on the device only; any transition changes the version) and the njit
+host ndarray (``_njit_view``, whose fast path the engine arms and disarms).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _numba_cpu, _numba_cuda, _streams, memory
+from ._engine import GPU, HOST, IN, INOUT, LaunchFailures, LaunchWrites
+from .errors import TransferError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .array import SmartArray
+
+__all__ = ["ArgumentMethods", "address", "njit_owner", "register_njit_view"]
+
+
+def address(ary: np.ndarray) -> int:
+    """The address of ``ary``'s first element."""
+    return ary.__array_interface__["data"][0]
+
+
+class ArgumentMethods(_numba_cuda.ArrayArgument):
+    """Typing, kernel launch preparation and njit hooks of a SmartArray view."""
+
+    __slots__ = ()
+
+    @functools.cached_property
+    def _numba_type_(self) -> Any:
+        """This array's Numba type, cached in the instance (both dispatchers read it directly).
+
+        Layout as numba-cuda gives a device array: 'C' or 'F' when contiguous that way and not
+        broadcast (a zero stride), 'A' otherwise.
+        """
+        return self._numba_type(readonly=False)
+
+    def _numba_type(self, readonly: bool) -> Any:
+        flags = self._probe().flags
+        broadcast = 0 in self._strides and self.size != 0
+        if flags.c_contiguous and not broadcast:
+            layout = "C"
+        elif flags.f_contiguous and not broadcast:
+            layout = "F"
+        else:
+            layout = "A"
+        return _numba_cpu.smartarray_type(
+            self._dtype, self.ndim, layout, readonly, self._aligned(flags.aligned)
+        )
+
+    def _aligned(self, strides_aligned: bool) -> bool:
+        """Whether every element sits at a multiple of its dtype's alignment, on both copies.
+
+        A field view of packed records (offset 1, stride 9 for ``('i1', 'f8')``) does not: typed
+        aligned, a kernel would load it with a misaligned ``ld.f64``. ``strides_aligned`` is
+        NumPy's verdict on the strides (the probe's element 0 is aligned); the base buffers are
+        (device allocations, NumPy's and pinned allocations), except an adopted ndarray's.
+        """
+        align = self._dtype.alignment
+        host = self._buf.host_bytes
+        return (
+            strides_aligned
+            and self._offset % align == 0
+            and (host is None or address(host) % align == 0)
+        )
+
+    def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
+        """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol).
+
+        Called by the dispatcher before a launch: makes the device copy current (only stale
+        bytes move, on ``stream``), returns the kernel's argument, and appends to ``retr`` the
+        callback that records the kernel's write right after the launch.
+        """
+        return self._prepare_launch(retr, stream, INOUT)
+
+    def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
+        """Make the device copy current for a launch on ``stream``; record the write after it."""
+        self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
+        buf = self._buf
+        if (
+            self._gpu_only_at == buf.state.version
+            and buf.stream is _streams.pending(stream)
+            and self._device_view is not None
+        ):
+            # The loop-of-launches fast path: nothing changed since this view was found current
+            # on the device only, and the latest work on this buffer is on this launch's stream
+            # (ordered before it), so nothing moves, nothing waits and no lock is needed
+            # (reading a version number is atomic). A host read before the kernel runs (another
+            # thread, a later argument's preparation) would make the host "current" with
+            # pre-kernel values: a cached callback re-checks the version after the launch.
+            if intent != IN:
+                retr.append(self._fast_check or self._make_fast_check())
+            return _numba_cuda.launch_argument(self._device_view, retr, stream)
+        if self._device_view is None:
+            self._check_device_geometry()  # before anything moves
+        with buf.lock:
+            exclusive = buf.acquire(
+                GPU, self._lo, self._hi, intent, "device use", covers=self._covers(), launch=stream
+            )
+            devary = self._device_view
+            if devary is None:
+                devary = self._device_view = memory.device_view(
+                    buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+                )
+            arg = _numba_cuda.launch_argument(devary, retr, stream)
+            if exclusive:
+                self._gpu_only_at = buf.state.version
+                if intent != IN:
+                    retr.append(self._fast_check or self._make_fast_check())
+            elif intent != IN:
+                # One record of the writes to this buffer per launch: its held host arrays
+                # are refreshed once, after the last argument's write is recorded (one array
+                # passed twice, or overlapping views, must not download the overlap twice).
+                writes = buf.launch_writes_for(retr)
+                retr.append(functools.partial(self._after_launch, writes))
+            return arg
+
+    def _make_fast_check(self) -> Any:
+        """The post-launch check of the fast path, made once per view (cached in a slot, so a
+        launch allocates nothing for it). It holds this view weakly (no reference cycle).
+        """
+        ref = weakref.ref(self)
+        state = self._buf.state
+
+        def check() -> None:
+            # The state moved since preparation found this view current on the device only
+            # (a host read made the host current with pre-kernel values): record the write.
+            view = ref()
+            if view is not None and view._gpu_only_at != state.version:
+                view._after_launch()
+
+        self._fast_check = check
+        return check
+
+    def _after_launch(self, writes: LaunchWrites | None = None) -> None:
+        """Record the kernel's write (the dispatcher runs this right after the launch).
+
+        See :meth:`Buffer.release`. A failed refresh must not stop the dispatcher's loop over
+        ``retr`` (the later arguments' writes would go unrecorded): it leaves those host bytes
+        marked stale (which they are), and the error is raised by a callback appended to the
+        end of ``retr``, after every argument recorded its write.
+        """
+        buf = self._buf
+        lo, hi = self._lo, self._hi
+        try:
+            with buf.lock:
+                buf.release(GPU, lo, hi, INOUT, writes=writes)
+                if buf.state.is_exclusive(GPU, lo, hi):  # and no held array is stale
+                    self._gpu_only_at = buf.state.version
+        except TransferError as exc:
+            retr = None if writes is None else writes.retr
+            if retr is None:
+                raise
+            if not (retr and isinstance(retr[-1], LaunchFailures)):
+                retr.append(LaunchFailures())
+            retr[-1].errors.append(exc)
+
+    def _njit_enter(self) -> np.ndarray:
+        return self._njit_enter_as(INOUT)
+
+    def _njit_exit(self) -> None:
+        self._njit_exit_as(INOUT)
+
+    def _njit_abort(self) -> None:
+        self._njit_abort_as(INOUT)
+
+    def _njit_enter_as(self, intent: str) -> np.ndarray:
+        """The current host ndarray handed to an njit function (its exact type and layout)."""
+        buf = self._buf
+        with buf.lock:
+            buf.acquire(HOST, self._lo, self._hi, intent, "njit argument", covers=self._covers())
+            view = self._njit_view
+            if view is None:
+                view = self._njit_view = self._host_view()
+                register_njit_view(self, view)
+            return view
+
+    def _njit_exit_as(self, intent: str) -> None:
+        """Record the njit call's host write (later calls take the fast path while the
+        bytes stay current on the host only: the engine arms and disarms it)."""
+        buf = self._buf
+        with buf.lock:
+            buf.release(HOST, self._lo, self._hi, intent, view=self)
+
+    def _njit_abort_as(self, intent: str) -> None:
+        """The cleanup of an njit call that failed with a Python error pending.
+
+        Numba runs it when a later argument failed to unbox (the function never ran), and in
+        the rare case that the function itself left a Python error (an object-mode block).
+        See :meth:`Buffer.abort`.
+        """
+        self._buf.abort(HOST, self._lo, self._hi, intent)
+
+
+# -- njit results (see smartarray._numba_cpu and SmartArray's _from_njit) --
+
+# id(host ndarray handed to njit) -> the SmartArray it belongs to. numba keeps that ndarray as
+# the ``parent`` of every view taken of the argument inside compiled code; the entry lives as
+# long as the SmartArray (its ``_njit_view`` is created once).
+_njit_owners: dict[int, weakref.ref[SmartArray]] = {}
+
+
+def register_njit_view(owner: SmartArray, view: np.ndarray) -> None:
+    key = id(view)
+
+    def forget(ref: weakref.ref[SmartArray]) -> None:
+        if _njit_owners.get(key) is ref:
+            del _njit_owners[key]
+
+    _njit_owners[key] = weakref.ref(owner, forget)
+
+
+def njit_owner(ary: Any) -> SmartArray | None:
+    """The SmartArray whose njit host ndarray is ``ary``, if any."""
+    ref = _njit_owners.get(id(ary))
+    owner = None if ref is None else ref()
+    return owner if owner is not None and owner._njit_view is ary else None

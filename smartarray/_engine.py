@@ -1,0 +1,523 @@
+"""The coherence engine of one base buffer: copies, writes, stream order, held host arrays.
+
+A :class:`Buffer` owns what every view of one SmartArray shares: the validity state
+(:class:`~smartarray.coherence.BufferState`), the lazily allocated host and device copies, the
+host arrays handed out to the user (exports), the stream of its latest device work, and the
+armed ``njit`` fast paths. Every access goes through one pair of calls:
+
+- :meth:`Buffer.acquire` ``(location, lo, hi, intent, reason)`` makes bytes ``[lo, hi)`` ready
+  for an access at ``location`` (host reads and writes, ``get``, kernel launches, njit calls):
+  only stale bytes move, and ``Out`` of a range it covers moves nothing;
+- :meth:`Buffer.release` ``(location, lo, hi, intent)`` records what the access wrote (nothing
+  for ``In``), making the other copy stale and refreshing held host arrays after a device
+  write; :meth:`Buffer.abort` records what a failed access may have written.
+
+The ``njit`` fast path (a view's ``_njit_fast``, read by numba's unboxer in C) is armed by
+:meth:`release` and disarmed by :meth:`_leave_host_only`, which every transition that makes
+device bytes current or starts device work goes through (:meth:`_copy` before an upload,
+:meth:`mark` for a device write, :meth:`acquire` for a launch that writes). Nothing outside
+this module arms or disarms it. The launch fast path needs no disarming: a view caches the
+state's ``version`` at which it was current on the device only, and any transition changes the
+version.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from . import _perf, _streams, guard, memory
+from .coherence import BufferState, IntervalSet, Plan
+from .errors import TransferError
+
+if TYPE_CHECKING:  # pragma: no cover - the views the engine arms (array layer, above)
+    from .array import SmartArray
+
+__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "Buffer", "LaunchWrites"]
+
+#: Locations of a buffer's copies: the host copy (NumPy memory) and the device copy.
+HOST: Final = "host"
+GPU: Final = "gpu"
+LOCATIONS: Final = (HOST, GPU)
+
+#: Intents of an access (a kernel or njit argument, a host read or write): ``IN`` only reads,
+#: ``OUT`` overwrites every element (no copy needed first when it covers its byte range),
+#: ``INOUT`` reads and writes.
+IN: Final = "in"
+OUT: Final = "out"
+INOUT: Final = "inout"
+
+# Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
+_names = itertools.count()
+
+
+class _Exported:
+    """The base object of a host array handed out (see :meth:`Buffer.export_view`)."""
+
+    __slots__ = ("__array_interface__", "host", "__weakref__")
+
+
+class LaunchWrites:
+    """The writes of one launch to one buffer (identified by the launch's ``retr`` list)."""
+
+    __slots__ = ("retr", "pending", "ranges")
+
+    def __init__(self, retr: list[Any]) -> None:
+        self.retr = retr
+        self.pending = 0  # argument callbacks still to run
+        self.ranges: list[tuple[int, int]] = []
+
+
+class LaunchFailures:
+    """The last post-launch callback of a launch whose host refresh failed: raises then."""
+
+    def __init__(self) -> None:
+        self.errors: list[TransferError] = []
+
+    def __call__(self) -> None:
+        first = self.errors[0]
+        raise TransferError(
+            f"the kernel ran and its writes are recorded, but refreshing {len(self.errors)} "
+            "held host array(s) failed; they are marked stale and the next host read "
+            f"downloads again (do not launch again to retry): {first}"
+        ) from first
+
+
+class Buffer:
+    """The shared base buffer of a SmartArray and its views, and its coherence engine."""
+
+    __slots__ = (
+        "nbytes",
+        "state",
+        "lock",
+        "host_bytes",
+        "device_bytes",
+        "exports",
+        "pinned",
+        "stream",
+        "fast_views",
+        "launch_writes",
+        "name",
+        "perf",
+    )
+
+    def __init__(
+        self, nbytes: int, valid_at: str | None, pinned: bool, name: str | None = None
+    ) -> None:
+        self.name = f"a{next(_names)}" if name is None else name
+        self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
+        self.nbytes = nbytes
+        self.state = BufferState(nbytes, LOCATIONS, valid_at=valid_at)
+        self.lock = threading.RLock()
+        self.host_bytes: np.ndarray | None = None
+        self.device_bytes: Any = None
+        self.exports: list[tuple[weakref.ref, int, int]] = []
+        self.pinned = pinned
+        # The stream of the latest device work on this buffer: host reads of device data and
+        # host writes wait for it (and only for it), and device work on another stream is
+        # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
+        # stream, which is never assumed to order itself before other streams' work.
+        self.stream: Any = 0
+        # Views whose njit fast path is armed (bytes current on the host only): any transition
+        # that makes device bytes current, or starts device work, disarms them. Keyed by id and
+        # weak: an entry goes with its view, so fresh views in a loop do not grow it.
+        self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
+            weakref.WeakValueDictionary()
+        )
+        # The writes of the launch being prepared (or run) on this buffer, see LaunchWrites.
+        self.launch_writes: LaunchWrites | None = None
+
+    # -- copies -----------------------------------------------------------------------------
+
+    def ensure_host(self) -> np.ndarray:
+        """The host copy, allocated on first need."""
+        if self.host_bytes is None:
+            if self.pinned:
+                self.host_bytes = memory.pinned_array(self.nbytes, np.uint8)
+            else:
+                self.host_bytes = np.empty(self.nbytes, np.uint8)
+        return self.host_bytes
+
+    def ensure_device(self) -> Any:
+        """The device copy, allocated on first need."""
+        if self.device_bytes is None:
+            self.device_bytes = memory.device_array(self.nbytes, np.uint8)
+        return self.device_bytes
+
+    def ensure(self, where: str) -> None:
+        """Allocate the copy at ``where`` if it is not yet."""
+        if where == HOST:
+            self.ensure_host()
+        else:
+            self.ensure_device()
+
+    def wait_for_device(self) -> None:
+        """Block until the latest device work on this buffer (on its stream) finished."""
+        if self.stream != 0:
+            _streams.synchronize(self.stream)  # numba's, cuda.core's or the default stream
+            self.stream = 0  # nothing of this buffer is queued any more
+
+    # -- transitions --------------------------------------------------------------------------
+
+    def _leave_host_only(self) -> None:
+        """The one transition point towards device bytes: disarm every armed njit fast path.
+
+        Called before an upload and before a device write is recorded: from then on the host
+        is no longer the only current copy, so njit calls must go through the hooks.
+        """
+        if self.fast_views:
+            for view in list(self.fast_views.values()):
+                view._njit_fast = None
+            self.fast_views.clear()
+
+    def _arm(self, view: SmartArray, lo: int, hi: int) -> None:
+        """Arm ``view``'s njit fast path if its bytes are current on the host only."""
+        if view._njit_view is not None and self.stream == 0:
+            if self.state.is_exclusive(HOST, lo, hi):
+                view._njit_fast = view._njit_view
+                self.fast_views[id(view)] = view
+
+    def mark(self, where: str, lo: int, hi: int) -> None:
+        """Record a write of ``[lo, hi)`` at ``where`` in the state (the other copy goes stale)."""
+        if where != HOST:
+            self._leave_host_only()
+        self.state.mark_changed(where, lo, hi)
+
+    def _consolidate(self) -> None:
+        plan = self.state.plan_consolidate()
+        if plan.copies:
+            self._copy(plan, "consolidation", self.stream)
+        self.state.apply(plan)
+
+    def _copy(self, plan: Plan, reason: str, stream: Any) -> None:
+        """Perform the copies of a plan on ``stream``; TransferError if one fails."""
+        if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
+            for c in plan.copies:
+                direction = "h2d" if c.target == GPU else "d2h"
+                guard.check(direction, c.stop - c.start, reason, self.name)
+        host = self.ensure_host()
+        dev = self.ensure_device()
+        downloads = uploads = False
+        # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
+        native = _streams.native(stream)
+        snaps = _perf.before_copy(self, plan, host) if self.perf is not None else None
+        try:
+            for c in plan.copies:
+                direction = "h2d" if c.target == GPU else "d2h"
+                if direction == "h2d":
+                    self._leave_host_only()
+                    uploads = True
+                else:
+                    downloads = True
+                memory.copy_range(direction, host, dev, c.start, c.stop, native, reason, self.name)
+            if downloads and stream != 0:
+                if native != 0:
+                    _streams.synchronize(stream)  # the host reads these bytes next
+                # (a synchronous download waited for the default stream's earlier work)
+                if stream is self.stream:
+                    self.stream = 0
+            if uploads and native == 0 and self.stream == 0:
+                # A synchronous upload from pageable memory returns once the bytes are staged:
+                # the DMA may still run on the default stream. Launches elsewhere order after it.
+                self.stream = _streams.DEFAULT
+        except Exception as exc:
+            raise TransferError(
+                f"copying to the host or device copy failed ({reason}): {exc}"
+            ) from exc
+        if snaps:
+            _perf.after_copy(self, snaps, host)
+
+    def sync(self, where: str, lo: int, hi: int, reason: str, stream: Any = None) -> None:
+        """Make bytes ``[lo, hi)`` current at ``where``, copying only stale ones.
+
+        Copies go on ``stream`` (default: the stream of the buffer's latest device work, so
+        they are ordered after it); a download is waited for before returning.
+        """
+        with self.lock:
+            plan = self.state.plan_read(where, lo, hi)
+            if not plan.copies:
+                return
+            self._copy(plan, reason, self.stream if stream is None else stream)
+            self.state.apply(plan)
+
+    def changed(self, where: str, lo: int, hi: int) -> None:
+        """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
+        with self.lock:
+            if where == HOST and self.perf is not None:
+                self.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
+            if self.state.is_exclusive(where, lo, hi):
+                # Current there only (a kernel writing the same array again): nothing else to
+                # make stale, and no held host array to refresh (it would be current).
+                return
+            self.record(where, lo, hi)
+            if where == GPU:
+                self.refresh_exports(lo, hi)
+
+    def record(self, where: str, lo: int, hi: int) -> None:
+        """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
+
+        The write is recorded before the consolidation copies run: a failed copy leaves the
+        write recorded (and the consolidation undone), never a stale byte marked valid.
+        """
+        self.mark(where, lo, hi)
+        self._consolidate()
+
+    def record_where_valid(self, where: str, lo: int, hi: int) -> None:
+        """Record a write that may have touched any byte of ``[lo, hi)`` at ``where`` but
+        could only be trusted where that copy was current: a failed kernel or NumPy call.
+
+        Bytes current at ``where`` become current there only (the failed call may have
+        changed them, and they were right before). Bytes stale at ``where`` stay stale (the
+        other copy holds their value; a partial write into stale memory is dropped). Nothing
+        is declared valid that may be stale, and nothing current is lost.
+        """
+        runs = self.state.valid(where).intersection(IntervalSet.span(lo, hi))
+        if not runs:
+            return
+        for a, b in runs:
+            self.mark(where, a, b)
+        self._consolidate()
+
+    # -- held host arrays ---------------------------------------------------------------------
+
+    def export(self, ary: Any, lo: int, hi: int) -> None:
+        """Track ``ary`` (alive as long as the user holds it) as showing bytes ``[lo, hi)``."""
+        self.exports = [e for e in self.exports if e[0]() is not None]
+        self.exports.append((weakref.ref(ary), lo, hi))
+
+    def export_view(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        offset: int,
+        strides: tuple[int, ...],
+        lo: int,
+        hi: int,
+        readonly: bool,
+    ) -> np.ndarray:
+        """A host ndarray handed out to the user, tracked for as long as any view of it lives.
+
+        NumPy collapses the ``.base`` of every view derived from an ndarray (``h[2:5]``,
+        ``h.T``, ``h.reshape(..)``, a field) to the first array that owns its memory or whose
+        base is of another type. Over the host buffer directly, that is the buffer: a weak
+        reference to ``h`` dies while ``row = h[2:5]`` lives on, and ``row`` is never
+        refreshed. So the handed-out array is built over a small holder object (not an
+        ndarray): every derived view keeps the holder alive, and the weak reference to the
+        holder lives exactly as long as anything that shows these bytes. A read-only export
+        gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
+        its views, and ``np.asarray(h.base)`` is read-only too.
+        """
+        host = self.ensure_host()
+        holder = _Exported()
+        holder.host = host
+        address = host.__array_interface__["data"][0]
+        if dtype.fields is None and dtype.subdtype is None:
+            holder.__array_interface__ = {
+                "shape": shape,
+                "typestr": dtype.str,
+                "strides": strides,
+                "data": (address + offset, readonly),
+                "version": 3,
+            }
+            view = np.asarray(holder)
+        else:  # records and subarrays: the exact dtype through a byte view of [lo, hi)
+            holder.__array_interface__ = {
+                "shape": (hi - lo,),
+                "typestr": "|u1",
+                "data": (address + lo, readonly),
+                "version": 3,
+            }
+            raw = np.asarray(holder)
+            view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
+        self.export(holder, lo, hi)
+        return view
+
+    def stale_export(self, lo: int, hi: int) -> bool:
+        """Whether a held host array shows bytes of ``[lo, hi)`` that are stale on the host.
+
+        Only after a failure (a kernel that raised, a refresh that failed): otherwise a device
+        write refreshes them at once. The next launch then refreshes them: it must not take
+        the fast path that registers no post-launch callback.
+        """
+        if not self.exports:
+            return False
+        valid = self.state.valid(HOST)
+        for ref, elo, ehi in self.exports:
+            a, b = max(lo, elo), min(hi, ehi)
+            if a < b and ref() is not None and not valid.contains(a, b):
+                return True
+        return False
+
+    def refresh_exports(self, lo: int, hi: int) -> None:
+        """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
+        if not self.exports or lo >= hi:
+            return
+        live = [(ref, elo, ehi) for ref, elo, ehi in self.exports if ref() is not None]
+        self.exports = live
+        refreshed = 0
+        for _, elo, ehi in live:
+            a, b = max(lo, elo), min(hi, ehi)
+            if a < b:
+                self.sync(HOST, a, b, "eager refresh of an exported view")
+                refreshed += b - a
+        if refreshed:
+            _perf.refreshed(self, refreshed)
+
+    def guard_refresh(self, lo: int, hi: int) -> None:
+        """Ask the guard, before a launch, about the refresh of held host arrays after it.
+
+        The refresh runs in the dispatcher's post-launch callbacks, where a refusal would
+        stop the callbacks of the other arguments (leaving their writes unrecorded).
+        """
+        for ref, elo, ehi in self.exports:
+            a, b = max(lo, elo), min(hi, ehi)
+            if ref() is not None and a < b:
+                guard.check("d2h", b - a, "eager refresh of an exported view", self.name)
+
+    # -- acquire / release --------------------------------------------------------------------
+
+    def acquire(
+        self,
+        where: str,
+        lo: int,
+        hi: int,
+        intent: str,
+        reason: str,
+        *,
+        covers: bool = True,
+        launch: Any = None,
+    ) -> bool:
+        """Make bytes ``[lo, hi)`` ready for an access with ``intent`` at ``where``.
+
+        The In/Out/InOut rules, once for every consumer: ``In`` and ``InOut`` make the bytes
+        current (only stale bytes move); ``Out`` of a range it ``covers`` (its elements tile
+        it) moves nothing, and ``Out`` of a strided range falls back to ``InOut`` (the gaps
+        stay current). On the host, a write waits for the buffer's device work first (an
+        upload from this memory may still be in flight).
+
+        ``launch`` (the launch's stream; 0 for the simulator's) makes this a kernel launch's
+        acquisition: device work on another stream is ordered before it, a device write
+        (``intent`` not ``In``) is recorded before the launch (a launch that fails runs no
+        callback; only bytes current on the device are claimed), and the buffer's stream
+        becomes the launch's. Call with the lock held.
+
+        Returns
+        -------
+        bool
+            For a launch: whether the bytes were already current on the device only (the
+            launch needs no post-launch record unless the state moves meanwhile).
+        """
+        if where == HOST:
+            if intent == OUT and covers:
+                self.wait_for_device()
+                return False
+            self.sync(HOST, lo, hi, reason)
+            if intent != IN:
+                self.wait_for_device()
+            return False
+        if launch is None:
+            self.sync(GPU, lo, hi, reason)
+            return False
+        launch_stream = _streams.pending(launch)
+        if intent != IN:
+            self._leave_host_only()  # device work that writes these bytes starts
+        if self.perf is not None and self.perf.pending:
+            _perf.emit(self)  # before anything moves for this launch
+        if self.stream != 0 and not _streams.same(self.stream, launch_stream):
+            # Work on this buffer is queued on another stream (the default stream included):
+            # order it before this launch on the device, with an event. No host wait; host
+            # reads then wait for this launch's stream, which waited for it.
+            _streams.order(self.stream, launch_stream)
+            self.stream = launch_stream
+        state = self.state
+        if state.is_exclusive(GPU, lo, hi) and not self.stale_export(lo, hi):
+            # Current on the device only (a loop of launches): nothing to upload, and a write
+            # by the kernel changes nothing unless the host reads in between.
+            self.stream = launch_stream
+            return True
+        record = intent != IN
+        if record and self.exports and guard.armed():
+            self.guard_refresh(lo, hi)  # before anything moves: a refusal changes nothing
+        if intent != OUT or not covers:  # Out of a covering view: no upload
+            plan = state.plan_read(GPU, lo, hi)
+            if plan:
+                self._copy(plan, reason, launch)
+                state.apply(plan)
+            if self.perf is not None:
+                _perf.uploaded(self, plan.nbytes if plan else 0, lo, hi)
+        if intent == INOUT and hi - lo >= _perf.MIN_BYTES:  # may the kernel only read?
+            _perf.launched(self, lo, hi, state.is_valid(HOST, lo, hi))
+        if record:
+            # Record the device write now, before the launch: a launch that fails (a kernel
+            # raising after it wrote, a later argument that cannot be prepared) runs no
+            # callback, and nothing may stay marked valid on the host that the kernel may have
+            # overwritten. Only bytes current on the device are claimed (Out skipped the
+            # upload of the others: if the kernel never runs, the host holds their value).
+            # The release after the launch records the whole write again and refreshes held
+            # host arrays.
+            self.record_where_valid(GPU, lo, hi)
+        self.stream = launch_stream  # host reads of this buffer wait for this stream
+        return False
+
+    def release(
+        self,
+        where: str,
+        lo: int,
+        hi: int,
+        intent: str,
+        view: SmartArray | None = None,
+        writes: LaunchWrites | None = None,
+    ) -> None:
+        """Record what an access with ``intent`` wrote at ``where`` (``In``: nothing).
+
+        A host write (an njit call's ``view``) arms the view's njit fast path when its bytes
+        are then current on the host only. A device write (a launch's post-launch callback)
+        is recorded first; then held host arrays are refreshed: with ``writes`` (this
+        launch's writes to the buffer), by the last argument's callback, over every range
+        written, so an overlap downloads once. Call with the lock held.
+        """
+        if intent == IN:
+            return
+        if where == HOST:
+            self.changed(HOST, lo, hi)
+            if intent == INOUT and view is not None:
+                self._arm(view, lo, hi)
+            return
+        try:
+            if not self.state.is_exclusive(GPU, lo, hi):
+                self.record(GPU, lo, hi)
+        finally:
+            if writes is not None:
+                writes.ranges.append((lo, hi))
+                writes.pending -= 1
+        if writes is None:
+            self.refresh_exports(lo, hi)
+        elif writes.pending == 0:
+            if self.launch_writes is writes:
+                self.launch_writes = None
+            for a, b in writes.ranges:
+                self.refresh_exports(a, b)  # only stale bytes move: overlaps once
+
+    def abort(self, where: str, lo: int, hi: int, intent: str) -> None:
+        """Record what a failed access with ``intent`` may have written at ``where``.
+
+        Only bytes that were current there are recorded as written (conservative: they may
+        have been written); an ``Out`` access whose copy was skipped keeps the current bytes
+        where they are, so nothing valid is lost.
+        """
+        if intent == IN:
+            return
+        with self.lock:
+            self.record_where_valid(where, lo, hi)
+
+    def launch_writes_for(self, retr: list[Any]) -> LaunchWrites:
+        """The record of this launch's writes to this buffer (one per ``retr`` list)."""
+        writes = self.launch_writes
+        if writes is None or writes.retr is not retr:
+            writes = self.launch_writes = LaunchWrites(retr)
+        writes.pending += 1
+        return writes

@@ -1,0 +1,89 @@
+"""The coherence engine (smartarray._engine): acquire / release rules of each intent, on one
+base buffer, checked by the bytes moved and the validity recorded."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import smartarray as sa
+from smartarray._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT, Buffer
+
+
+def _on_device(n: int = 16) -> sa.SmartArray:
+    """An array of ``n`` float64 current on the device only."""
+    a = sa.SmartArray(np.arange(float(n)))
+    a.get(GPU)
+    a.mark_changed(GPU)
+    assert a.valid_at == (GPU,)
+    return a
+
+
+def test_locations_and_intents_are_the_strings_users_pass():
+    assert LOCATIONS == (HOST, GPU) == ("host", "gpu")
+    assert (IN, OUT, INOUT) == (sa.In.intent, sa.Out.intent, sa.InOut.intent)
+
+
+def test_host_in_downloads_only_the_stale_range_and_release_records_nothing():
+    a = _on_device()
+    buf: Buffer = a._buf
+    before = sa.stats()
+    with buf.lock:
+        buf.acquire(HOST, 0, 64, IN, "host read")
+        buf.release(HOST, 0, 64, IN)
+    moved = sa.stats() - before
+    assert (moved.d2h_count, moved.d2h_bytes, moved.h2d_bytes) == (1, 64, 0)
+    assert buf.state.is_valid(GPU, 0, 128)  # nothing written: the device copy stays current
+    assert buf.state.is_valid(HOST, 0, 64) and not buf.state.is_valid(HOST, 64, 128)
+
+
+def test_host_out_of_a_covered_range_moves_nothing_and_release_makes_the_device_stale():
+    a = _on_device()
+    buf = a._buf
+    before = sa.stats()
+    with buf.lock:
+        buf.acquire(HOST, 0, 64, OUT, "host write gap", covers=True)
+        buf.ensure_host()[0:64] = 0
+        buf.release(HOST, 0, 64, OUT)
+    assert (sa.stats() - before).count == 0
+    assert buf.state.is_exclusive(HOST, 0, 64) and buf.state.is_exclusive(GPU, 64, 128)
+    np.testing.assert_array_equal(np.asarray(a), [0] * 8 + list(range(8, 16)))
+
+
+def test_host_out_of_a_strided_range_falls_back_to_inout():
+    a = _on_device()
+    buf = a._buf
+    before = sa.stats()
+    with buf.lock:
+        buf.acquire(HOST, 0, 128, OUT, "host write gap", covers=False)  # the gaps stay current
+    moved = sa.stats() - before
+    assert (moved.d2h_count, moved.d2h_bytes) == (1, 128)
+
+
+def test_abort_records_only_bytes_that_were_current():
+    a = _on_device()
+    buf = a._buf
+    with buf.lock:
+        buf.acquire(HOST, 0, 64, IN, "host read")
+    buf.abort(HOST, 0, 128, INOUT)  # a failed call may have written: only [0, 64) is trusted
+    assert buf.state.is_exclusive(HOST, 0, 64)
+    assert buf.state.is_exclusive(GPU, 64, 128)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(16.0))
+
+
+@pytest.mark.parametrize("transition", ["mark", "upload", "launch_out"])
+def test_every_transition_towards_the_device_disarms_the_njit_fast_path(transition):
+    a = sa.SmartArray(np.zeros(16))
+    view = a[:8]
+    view._njit_enter()
+    view._njit_exit()
+    assert view._njit_fast is not None  # current on the host only: armed by the release
+    buf = a._buf
+    with buf.lock:
+        if transition == "mark":
+            buf.mark(GPU, 64, 128)  # another range of the same buffer
+        elif transition == "upload":
+            buf.sync(GPU, 0, 64, "device use")
+        else:
+            buf.acquire(GPU, 0, 64, OUT, "device use", covers=True, launch=0)
+    assert view._njit_fast is None
