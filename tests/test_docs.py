@@ -143,6 +143,9 @@ def _check_command(line: str) -> None:
         if sub == "info":
             assert "target" in _run([sys.executable, *words[1:]], env)
             return
+        if sub == "--version":
+            assert _run([sys.executable, *words[1:]], env).startswith("smartarray ")
+            return
         assert sub in ("demo", "bench"), line
         # demo and bench take minutes at full size: check that their options exist.
         usage = _run([sys.executable, "-m", "smartarray", sub, "--help"], env)
