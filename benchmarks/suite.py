@@ -39,7 +39,7 @@ import workloads
 from strategies import STRATEGIES
 
 from smartarray import memory
-from smartarray._demo import Progress, measure, table
+from smartarray._demo import SIMULATOR_TIMES_NOTE, Progress, measure, table
 
 __all__ = ["format_markdown", "format_report", "run"]
 
@@ -127,7 +127,8 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as terminal tables."""
-    head = ("workload / strategy", "transfers", "bytes", "seconds", "bytes/hand", "bytes/auto")
+    seconds = "seconds*" if report["simulator"] else "seconds"
+    head = ("workload / strategy", "transfers", "bytes", seconds, "bytes/hand", "bytes/auto")
     rows: list[tuple[str, ...]] = [head]
     for w in report["workloads"]:
         agree = "" if w["results_agree"] else "  (RESULTS DIFFER)"
@@ -152,6 +153,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"sizes: n={p['n']} float64, {p['steps']} launches, k={p['k']}, table={p['table']}",
         "",
         table(rows),
+        *([SIMULATOR_TIMES_NOTE] if report["simulator"] else []),
         "",
         "smartarray / hand (bytes; target 1.00, below where byte ranges beat whole arrays):",
     ]
@@ -255,8 +257,7 @@ def format_markdown(report: dict[str, Any]) -> str:
     ]
     if report["simulator"]:
         out += [
-            "> The seconds come from the CUDA simulator (kernels run as Python threads): they "
-            "say nothing about a GPU. Transfers and bytes are what a GPU would move.",
+            "> " + SIMULATOR_TIMES_NOTE.replace("\n ", "").lstrip("* "),
             "",
         ]
     out += [

@@ -184,13 +184,6 @@ def _cuda_failed(exc: BaseException) -> int:
     return 1
 
 
-#: Printed under any table whose seconds were measured on the CUDA simulator.
-SIMULATOR_TIMES_NOTE = (
-    "note: these seconds come from the CUDA simulator (kernels run as Python threads); they "
-    "say nothing about a GPU. The transfers and bytes are what a GPU would move."
-)
-
-
 def version_line() -> str:
     """``smartarray X (numba Y, numba-cuda Z, numpy W, python V)``, for ``--version``."""
     import smartarray
@@ -251,9 +244,10 @@ def _run_demo(args: argparse.Namespace, target: str) -> int:
         print(f"smartarray demo: {report['workload']}")
         print(f"target: {target}")
         print()
-        print(_demo.format_table(report))
-        if "simulator" in target.lower():
-            print(SIMULATOR_TIMES_NOTE)
+        simulated = "simulator" in target.lower()
+        print(_demo.format_table(report, simulator=simulated))
+        if simulated:
+            print(_demo.SIMULATOR_TIMES_NOTE)
         print()
         verdict = "yes" if report["results_agree"] else "NO"
         print(
@@ -276,10 +270,7 @@ def _run_bench(args: argparse.Namespace, target: str) -> int:
     if args.markdown:
         print(suite.format_markdown(report))
     else:
-        print(suite.format_report(report))
-        if report["simulator"]:
-            print()
-            print(SIMULATOR_TIMES_NOTE)
+        print(suite.format_report(report))  # says under its table if seconds are simulated
     if args.json is not None:
         try:
             args.json.write_text(json.dumps(report, indent=2) + "\n")

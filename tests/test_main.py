@@ -192,9 +192,14 @@ def test_demo_says_its_seconds_come_from_the_simulator():
     out = run_cli("demo", "--size", "6", "--steps", "3", simulator=True)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    note = next(i for i, line in enumerate(lines) if "seconds come from the CUDA simulator" in line)
-    last_row = max(i for i, line in enumerate(lines) if line.startswith("smartarray: "))
-    assert note == last_row + 1  # right under the table
+    header = next(i for i, line in enumerate(lines) if line.startswith("strategy "))
+    assert lines[header].endswith("wall time*")  # the starred column
+    legend = max(i for i, line in enumerate(lines) if line.startswith("smartarray: "))
+    # right under the table and its legend
+    assert lines[legend + 1].startswith("* these seconds come from the CUDA simulator")
+    assert "say nothing about a GPU" in lines[legend + 2]
+    # at a glance: every line of the table fits a 100-column terminal
+    assert all(len(line) <= 100 for line in lines[header : legend + 3])
 
 
 def test_console_command_runs_main():
