@@ -214,9 +214,11 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _md_table(rows: list[tuple[str, ...]]) -> str:
-    """Rows of cells as a GitHub Markdown table; the first row is the header, numbers right."""
-    lines = ["| " + " | ".join(rows[0]) + " |", "|:--" + "|--:" * (len(rows[0]) - 1) + "|"]
+def _md_table(rows: list[tuple[str, ...]], text_columns: int = 1) -> str:
+    """Rows of cells as a GitHub Markdown table: the first row is the header, the first
+    ``text_columns`` columns left-aligned, the numbers after them right-aligned."""
+    align = "|:--" * text_columns + "|--:" * (len(rows[0]) - text_columns) + "|"
+    lines = ["| " + " | ".join(rows[0]) + " |", align]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:]]
     return "\n".join(lines)
 
@@ -225,7 +227,15 @@ def format_markdown(report: dict[str, Any]) -> str:
     """The report as Markdown, to paste into an issue: the workload table and the overheads."""
     p = report["params"]
     rows: list[tuple[str, ...]] = [
-        ("workload", "strategy", "transfers", "bytes", "bytes / hand", "bytes / auto", "seconds")
+        (
+            "workload",
+            "strategy",
+            "transfers",
+            "bytes",
+            "bytes / hand",
+            "bytes / auto",
+            "seconds (simulator)" if report["simulator"] else "seconds",
+        )
     ]
     for w in report["workloads"]:
         hand = w["strategies"]["hand"]["bytes"]
@@ -252,7 +262,7 @@ def format_markdown(report: dict[str, Any]) -> str:
         f"target: {report['target']}; sizes: n={p['n']} float64, {p['steps']} launches, "
         f"k={p['k']}, table={p['table']}",
         "",
-        _md_table(rows),
+        _md_table(rows, text_columns=2),
         "",
     ]
     if report["simulator"]:

@@ -153,7 +153,7 @@ def test_bench_markdown_is_a_table_to_paste(bench):
     text = suite.format_markdown(report)
     lines = text.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("| workload |"))
-    assert lines[header + 1].startswith("|:--|--:")
+    assert lines[header + 1].startswith("|:--|:--|--:|")  # names left, numbers right
     rows = [line for line in lines[header + 2 :] if line.startswith("|")]
     rows = rows[: len(WORKLOADS) * len(STRATEGIES)]
     width = lines[header].count("|")
