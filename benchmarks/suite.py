@@ -21,8 +21,8 @@ JSON layout (:func:`run` returns it; other tools read it)::
       "strict_host_syncs_per_launch": {"hand" | "smartarray" | ...: float} or null
     }
 
-Run it through ``python -m smartarray bench [--quick] [--json PATH]``, which picks the CUDA
-target first (this module imports numba.cuda).
+Run it through ``python -m smartarray bench [--quick] [--json PATH] [--markdown]``, which
+picks the CUDA target first (this module imports numba.cuda).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import workloads
 from strategies import STRATEGIES
 
 from smartarray import memory
-from smartarray._demo import Progress, measure, table
+from smartarray._demo import SIMULATOR_TIMES_NOTE, Progress, measure, table
 
-__all__ = ["format_report", "run"]
+__all__ = ["format_markdown", "format_report", "run"]
 
 
 def _ratio(a: float, b: float) -> float:
@@ -127,7 +127,8 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as terminal tables."""
-    head = ("workload / strategy", "transfers", "bytes", "seconds", "bytes/hand", "bytes/auto")
+    seconds = "seconds*" if report["simulator"] else "seconds"
+    head = ("workload / strategy", "transfers", "bytes", seconds, "bytes/hand", "bytes/auto")
     rows: list[tuple[str, ...]] = [head]
     for w in report["workloads"]:
         agree = "" if w["results_agree"] else "  (RESULTS DIFFER)"
@@ -152,6 +153,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"sizes: n={p['n']} float64, {p['steps']} launches, k={p['k']}, table={p['table']}",
         "",
         table(rows),
+        *([SIMULATOR_TIMES_NOTE] if report["simulator"] else []),
         "",
         "smartarray / hand (bytes; target 1.00, below where byte ranges beat whole arrays):",
     ]
@@ -220,4 +222,70 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     out += [f"  {k:36s} {v:10.1f}" for k, v in o.items() if k.startswith(("coherence", "python"))]
     out += ["", bench_strict.format_figures(report.get("strict_host_syncs_per_launch"))]
+    return "\n".join(out)
+
+
+def _md_table(rows: list[tuple[str, ...]], text_columns: int = 1) -> str:
+    """Rows of cells as a GitHub Markdown table: the first row is the header, the first
+    ``text_columns`` columns left-aligned, the numbers after them right-aligned."""
+    align = "|:--" * text_columns + "|--:" * (len(rows[0]) - text_columns) + "|"
+    lines = ["| " + " | ".join(rows[0]) + " |", align]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows[1:]]
+    return "\n".join(lines)
+
+
+def format_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown, to paste into an issue: the workload table and the overheads."""
+    p = report["params"]
+    rows: list[tuple[str, ...]] = [
+        (
+            "workload",
+            "strategy",
+            "transfers",
+            "bytes",
+            "bytes / hand",
+            "bytes / auto",
+            "seconds (simulator)" if report["simulator"] else "seconds",
+        )
+    ]
+    for w in report["workloads"]:
+        hand = w["strategies"]["hand"]["bytes"]
+        auto = w["strategies"]["auto"]["bytes"]
+        name = w["name"] if w["results_agree"] else f"{w['name']} (**results differ**)"
+        for key, fig in w["strategies"].items():
+            rows.append(
+                (
+                    f"`{name}`" if key == "auto" else "",
+                    key,
+                    f"{fig['transfers']:,}",
+                    f"{fig['bytes']:,}",
+                    f"{_ratio(fig['bytes'], hand):.2f}",
+                    f"{_ratio(fig['bytes'], auto):.3f}",
+                    f"{fig['seconds']:.3f}",
+                )
+            )
+    o = report["overhead"]
+    overhead = [("measurement (name_unit)", "value")]
+    overhead += [(f"`{k}`", f"{v:,.1f}") for k, v in o.items()]
+    out = [
+        f"### smartarray bench{' --quick' if report['quick'] else ''}",
+        "",
+        f"target: {report['target']}; sizes: n={p['n']} float64, {p['steps']} launches, "
+        f"k={p['k']}, table={p['table']}",
+        "",
+        _md_table(rows, text_columns=2),
+        "",
+    ]
+    if report["simulator"]:
+        out += [
+            "> " + SIMULATOR_TIMES_NOTE.replace("\n ", "").lstrip("* "),
+            "",
+        ]
+    out += [
+        "<details><summary>overheads</summary>",
+        "",
+        _md_table(overhead),
+        "",
+        "</details>",
+    ]
     return "\n".join(out)

@@ -28,7 +28,7 @@ extensions = [
     "numpydoc",
 ]
 
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "_inventories"]
 root_doc = "index"
 default_role = "code"
 highlight_language = "python3"
@@ -42,9 +42,28 @@ numpydoc_show_class_members = False  # members are listed with autodoc's :member
 numpydoc_class_members_toctree = False
 numpydoc_xref_param_type = False
 
-# No network at build time: intersphinx targets are looked up only if cached.
-intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
+# No network at build time: the inventories are vendored under _inventories/ (the objects
+# the pages link to; _inventories/make.py writes them), so links out resolve offline.
+_INVENTORIES = Path(__file__).resolve().parent / "_inventories"
+intersphinx_mapping: dict[str, tuple[str, str | None]] = {
+    "numpy": ("https://numpy.org/doc/stable/", str(_INVENTORIES / "numpy.inv")),
+    "numba": ("https://numba.readthedocs.io/en/stable/", str(_INVENTORIES / "numba.inv")),
+    "numba-cuda": ("https://nvidia.github.io/numba-cuda/", str(_INVENTORIES / "numba-cuda.inv")),
+}
 
-html_theme = "alabaster"
+# The theme numba-cuda's documentation uses: a content column wide enough for the code, and
+# code blocks that scroll inside the column instead of running past it.
+html_theme = "pydata_sphinx_theme"
 html_title = f"smartarray {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["smartarray.css"]
+# The page's table of contents goes in the left sidebar, under the navigation: without a
+# right sidebar the article is wide enough for the samples' 100-character lines at 1280 px.
+html_sidebars = {"**": ["sidebar-nav-bs", "page-toc"]}
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_toc_level": 2,
+    "secondary_sidebar_items": [],
+    "footer_start": ["copyright"],
+    "footer_end": ["sphinx-version"],
+}

@@ -1,6 +1,8 @@
-"""The command line: ``python -m smartarray info | demo | bench``.
+"""The command line: ``smartarray info | demo | bench`` (or ``python -m smartarray ...``).
 
-- ``info``: versions, the CUDA target, and which memory kinds are real;
+- ``--version``: the versions of smartarray, numba, numba-cuda and NumPy;
+- ``info``: versions, the CUDA target, and which memory kinds are real (``--json`` for a
+  machine-readable copy, e.g. to paste into a bug report);
 - ``demo``: one iterative workload (2-D heat diffusion) run with numba's automatic copies,
   hand-written transfers and SmartArrays, with the bytes each moved (:mod:`smartarray._demo`);
 - ``bench``: the benchmark suite of ``benchmarks/suite.py`` (a source checkout only).
@@ -182,13 +184,37 @@ def _cuda_failed(exc: BaseException) -> int:
     return 1
 
 
-def _run_info(target: str) -> int:
+def version_line() -> str:
+    """``smartarray X (numba Y, numba-cuda Z, numpy W, python V)``, for ``--version``."""
+    import smartarray
+
+    deps = ", ".join(f"{d} {_version(d)}" for d in ("numba", "numba-cuda", "numpy"))
+    return f"smartarray {smartarray.__version__} ({deps}, python {sys.version.split()[0]})"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: one unwrapped line (argparse's own action wraps it at the terminal width)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        print(version_line())
+        parser.exit()
+
+
+def _run_info(target: str, as_json: bool = False) -> int:
     try:
         rows = info(target)
     except Exception as exc:  # a broken CUDA installation: say so, no traceback
         print(f"smartarray: cannot query the CUDA target: {exc}", file=sys.stderr)
         print("Set NUMBA_ENABLE_CUDASIM=1 to use the CUDA simulator instead.", file=sys.stderr)
         return 1
+    if as_json:
+        from smartarray import memory
+
+        print(json.dumps({**rows, "simulator": bool(memory.SIMULATOR)}, indent=2))
+        return 0
     width = max(len(k) for k in rows)
     for key, value in rows.items():
         print(f"{key:<{width}}  {value}")
@@ -218,7 +244,10 @@ def _run_demo(args: argparse.Namespace, target: str) -> int:
         print(f"smartarray demo: {report['workload']}")
         print(f"target: {target}")
         print()
-        print(_demo.format_table(report))
+        simulated = "simulator" in target.lower()
+        print(_demo.format_table(report, simulator=simulated))
+        if simulated:
+            print(_demo.SIMULATOR_TIMES_NOTE)
         print()
         verdict = "yes" if report["results_agree"] else "NO"
         print(
@@ -238,7 +267,10 @@ def _run_bench(args: argparse.Namespace, target: str) -> int:
     if suite is None:
         return 1
     report = suite.run(quick=args.quick, target=target, progress=True)
-    print(suite.format_report(report))
+    if args.markdown:
+        print(suite.format_markdown(report))
+    else:
+        print(suite.format_report(report))  # says under its table if seconds are simulated
     if args.json is not None:
         try:
             args.json.write_text(json.dumps(report, indent=2) + "\n")
@@ -251,12 +283,24 @@ def _run_bench(args: argparse.Namespace, target: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    # The console command `smartarray` and `python -m smartarray` run this same function.
+    prog = "smartarray" if Path(sys.argv[0]).name == "smartarray" else "python -m smartarray"
     parser = argparse.ArgumentParser(
-        prog="python -m smartarray",
+        prog=prog,
         description="smartarray: host and GPU copies of one array, kept coherent.",
     )
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the versions of smartarray, numba, numba-cuda and NumPy, and exit",
+    )
     commands = parser.add_subparsers(dest="command", metavar="command")
-    commands.add_parser("info", help="versions, the CUDA target, and what memory is real")
+    info_cmd = commands.add_parser(
+        "info", help="versions, the CUDA target, and what memory is real"
+    )
+    info_cmd.add_argument(
+        "--json", action="store_true", help="print the same as a JSON object (for bug reports)"
+    )
     demo = commands.add_parser(
         "demo",
         help="2-D heat diffusion three ways: numba's copies, hand-written, SmartArray",
@@ -304,6 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument(
         "--json", type=_json_path, metavar="PATH", help="also write the figures to PATH as JSON"
     )
+    bench.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the tables as Markdown (to paste into an issue or a pull request)",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command is None:
@@ -311,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     target = choose_target(argv)
     if args.command == "info":
-        return _run_info(target)
+        return _run_info(target, as_json=args.json)
     errors = _cuda_errors()
     try:
         if args.command == "demo":

@@ -135,6 +135,55 @@ def test_bench_table_on_the_terminal(bench):
     assert "Traceback" not in out.stderr
 
 
+def test_bench_says_simulator_seconds_mean_nothing_for_a_gpu(bench):
+    out, report = bench
+    note = "these seconds come from the CUDA simulator"
+    if report["simulator"]:
+        # right under the table with the seconds, whose column is starred
+        assert "seconds*" in out.stdout
+        lines = out.stdout.splitlines()
+        i = next(n for n, line in enumerate(lines) if note in line)
+        assert lines[i - 1].split()[0] in STRATEGIES  # the line above is a row of the table
+    else:
+        assert note not in out.stdout
+
+
+def test_bench_markdown_is_a_table_to_paste(bench):
+    _, report = bench
+    import suite
+
+    text = suite.format_markdown(report)
+    lines = text.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| workload |"))
+    assert lines[header + 1].startswith("|:--|:--|--:|")  # names left, numbers right
+    rows = [line for line in lines[header + 2 :] if line.startswith("|")]
+    rows = rows[: len(WORKLOADS) * len(STRATEGIES)]
+    width = lines[header].count("|")
+    assert all(row.count("|") == width for row in rows)  # every row has every cell
+    for w in report["workloads"]:
+        assert f"`{w['name']}`" in text
+        # the bytes each strategy moved, as in the JSON figures
+        for key, fig in w["strategies"].items():
+            assert f"| {key} | {fig['transfers']:,} | {fig['bytes']:,} |" in text
+    assert ("CUDA simulator" in text) == report["simulator"]
+
+
+def test_bench_markdown_from_the_command_line(bench, monkeypatch, capsys):
+    """``bench --markdown`` prints the Markdown tables instead of the terminal ones."""
+    import suite
+
+    from smartarray import __main__ as cli
+
+    _, report = bench
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # choose_target must not start a process
+    monkeypatch.setattr(suite, "run", lambda **kwargs: report)
+    monkeypatch.setattr(cli, "_load_suite", lambda: suite)
+    assert cli.main(["bench", "--quick", "--markdown"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.strip() == suite.format_markdown(report).strip()
+    assert "| workload | strategy |" in printed and "njit call of a no-op" not in printed
+
+
 # -- the parts, in process ----------------------------------------------------------------------
 
 

@@ -157,3 +157,71 @@ def test_demo_plot_to_an_unwritable_path_is_a_clear_error(tmp_path):
     out = run_cli("demo", "--size", "4", "--steps", "1", "--plot", str(path), simulator=True)
     assert out.returncode == 1
     assert "cannot write" in out.stderr and "Traceback" not in out.stderr
+
+
+# -- version, info --json, the console command ---------------------------------------------------
+
+
+def test_version_names_smartarray_and_its_dependencies():
+    from importlib.metadata import version
+
+    import smartarray
+
+    out = run_cli("--version", simulator=True)
+    assert out.returncode == 0, out.stderr
+    line = out.stdout.strip()
+    assert "\n" not in line  # one line, whatever the terminal width
+    assert line.startswith(f"smartarray {smartarray.__version__} (")
+    for dist in ("numba", "numba-cuda", "numpy"):
+        assert f"{dist} {version(dist)}" in line
+
+
+def test_info_json_is_the_table_as_an_object():
+    table = run_cli("info", simulator=True)
+    out = run_cli("info", "--json", simulator=True)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["simulator"] is True
+    assert report["device"].startswith("CUDA simulator")
+    for line in table.stdout.splitlines():  # every row of the table, with its value
+        label = next(k for k in report if line.startswith(k + "  "))
+        assert line[len(label) :].strip() == report[label]
+
+
+def test_demo_says_its_seconds_come_from_the_simulator():
+    out = run_cli("demo", "--size", "6", "--steps", "3", simulator=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("strategy "))
+    assert lines[header].endswith("wall time*")  # the starred column
+    legend = max(i for i, line in enumerate(lines) if line.startswith("smartarray: "))
+    # right under the table and its legend
+    assert lines[legend + 1].startswith("* these seconds come from the CUDA simulator")
+    assert "say nothing about a GPU" in lines[legend + 2]
+    # at a glance: every line of the table fits a 100-column terminal
+    assert all(len(line) <= 100 for line in lines[header : legend + 3])
+
+
+def test_console_command_runs_main():
+    """``[project.scripts]`` names ``smartarray.__main__:main``; the installed command runs it."""
+    import shutil
+    from importlib import import_module
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    root = Path(__file__).resolve().parent.parent
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, name = scripts["smartarray"].partition(":")
+    assert getattr(import_module(module), name) is import_module("smartarray.__main__").main
+    command = shutil.which("smartarray", path=str(Path(sys.executable).parent))
+    if command is None:
+        pytest.skip("the package is not installed with its console command in this environment")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run(
+        [command, "info", "--json"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["smartarray"]
+    usage = subprocess.run([command, "--help"], env=env, capture_output=True, text=True)
+    assert usage.stdout.startswith("usage: smartarray ")
