@@ -114,10 +114,10 @@ def main(n: int = 16, steps: int = 5) -> tuple[np.ndarray | None, list[sa.Transf
     later = per_step[1:] or per_step
     moved = max(s.h2d_bytes + s.d2h_bytes for s in later)
     line = (
-        f"rank {rank}/{size}: rows {first}..{first + m - 1} ({m} + 2 halo) of {n}x{n}; "
-        f"bytes per step after the first: smartarray {moved:,} "
-        f"(halo rows {2 * neighbours * row:,}); "
-        f"numba automatic copies {4 * block.nbytes:,}; whole-block transfers {2 * block.nbytes:,}\n"
+        f"rank {rank}/{size}: rows {first}..{first + m - 1} ({m} + 2 halo) of {n}x{n}\n"
+        f"  bytes per step after the first: smartarray {moved:,} "
+        f"(halo rows {2 * neighbours * row:,})\n"
+        f"  numba automatic copies {4 * block.nbytes:,}; whole-block {2 * block.nbytes:,}\n"
         f"rank {rank} step bytes: h2d {[s.h2d_bytes for s in per_step]} "
         f"d2h {[s.d2h_bytes for s in per_step]} d2d {[s.d2d_bytes for s in per_step]}"
     )

@@ -476,7 +476,8 @@ def test_isend_irecv_with_mpi4py():
         "print('ok', comm.rank)\n"
     )
     out = _run(["-c", script], 2)
-    assert sorted(out.split("\n")[:2]) == ["ok 0", "ok 1"]
+    # Two ranks print to one pipe: their lines may interleave, so count the tokens.
+    assert sorted(re.findall(r"ok (\d)", out)) == ["0", "1"]
 
 
 @needs_mpi
@@ -485,5 +486,7 @@ def test_docs_show_what_the_example_prints():
     shown = text.split(".. code-block:: text\n\n", 1)[1].split("\n\n", 1)[0]
     shown_lines = [line.strip() for line in shown.splitlines()]
     out = _run(["examples/mpi_heat.py", "--n", "48", "--steps", "4"], 3)
-    printed = [line for line in out.splitlines() if not line.startswith(("target:", "defaults"))]
+    printed = [
+        line.strip() for line in out.splitlines() if not line.startswith(("target:", "defaults"))
+    ]
     assert printed == shown_lines
