@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -406,12 +407,19 @@ def _env() -> dict[str, str]:
 
 
 def _run(args: list[str], ranks: int | None) -> str:
+    """Standard output of the command, rank by rank (ranks' lines never interleave)."""
     cmd = [sys.executable, *args]
-    if ranks is not None:
-        cmd = [MPIEXEC, "-n", str(ranks), *cmd]
-    out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert out.returncode == 0, out.stdout + out.stderr
-    return out.stdout
+    if ranks is None:
+        out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return out.stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        pattern = os.path.join(tmp, "out.%r")  # MPICH's mpiexec: one file per rank
+        cmd = [MPIEXEC, "-outfile-pattern", pattern, "-n", str(ranks), *cmd]
+        out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        texts = [Path(tmp, f"out.{r}").read_text() for r in range(ranks)]
+    assert out.returncode == 0, "".join(texts) + out.stdout + out.stderr
+    return "".join(texts)
 
 
 HEAT = ["examples/mpi_heat.py", "--n", "17", "--steps", "4"]
