@@ -27,29 +27,24 @@ Choices made here (see ``DESIGN.md``):
 from __future__ import annotations
 
 import math
-import operator
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from . import _numba_cpu, _perf, _streams, guard, memory
-from ._arguments import ArgumentMethods, address, njit_owner
-from ._checks import (
-    _check_array_dtype,
-    _check_host_array,
-    _check_shape,
-    _check_stream,
-    _copy_source,
-    _is_device_array,
-    check_compatibility,
-)
+from ._arguments import ArgumentMethods
+from ._checks import _check_array_dtype, _check_shape
 from ._engine import HOST, IN, INOUT, LOCATIONS, OUT
 from ._engine import Buffer as _Buffer
+from ._exchange import ExchangeMethods
+from ._geometry import GeometryMethods
 from ._numpy_api import NumPyMethods, add_unsupported_hints
-from ._numpy_api import arrays_in as _arrays_in
-from ._numpy_api import locked as _locked
+from ._protocols import ProtocolMethods
+from ._results import (
+    _from_njit,
+    _owning,
+    _rebuild,  # noqa: F401 - old pickles name smartarray.array._rebuild
+)
 from ._views import ViewMethods
 from .errors import CoherenceError, TransferError
 
@@ -81,7 +76,14 @@ def _check_name(name: Any) -> str | None:
     return name
 
 
-class SmartArray(ViewMethods, NumPyMethods, ArgumentMethods):
+class SmartArray(
+    GeometryMethods,
+    ViewMethods,
+    ProtocolMethods,
+    ExchangeMethods,
+    NumPyMethods,
+    ArgumentMethods,
+):
     """An array with a host (NumPy) and a device (numba.cuda) copy, kept coherent by byte range.
 
     Parameters
@@ -293,19 +295,7 @@ class SmartArray(ViewMethods, NumPyMethods, ArgumentMethods):
             return [cls._wrap(r, sources) for r in result]
         return result
 
-    # -- geometry ---------------------------------------------------------------------------
-
-    def _probe(self) -> np.ndarray:
-        """An array with this geometry over one element: indexing it never reads memory."""
-        return as_strided(np.zeros(1, self._dtype), self._shape, self._strides)
-
-    def _from_probe(self, probe: np.ndarray, result: np.ndarray) -> SmartArray:
-        offset = self._offset + address(result) - address(probe)
-        return self._view(self._buf, offset, result.shape, result.strides, result.dtype)
-
-    def _covers(self) -> bool:
-        """Whether the elements tile the byte interval (a write needs no sync first)."""
-        return self._hi - self._lo == self.size * self._dtype.itemsize
+    # -- naming -------------------------------------------------------------------------------
 
     def _desc(self) -> str:
         return self._buf.name
@@ -440,176 +430,11 @@ class SmartArray(ViewMethods, NumPyMethods, ArgumentMethods):
         """Record that the device copy was written, as ``mark_changed('gpu')``."""
         self.mark_changed("gpu")
 
-    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
-        """Copy the current data into ``ary`` or a new ndarray, as a device array's method.
-
-        Code written for numba.cuda device arrays calls it; only stale bytes are downloaded.
-
-        Parameters
-        ----------
-        ary : numpy.ndarray, optional
-            Filled and returned; dtype, shape and strides must match (numba.cuda's checks).
-        stream : int or Stream, optional
-            Accepted as numba.cuda does; the copy waits for this array's own device work.
-
-        Returns
-        -------
-        numpy.ndarray
-            ``ary``, or a new writable array (a copy: writing it changes nothing here).
-        """
-        _check_stream(stream)
-        if ary is not None:
-            _check_host_array(ary, "ary")
-            check_compatibility(self._probe(), ary)
-        with self._buf.lock:
-            host = self._host_ro("copy_to_host")
-            if ary is None:
-                return np.array(host, copy=True)
-            np.copyto(ary, host)
-            return ary
-
-    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
-        """Overwrite this array with ``ary`` (host or device memory), as a device array's method.
-
-        numba's helpers call it (``cuda.reduce(..., res=a)`` writes its result with
-        ``res[:1].copy_to_device(partials[:1])``). numba.cuda's checks apply, in its order and
-        with its messages. Device memory is copied device to device (counted ``d2d``) and
-        recorded as a device write; host data is written to the host copy (as ``a[...] = ary``)
-        and moves to the device when a kernel next needs it.
-        """
-        stream = _check_stream(stream)
-        source = _copy_source(self, ary, "ary")
-        if source is None:
-            return
-        if not _is_device_array(source):
-            self[...] = source
-            return
-        buf = self._buf
-        copy_stream = _streams.pending(stream)
-        with buf.lock:
-            if buf.stream != 0 and not _streams.same(buf.stream, copy_stream):
-                # Earlier device work on this buffer must not overtake: ordered on the device.
-                _streams.order(buf.stream, copy_stream)
-            dev = memory.device_view(
-                buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
-            )
-            try:
-                dev.copy_to_device(source, stream=stream)
-            except Exception as exc:
-                # It may have written part of the bytes: where the host copy is current it
-                # keeps the values and the device bytes are recorded stale.
-                if buf.state.is_valid("host", self._lo, self._hi):
-                    buf.mark(HOST, self._lo, self._hi)
-                raise TransferError(f"copy_to_device failed: {exc}") from exc
-            buf.stream = copy_stream  # host reads of this buffer wait for this stream
-            self._changed("gpu", self._lo, self._hi)
-
-    # -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) --------
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, Any]:
-        """The CUDA Array Interface (version 3) of the device copy, made current first.
-
-        Because the consumer may write, a device write is recorded (the host copy becomes
-        stale and is downloaded when next read). Share read-only with
-        :meth:`cuda_view` ``(intent='in')``. The ``stream`` entry names the stream of pending
-        device work on this array (None when there is none).
-        """
-        return _interop.cuda_array_interface(self)
-
-    def cuda_view(self, intent: str = "inout") -> Any:
-        """Share the device copy with a CUDA consumer (CuPy, PyTorch, numba), made current first.
-
-        Parameters
-        ----------
-        intent : {'inout', 'in'}
-            ``'in'``: read-only, nothing recorded. ``'inout'``: a device write is recorded now
-            and again when a ``with`` block around the view exits (so host arrays held
-            earlier show what the consumer wrote).
-
-        Returns
-        -------
-        CudaView
-            An object with ``__cuda_array_interface__``, usable as a context manager.
-        """
-        return _interop.cuda_view(self, intent)
-
-    def __dlpack__(
-        self,
-        *,
-        stream: Any = None,
-        max_version: Any = None,
-        dl_device: Any = None,
-        copy: bool | None = None,
-    ) -> Any:
-        """Export the host copy through DLPack (``np.from_dlpack(a)``), made current first.
-
-        The consumer may write: a host write is recorded (the device copy becomes stale),
-        unless ``copy=True`` (a snapshot). CUDA consumers take ``__cuda_array_interface__``: a
-        request for a CUDA device (``dl_device=(2, n)``) raises ``BufferError``.
-        """
-        return _interop.dlpack(self, stream, max_version, dl_device, copy)
-
-    def __dlpack_device__(self) -> tuple[int, int]:
-        """``(1, 0)``: DLPack exports are of the host copy (kDLCPU)."""
-        return _interop.dlpack_device(self)
-
-    def copy(self, order: str = "C") -> SmartArray:
-        """A new array with this one's data: device to device when current on the device only."""
-        return _interop.copy(self, NumPyMethods.copy, order)
-
     def is_valid(self, where: str = "host") -> bool:
         """Return whether every byte of this array is current at ``where``."""
         where = _check_where(where)
         with self._buf.lock:
             return self._buf.state.is_valid(where, self._lo, self._hi)
-
-    # -- attributes ---------------------------------------------------------------------------
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """tuple of int: the array's dimensions."""
-        return self._shape
-
-    @property
-    def dtype(self) -> np.dtype:
-        """numpy.dtype: the element type."""
-        return self._dtype
-
-    @property
-    def ndim(self) -> int:
-        """int: the number of dimensions."""
-        return len(self._shape)
-
-    @property
-    def size(self) -> int:
-        """int: the number of elements."""
-        return math.prod(self._shape)
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        """tuple of int: bytes to step in each dimension."""
-        return self._strides
-
-    @property
-    def itemsize(self) -> int:
-        """int: bytes per element."""
-        return self._dtype.itemsize
-
-    @property
-    def nbytes(self) -> int:
-        """int: bytes taken by the elements."""
-        return self.size * self._dtype.itemsize
-
-    @property
-    def flags(self) -> Any:
-        """Layout flags of the host view (``c_contiguous``, ``f_contiguous``, ...)."""
-        return self._probe().flags
-
-    @property
-    def T(self) -> SmartArray:  # noqa: N802 - numpy's name
-        """The transposed view."""
-        return self.transpose()
 
     @property
     def valid_at(self) -> tuple[str, ...]:
@@ -633,193 +458,13 @@ class SmartArray(ViewMethods, NumPyMethods, ArgumentMethods):
         """This 0-d view of a structured array as a record view (see :class:`_Record`)."""
         return _Record._view(self._buf, self._offset, self._shape, self._strides, self._dtype)
 
-    # -- Python protocols ---------------------------------------------------------------------
 
-    def __len__(self) -> int:
-        if not self._shape:
-            raise TypeError("len() of unsized object")
-        return self._shape[0]
-
-    def __iter__(self) -> Iterator[Any]:
-        if not self._shape:
-            raise TypeError("iteration over a 0-d array")
-        for i in range(self._shape[0]):
-            yield self[i]
-
-    def __contains__(self, value: Any) -> bool:
-        with _locked(_arrays_in(self, value)):
-            return value in self._host_ro()
-
-    def __bool__(self) -> bool:
-        # Truthy by length, as numba's device arrays and Numba's SmartArray (which define
-        # __len__ only): numba's own helpers test ``if not b:``. Reads no data. A 0-d array
-        # has no length: its value decides, as in NumPy.
-        if self._shape:
-            return self._shape[0] != 0
-        with self._buf.lock:
-            return bool(self._host_ro())
-
-    def __int__(self) -> int:
-        with self._buf.lock:
-            return int(self._host_ro())
-
-    def __float__(self) -> float:
-        with self._buf.lock:
-            return float(self._host_ro())
-
-    def __complex__(self) -> complex:
-        with self._buf.lock:
-            return complex(self._host_ro())
-
-    def __index__(self) -> int:
-        with self._buf.lock:
-            return operator.index(self._host_ro())
-
-    def __repr__(self) -> str:
-        with self._buf.lock:
-            valid = ",".join(self.valid_at)
-            text = repr(self._host_ro("repr"))
-        body = text[len("array(") : -1].replace("\n" + " " * 6, "\n" + " " * 11)
-        return f"SmartArray({body}, valid='{valid}')"
-
-    def __str__(self) -> str:
-        with self._buf.lock:
-            return str(self._host_ro("str"))
-
-    def __format__(self, spec: str) -> str:
-        with self._buf.lock:
-            return format(self._host_ro("format"), spec)
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        with self._buf.lock:
-            data = np.array(self._host_ro("pickle"), copy=True)
-        return (_rebuild, (data,))
-
-    def __copy__(self) -> SmartArray:
-        return SmartArray(self)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
-        return SmartArray(self)
-
-
-class _Record(SmartArray):
-    """One element of a structured SmartArray, as ``a[i]`` returns it.
-
-    NumPy returns a record (``np.void``) that is a view of the array: assigning a field
-    through it (``a[0]['x'] = 5``) writes the array. This 0-d SmartArray view does the same
-    and records the write, so the device copy never keeps a stale value. Reading a field
-    (by name or position) gives a NumPy scalar, as a record does (a copy of the current
-    value; a subarray field gives a SmartArray view, a nested record another record view).
-    ``a[i][()]`` gives a plain ``np.void`` copy.
-    """
-
-    __slots__ = ()
-
-    def _field(self, key: Any) -> str:
-        names = self._dtype.names
-        if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
-            try:
-                return names[key]
-            except IndexError:
-                raise IndexError(
-                    f"record field index {key} out of range for {len(names)} fields"
-                ) from None
-        return key
-
-    def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, tuple) and not key:
-            with self._buf.lock:
-                return self._host_ro().copy()[()]  # the plain record, a copy
-        if not isinstance(key, (str, int, np.integer)):
-            return SmartArray.__getitem__(self, key)
-        name = self._field(key)
-        with self._buf.lock:
-            probe = self._probe()
-            result = probe[name]
-            offset = self._offset + address(result) - address(probe)
-            field = SmartArray._view(self._buf, offset, result.shape, result.strides, result.dtype)
-            if field.ndim:
-                return field
-            if field._dtype.names is not None:
-                return _Record._view(self._buf, offset, (), (), field._dtype)
-            return field._host_ro().copy()[()]
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        if isinstance(key, (int, np.integer)):
-            key = self._field(key)
-        SmartArray.__setitem__(self, key, value)
-
-    def __len__(self) -> int:
-        return len(self._dtype.names)
-
-    def __iter__(self) -> Iterator[Any]:
-        for name in self._dtype.names:
-            yield self[name]
-
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
-        return self[()] == (other[()] if isinstance(other, SmartArray) else other)
-
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
-        return self[()] != (other[()] if isinstance(other, SmartArray) else other)
-
-
-def _owning(ary: np.ndarray) -> SmartArray:
-    """A SmartArray adopting a fresh ndarray that nobody else holds.
-
-    Unlike a user's ``SmartArray(obj, copy=False)``, nothing outside keeps ``ary``, so it is no
-    exported view: device changes must not be downloaded eagerly on its account.
-    """
-    result = SmartArray(ary, copy=False)
-    result._buf.exports.clear()
-    return result
-
-
-def _rebuild(data: np.ndarray) -> SmartArray:
-    return _owning(data)
-
-
-# -- njit results (see smartarray._numba_cpu: SmartArrayType's copy, __array_ufunc__, box) --
-
-
-def _from_njit(ary: Any) -> Any:
-    """What an njit function returns for a value of SmartArrayType (numba boxed ``ary``).
-
-    - a SmartArray argument's host ndarray itself: that SmartArray;
-    - a view of it (``.base`` is numba's MemInfo whose ``parent`` is that ndarray): a
-      SmartArray view of the same base buffer at the same bytes. The function may have written
-      through it, so a host write of its bytes is recorded (they are current on the host:
-      the argument was synced before the call) unless numba typed it read-only;
-    - a new array (numba allocated it: no parent): a SmartArray adopting it, current on the
-      host only;
-    - anything else (a plain ndarray that reached a SmartArray version): as numba gives it.
-    """
-    if type(ary) is not np.ndarray:
-        return ary
-    owner = njit_owner(ary)
-    if owner is not None:
-        return owner
-    parent = getattr(ary.base, "parent", ary)  # numba's MemInfo object has ``parent``
-    if parent is None:
-        return _owning(ary) if ary.flags.writeable else SmartArray(ary)
-    owner = njit_owner(parent)
-    if owner is None:
-        return ary
-    offset = owner._offset + address(ary) - address(parent)
-    view = SmartArray._view(owner._buf, offset, ary.shape, ary.strides, ary.dtype)
-    if view._lo < 0 or view._hi > owner._buf.nbytes:
-        return ary  # cannot happen for numba's views; never record bytes outside the buffer
-    if view._offset == owner._offset and view._shape == owner._shape:
-        if view._strides == owner._strides and view._dtype == owner._dtype:
-            return owner
-    if ary.flags.writeable:
-        view._changed("host", view._lo, view._hi)
-    return view
-
-
+# The njit results adapter (smartarray._results): registered where the class it makes exists.
 _numba_cpu.set_result_adapter(_from_njit)
-
 
 add_unsupported_hints(SmartArray)  # ndarray attributes SmartArray lacks fail with a hint
 
-# The interop logic (smartarray/_interop.py) builds on SmartArray, so it is imported last.
+# The interop logic (smartarray/_interop.py) and the record view (smartarray/_record.py) build
+# on SmartArray, so they are imported last.
 from . import _interop  # noqa: E402
+from ._record import _Record  # noqa: E402

@@ -1,0 +1,165 @@
+"""How outside code reads and writes a SmartArray: device-array copies, CUDA interface, DLPack.
+
+:class:`ExchangeMethods` is a mixin :class:`~smartarray.array.SmartArray` inherits. It holds the
+methods through which other code reads or writes a SmartArray's data as its own kind of array:
+numba.cuda device arrays' ``copy_to_host`` / ``copy_to_device`` (numba's helpers call them), and
+the interop protocols (``__cuda_array_interface__``, :meth:`~ExchangeMethods.cuda_view`,
+``__dlpack__``, ``__dlpack_device__``) and ``copy`` (device to device when current on the device
+only), whose logic is :mod:`smartarray._interop`'s. The SmartArray class lists this mixin before
+:class:`~smartarray._numpy_api.NumPyMethods`, so that ``copy`` here overrides NumPy's.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _streams, memory
+from ._checks import (
+    _check_host_array,
+    _check_stream,
+    _copy_source,
+    _is_device_array,
+    check_compatibility,
+)
+from ._engine import HOST
+from ._numpy_api import NumPyMethods
+from .errors import TransferError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .array import SmartArray
+
+__all__ = ["ExchangeMethods"]
+
+
+def _interop() -> ModuleType:
+    """:mod:`smartarray._interop` (it builds on SmartArray, so the array layer imports it last)."""
+    from . import _interop
+
+    return _interop
+
+
+class ExchangeMethods:
+    """Device-array copy methods and the interop protocols of a SmartArray."""
+
+    __slots__ = ()
+
+    def copy_to_host(self, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+        """Copy the current data into ``ary`` or a new ndarray, as a device array's method.
+
+        Code written for numba.cuda device arrays calls it; only stale bytes are downloaded.
+
+        Parameters
+        ----------
+        ary : numpy.ndarray, optional
+            Filled and returned; dtype, shape and strides must match (numba.cuda's checks).
+        stream : int or Stream, optional
+            Accepted as numba.cuda does; the copy waits for this array's own device work.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``ary``, or a new writable array (a copy: writing it changes nothing here).
+        """
+        _check_stream(stream)
+        if ary is not None:
+            _check_host_array(ary, "ary")
+            check_compatibility(self._probe(), ary)
+        with self._buf.lock:
+            host = self._host_ro("copy_to_host")
+            if ary is None:
+                return np.array(host, copy=True)
+            np.copyto(ary, host)
+            return ary
+
+    def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
+        """Overwrite this array with ``ary`` (host or device memory), as a device array's method.
+
+        numba's helpers call it (``cuda.reduce(..., res=a)`` writes its result with
+        ``res[:1].copy_to_device(partials[:1])``). numba.cuda's checks apply, in its order and
+        with its messages. Device memory is copied device to device (counted ``d2d``) and
+        recorded as a device write; host data is written to the host copy (as ``a[...] = ary``)
+        and moves to the device when a kernel next needs it.
+        """
+        stream = _check_stream(stream)
+        source = _copy_source(self, ary, "ary")
+        if source is None:
+            return
+        if not _is_device_array(source):
+            self[...] = source
+            return
+        buf = self._buf
+        copy_stream = _streams.pending(stream)
+        with buf.lock:
+            if buf.stream != 0 and not _streams.same(buf.stream, copy_stream):
+                # Earlier device work on this buffer must not overtake: ordered on the device.
+                _streams.order(buf.stream, copy_stream)
+            dev = memory.device_view(
+                buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+            )
+            try:
+                dev.copy_to_device(source, stream=stream)
+            except Exception as exc:
+                # It may have written part of the bytes: where the host copy is current it
+                # keeps the values and the device bytes are recorded stale.
+                if buf.state.is_valid("host", self._lo, self._hi):
+                    buf.mark(HOST, self._lo, self._hi)
+                raise TransferError(f"copy_to_device failed: {exc}") from exc
+            buf.stream = copy_stream  # host reads of this buffer wait for this stream
+            self._changed("gpu", self._lo, self._hi)
+
+    # -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) --------
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface (version 3) of the device copy, made current first.
+
+        Because the consumer may write, a device write is recorded (the host copy becomes
+        stale and is downloaded when next read). Share read-only with
+        :meth:`cuda_view` ``(intent='in')``. The ``stream`` entry names the stream of pending
+        device work on this array (None when there is none).
+        """
+        return _interop().cuda_array_interface(self)
+
+    def cuda_view(self, intent: str = "inout") -> Any:
+        """Share the device copy with a CUDA consumer (CuPy, PyTorch, numba), made current first.
+
+        Parameters
+        ----------
+        intent : {'inout', 'in'}
+            ``'in'``: read-only, nothing recorded. ``'inout'``: a device write is recorded now
+            and again when a ``with`` block around the view exits (so host arrays held
+            earlier show what the consumer wrote).
+
+        Returns
+        -------
+        CudaView
+            An object with ``__cuda_array_interface__``, usable as a context manager.
+        """
+        return _interop().cuda_view(self, intent)
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export the host copy through DLPack (``np.from_dlpack(a)``), made current first.
+
+        The consumer may write: a host write is recorded (the device copy becomes stale),
+        unless ``copy=True`` (a snapshot). CUDA consumers take ``__cuda_array_interface__``: a
+        request for a CUDA device (``dl_device=(2, n)``) raises ``BufferError``.
+        """
+        return _interop().dlpack(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(1, 0)``: DLPack exports are of the host copy (kDLCPU)."""
+        return _interop().dlpack_device(self)
+
+    def copy(self, order: str = "C") -> SmartArray:
+        """A new array with this one's data: device to device when current on the device only."""
+        return _interop().copy(self, NumPyMethods.copy, order)

@@ -1,0 +1,96 @@
+"""SmartArray's Python protocols: length, iteration, conversions, text, pickling and copying.
+
+:class:`ProtocolMethods` is a mixin :class:`~smartarray.array.SmartArray` inherits. Those that read
+data read the current host data (made current first, only stale bytes moving) under the
+buffer's lock; pickles and copies are new SmartArrays holding a copy of it.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ._numpy_api import _smart
+from ._numpy_api import arrays_in as _arrays_in
+from ._numpy_api import locked as _locked
+from ._results import _rebuild
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .array import SmartArray
+
+__all__ = ["ProtocolMethods"]
+
+
+class ProtocolMethods:
+    """Python's protocols of a SmartArray (``len``, ``iter``, ``int``, ``repr``, pickling, ...)."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._shape:
+            raise TypeError("iteration over a 0-d array")
+        for i in range(self._shape[0]):
+            yield self[i]
+
+    def __contains__(self, value: Any) -> bool:
+        with _locked(_arrays_in(self, value)):
+            return value in self._host_ro()
+
+    def __bool__(self) -> bool:
+        # Truthy by length, as numba's device arrays and Numba's SmartArray (which define
+        # __len__ only): numba's own helpers test ``if not b:``. Reads no data. A 0-d array
+        # has no length: its value decides, as in NumPy.
+        if self._shape:
+            return self._shape[0] != 0
+        with self._buf.lock:
+            return bool(self._host_ro())
+
+    def __int__(self) -> int:
+        with self._buf.lock:
+            return int(self._host_ro())
+
+    def __float__(self) -> float:
+        with self._buf.lock:
+            return float(self._host_ro())
+
+    def __complex__(self) -> complex:
+        with self._buf.lock:
+            return complex(self._host_ro())
+
+    def __index__(self) -> int:
+        with self._buf.lock:
+            return operator.index(self._host_ro())
+
+    def __repr__(self) -> str:
+        with self._buf.lock:
+            valid = ",".join(self.valid_at)
+            text = repr(self._host_ro("repr"))
+        body = text[len("array(") : -1].replace("\n" + " " * 6, "\n" + " " * 11)
+        return f"SmartArray({body}, valid='{valid}')"
+
+    def __str__(self) -> str:
+        with self._buf.lock:
+            return str(self._host_ro("str"))
+
+    def __format__(self, spec: str) -> str:
+        with self._buf.lock:
+            return format(self._host_ro("format"), spec)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        with self._buf.lock:
+            data = np.array(self._host_ro("pickle"), copy=True)
+        return (_rebuild, (data,))
+
+    def __copy__(self) -> SmartArray:
+        return _smart()(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
+        return _smart()(self)
