@@ -91,14 +91,19 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         """Make the device copy current for a launch on ``stream``; record the write after it."""
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         buf = self._buf
+        queued = buf.stream
         if (
             self._gpu_only_at == buf.state.version
-            and buf.stream is _streams.pending(stream)
             and self._device_view is not None
+            and (
+                queued is _streams.pending(stream)
+                or (queued != 0 and _streams.same(queued, stream))
+            )
         ):
             # The loop-of-launches fast path: nothing changed since this view was found current
             # on the device only, and the latest work on this buffer is on this launch's stream
-            # (ordered before it), so nothing moves, nothing waits and no lock is needed
+            # (ordered before it; on a GPU each launch configuration wraps that stream in a new
+            # object, compared by handle), so nothing moves, nothing waits and no lock is needed
             # (reading a version number is atomic). A host read before the kernel runs (another
             # thread, a later argument's preparation) would make the host "current" with
             # pre-kernel values: a cached callback re-checks the version after the launch.

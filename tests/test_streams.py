@@ -161,7 +161,8 @@ def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_event(log):
     s = NumbaStream(log, "s", 0x4000)
     for _ in range(5):
         launch(a, s)
-    assert log == [("record", "config 4"), ("wait", "s")]  # one switch, one event
+    # One switch, one event, recorded on the wrapper the buffer kept: the same CUstream.
+    assert log == [("record", "config 0"), ("wait", "s")]
 
 
 def test_host_reads_wait_for_their_own_buffers_stream_only(log):
@@ -243,3 +244,22 @@ def test_the_streams_numba_cudas_real_dispatcher_passes_are_recognised():
         "configs share an object": False,  # so streams are compared by handle
         "user is not default": True,
     }
+
+
+def test_the_lock_free_fast_path_serves_each_launch_configurations_stream_wrapper(log, monkeypatch):
+    # On a GPU every launch configuration wraps the same CUstream in a new cuda.core Stream:
+    # a loop of launches on an array current on the device only must still take the fast path
+    # (no lock, no engine call), not only when the wrapper object happens to be the same.
+    from smartarray import _engine
+
+    calls = []
+    acquire = _engine.Buffer.acquire
+    monkeypatch.setattr(
+        _engine.Buffer, "acquire", lambda *a, **k: (calls.append(1), acquire(*a, **k))[1]
+    )
+    a = sa.SmartArray(np.zeros(8))
+    for i in range(3):
+        launch(a, CoreStream(log, f"config {i}", 0x3000))
+    assert len(calls) == 1  # the first launch uploads; the others take the fast path
+    assert log == []
+    np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
