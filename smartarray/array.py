@@ -7,7 +7,7 @@ each copy are current. Every consumer makes its copy current first (moving only 
 through :mod:`smartarray.memory`, so every byte is counted); every producer marks its copy
 changed, which makes the other copy stale.
 
-Choices made here (see ``DESIGN.md``):
+Choices made here (see ``docs/user_guide.rst``):
 
 - A host write while the device holds newer bytes never loses them: a write that covers its
   byte interval contiguously needs no sync (it overwrites every byte), any other write

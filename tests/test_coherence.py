@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import os
 import subprocess
 import sys
 import tracemalloc
@@ -82,14 +83,20 @@ def snapshot(state: BufferState) -> tuple:
 
 
 def test_module_is_pure_python_stdlib_only():
-    """coherence.py loads on its own and pulls in nothing from NumPy, Numba or the package."""
+    """The coherence package loads on its own and pulls in nothing from NumPy, Numba or the
+    rest of smartarray (loaded from its files as a top-level package, not through smartarray).
+    """
     import smartarray.coherence as coherence
 
+    package_dir = os.path.dirname(coherence.__file__)
     code = (
         "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('coherence', {coherence.__file__!r})\n"
+        "spec = importlib.util.spec_from_file_location(\n"
+        f"    'coherence', {coherence.__file__!r}, submodule_search_locations=[{package_dir!r}])\n"
         "mod = importlib.util.module_from_spec(spec)\n"
+        "sys.modules['coherence'] = mod\n"
         "spec.loader.exec_module(mod)\n"
+        "assert mod.BufferState(8).plan_read('gpu') is mod.EMPTY_PLAN\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'smartarray')]\n"
         "assert not bad, bad\n"
     )

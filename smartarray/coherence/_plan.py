@@ -1,0 +1,130 @@
+"""Plans: the copies that take a buffer's validity state to a new state.
+
+A :class:`Plan` is made by :class:`~smartarray.coherence.BufferState` (``plan_read``,
+``plan_consolidate``), performed by the caller (its :class:`Copy` operations) and then applied.
+Pure Python, standard library only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, NamedTuple
+
+from ._intervals import IntervalSet
+
+if TYPE_CHECKING:  # pragma: no cover - the state that makes plans
+    from ._state import BufferState
+
+__all__ = ["EMPTY_PLAN", "Copy", "Plan", "StalePlanError", "copy_start", "new_copy"]
+
+
+class Copy(NamedTuple):
+    """One contiguous byte copy ``[start, stop)`` from location ``source`` to ``target``.
+
+    Attributes
+    ----------
+    source : str
+        The location the bytes are read from (they are valid there).
+    target : str
+        The location the bytes are written to (they are stale there).
+    start, stop : int
+        The half-open byte interval of the base buffer, the same offsets at both locations.
+    """
+
+    source: str
+    target: str
+    start: int
+    stop: int
+
+    @property
+    def nbytes(self) -> int:
+        """int: the number of bytes copied, ``stop - start``."""
+        return self.stop - self.start
+
+
+class StalePlanError(RuntimeError):
+    """A :class:`Plan` was applied after another transition of its :class:`BufferState`.
+
+    The plan's new valid sets were computed for an earlier state; installing them could mark
+    stale bytes valid. Plan again, perform the new plan's copies, and apply that one.
+    """
+
+
+class Plan:
+    """The copies that take a :class:`BufferState` to a new state, and that new state.
+
+    Plans are made by :meth:`BufferState.plan_read` and :meth:`BufferState.plan_consolidate`;
+    do not construct them. The caller performs :attr:`copies` (in any order: they never
+    overlap) and then passes the plan to :meth:`BufferState.apply`, which installs
+    :attr:`new_valid`. A plan whose copies failed is simply dropped.
+
+    Attributes
+    ----------
+    copies : tuple of Copy
+        The copies to perform, ordered by target location then offset. Adjacent bytes from the
+        same source are coalesced into one copy.
+    nbytes : int
+        Total number of bytes the copies move.
+    new_valid : Mapping[str, IntervalSet]
+        The valid set to install for each location the plan changes.
+
+    Notes
+    -----
+    ``bool(plan)`` is False only for a plan that does nothing (the shared :data:`EMPTY_PLAN`).
+    Every plan from ``plan_read`` that is not empty has copies; a plan from
+    ``plan_consolidate`` may have no copies and still change validity (it only drops runs),
+    so test ``if plan:`` rather than ``if plan.copies:`` before applying.
+    """
+
+    __slots__ = ("_copies", "_nbytes", "_new_valid", "_owner", "_version")
+
+    def __init__(
+        self,
+        copies: tuple[Copy, ...] = (),
+        new_valid: dict[str, IntervalSet] | None = None,
+        owner: BufferState | None = None,
+        version: int = -1,
+        nbytes: int | None = None,
+    ) -> None:
+        self._copies = copies
+        self._nbytes = sum(c.stop - c.start for c in copies) if nbytes is None else nbytes
+        self._new_valid = new_valid if new_valid is not None else {}
+        self._owner = owner
+        self._version = version
+
+    @property
+    def copies(self) -> tuple[Copy, ...]:
+        """tuple of Copy: the copies to perform before :meth:`BufferState.apply`."""
+        return self._copies
+
+    @property
+    def nbytes(self) -> int:
+        """int: total number of bytes the copies move."""
+        return self._nbytes
+
+    @property
+    def new_valid(self) -> Mapping[str, IntervalSet]:
+        """Mapping[str, IntervalSet]: the valid set installed per changed location."""
+        return MappingProxyType(self._new_valid)
+
+    def __bool__(self) -> bool:
+        """Return True unless the plan does nothing (no copies and no validity change)."""
+        return bool(self._copies) or bool(self._new_valid)
+
+    def __repr__(self) -> str:
+        if not self:
+            return "Plan(<empty>)"
+        changes = {loc: list(s.runs) for loc, s in self._new_valid.items()}
+        return f"Plan(copies={list(self._copies)!r}, nbytes={self._nbytes}, new_valid={changes!r})"
+
+
+EMPTY_PLAN = Plan()
+"""The shared plan that does nothing, returned whenever no copy and no change is needed."""
+
+
+new_copy = tuple.__new__  # Copy(...) without the NamedTuple's Python-level __new__
+
+
+def copy_start(copy: Copy) -> int:
+    return copy.start
