@@ -2,8 +2,8 @@
 
 A :class:`Buffer` owns what every view of one SmartArray shares: the validity state
 (:class:`~smartarray.coherence.BufferState`), the lazily allocated host and device copies, the
-host arrays handed out to the user (exports), the stream of its latest device work, and the
-armed ``njit`` fast paths. Every access goes through one pair of calls:
+host arrays handed out to the user (:mod:`smartarray._held`), the stream of its latest device
+work, and the armed ``njit`` fast paths. Every access goes through one pair of calls:
 
 - :meth:`Buffer.acquire` ``(location, lo, hi, intent, reason)`` makes bytes ``[lo, hi)`` ready
   for an access at ``location`` (host reads and writes, ``get``, kernel launches, njit calls):
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from . import _perf, _streams, guard, memory
+from ._held import HeldHostArrays
 from .coherence import BufferState, IntervalSet, Plan
 from .errors import TransferError
 
@@ -51,14 +52,10 @@ IN: Final = "in"
 OUT: Final = "out"
 INOUT: Final = "inout"
 
+_REFRESH = "eager refresh of an exported view"  # the reason of a held host array's refresh
+
 # Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
 _names = itertools.count()
-
-
-class _Exported:
-    """The base object of a host array handed out (see :meth:`Buffer.export_view`)."""
-
-    __slots__ = ("__array_interface__", "host", "__weakref__")
 
 
 class LaunchWrites:
@@ -96,7 +93,7 @@ class Buffer:
         "lock",
         "host_bytes",
         "device_bytes",
-        "exports",
+        "held",
         "pinned",
         "stream",
         "fast_views",
@@ -115,7 +112,7 @@ class Buffer:
         self.lock = threading.RLock()
         self.host_bytes: np.ndarray | None = None
         self.device_bytes: Any = None
-        self.exports: list[tuple[weakref.ref, int, int]] = []
+        self.held = HeldHostArrays()  # host arrays handed out, refreshed after device writes
         self.pinned = pinned
         # The stream of the latest device work on this buffer: host reads of device data and
         # host writes wait for it (and only for it), and device work on another stream is
@@ -284,11 +281,6 @@ class Buffer:
 
     # -- held host arrays ---------------------------------------------------------------------
 
-    def export(self, ary: Any, lo: int, hi: int) -> None:
-        """Track ``ary`` (alive as long as the user holds it) as showing bytes ``[lo, hi)``."""
-        self.exports = [e for e in self.exports if e[0]() is not None]
-        self.exports.append((weakref.ref(ary), lo, hi))
-
     def export_view(
         self,
         shape: tuple[int, ...],
@@ -299,84 +291,18 @@ class Buffer:
         hi: int,
         readonly: bool,
     ) -> np.ndarray:
-        """A host ndarray handed out to the user, tracked for as long as any view of it lives.
-
-        NumPy collapses the ``.base`` of every view derived from an ndarray (``h[2:5]``,
-        ``h.T``, ``h.reshape(..)``, a field) to the first array that owns its memory or whose
-        base is of another type. Over the host buffer directly, that is the buffer: a weak
-        reference to ``h`` dies while ``row = h[2:5]`` lives on, and ``row`` is never
-        refreshed. So the handed-out array is built over a small holder object (not an
-        ndarray): every derived view keeps the holder alive, and the weak reference to the
-        holder lives exactly as long as anything that shows these bytes. A read-only export
-        gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
-        its views, and ``np.asarray(h.base)`` is read-only too.
-        """
+        """A host ndarray of these bytes handed out to the user, refreshed while it is held."""
         host = self.ensure_host()
-        holder = _Exported()
-        holder.host = host
-        address = host.__array_interface__["data"][0]
-        if dtype.fields is None and dtype.subdtype is None:
-            holder.__array_interface__ = {
-                "shape": shape,
-                "typestr": dtype.str,
-                "strides": strides,
-                "data": (address + offset, readonly),
-                "version": 3,
-            }
-            view = np.asarray(holder)
-        else:  # records and subarrays: the exact dtype through a byte view of [lo, hi)
-            holder.__array_interface__ = {
-                "shape": (hi - lo,),
-                "typestr": "|u1",
-                "data": (address + lo, readonly),
-                "version": 3,
-            }
-            raw = np.asarray(holder)
-            view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
-        self.export(holder, lo, hi)
-        return view
-
-    def stale_export(self, lo: int, hi: int) -> bool:
-        """Whether a held host array shows bytes of ``[lo, hi)`` that are stale on the host.
-
-        Only after a failure (a kernel that raised, a refresh that failed): otherwise a device
-        write refreshes them at once. The next launch then refreshes them: it must not take
-        the fast path that registers no post-launch callback.
-        """
-        if not self.exports:
-            return False
-        valid = self.state.valid(HOST)
-        for ref, elo, ehi in self.exports:
-            a, b = max(lo, elo), min(hi, ehi)
-            if a < b and ref() is not None and not valid.contains(a, b):
-                return True
-        return False
+        return self.held.view(host, shape, dtype, offset, strides, lo, hi, readonly)
 
     def refresh_exports(self, lo: int, hi: int) -> None:
         """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
-        if not self.exports or lo >= hi:
-            return
-        live = [(ref, elo, ehi) for ref, elo, ehi in self.exports if ref() is not None]
-        self.exports = live
         refreshed = 0
-        for _, elo, ehi in live:
-            a, b = max(lo, elo), min(hi, ehi)
-            if a < b:
-                self.sync(HOST, a, b, "eager refresh of an exported view")
-                refreshed += b - a
+        for a, b in self.held.shown(lo, hi):
+            self.sync(HOST, a, b, _REFRESH)
+            refreshed += b - a
         if refreshed:
             _perf.refreshed(self, refreshed)
-
-    def guard_refresh(self, lo: int, hi: int) -> None:
-        """Ask the guard, before a launch, about the refresh of held host arrays after it.
-
-        The refresh runs in the dispatcher's post-launch callbacks, where a refusal would
-        stop the callbacks of the other arguments (leaving their writes unrecorded).
-        """
-        for ref, elo, ehi in self.exports:
-            a, b = max(lo, elo), min(hi, ehi)
-            if ref() is not None and a < b:
-                guard.check("d2h", b - a, "eager refresh of an exported view", self.name)
 
     # -- acquire / release --------------------------------------------------------------------
 
@@ -434,14 +360,19 @@ class Buffer:
             _streams.order(self.stream, launch_stream)
             self.stream = launch_stream
         state = self.state
-        if state.is_exclusive(GPU, lo, hi) and not self.stale_export(lo, hi):
+        # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
+        # that failed: this launch must then refresh them, so it takes no fast path.)
+        if state.is_exclusive(GPU, lo, hi) and not self.held.any_stale(state.valid(HOST), lo, hi):
             # Current on the device only (a loop of launches): nothing to upload, and a write
             # by the kernel changes nothing unless the host reads in between.
             self.stream = launch_stream
             return True
         record = intent != IN
-        if record and self.exports and guard.armed():
-            self.guard_refresh(lo, hi)  # before anything moves: a refusal changes nothing
+        if record and self.held and guard.armed():
+            # Ask the guard about the refresh after the launch now, before anything moves: in
+            # the post-launch callbacks a refusal would stop the other arguments' callbacks.
+            for a, b in self.held.shown(lo, hi):
+                guard.check("d2h", b - a, _REFRESH, self.name)
         if intent != OUT or not covers:  # Out of a covering view: no upload
             plan = state.plan_read(GPU, lo, hi)
             if plan:

@@ -27,7 +27,7 @@ def _owning(ary: np.ndarray) -> SmartArray:
     exported view: device changes must not be downloaded eagerly on its account.
     """
     result = _smart()(ary, copy=False)
-    result._buf.exports.clear()
+    result._buf.held.forget()
     return result
 
 

@@ -219,7 +219,7 @@ class SmartArray(
             owner = obj
             while isinstance(owner.base, np.ndarray):
                 owner = owner.base
-            buf.export(owner, 0, ary.nbytes)
+            buf.held.track(owner, 0, ary.nbytes)
         elif where == "host":
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)

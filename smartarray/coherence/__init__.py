@@ -5,9 +5,9 @@ One private module per concept: ``_intervals.py`` (:class:`IntervalSet`), ``_pla
 the ones exported here.
 
 This package is the heart of smartarray's coherence model (see "The coherence model" in
-``docs/user_guide.rst``). It is pure Python: it imports nothing from NumPy, Numba or the rest of the package,
-and it never touches memory. It only decides *which* bytes must move and records *where* bytes
-are current.
+``docs/user_guide.rst``). It is pure Python: it imports nothing from NumPy, Numba or the rest
+of the package, and it never touches memory. It only decides *which* bytes must move and
+records *where* bytes are current.
 
 Contract
 --------

@@ -31,8 +31,8 @@ run; a few halo stripes or pipelined chunks are a handful) while bounding two co
 slow-path operation works on at most nine runs, and one sync issues at most nine separate copies
 (each host-device copy has a fixed latency of several microseconds, so many tiny copies cost more
 than one larger copy). The price, when the cap does coalesce, is at most ``nbytes / 8`` extra
-bytes per location and operation (see the docstring of :mod:`smartarray.coherence`). The fast path is a bisection, so
-the cap barely affects it.
+bytes per location and operation (see the docstring of :mod:`smartarray.coherence`). The fast
+path is a bisection, so the cap barely affects it.
 """
 
 
@@ -61,7 +61,8 @@ class BufferState:
 
     Notes
     -----
-    Not thread safe: the caller holds one lock per buffer (see the docstring of :mod:`smartarray.coherence`).
+    Not thread safe: the caller holds one lock per buffer (see the docstring of
+    :mod:`smartarray.coherence`).
 
     Every method taking ``(where, start=0, stop=None)`` addresses the half-open byte interval
     ``[start, stop)`` of the base buffer (``stop=None`` means ``nbytes``) and raises
