@@ -24,7 +24,7 @@ from ._checks import (
     _is_device_array,
     check_compatibility,
 )
-from ._engine import HOST
+from ._engine import GPU, HOST
 from ._numpy_api import NumPyMethods
 from .errors import TransferError
 
@@ -104,11 +104,11 @@ class ExchangeMethods:
             except Exception as exc:
                 # It may have written part of the bytes: where the host copy is current it
                 # keeps the values and the device bytes are recorded stale.
-                if buf.state.is_valid("host", self._lo, self._hi):
+                if buf.state.is_valid(HOST, self._lo, self._hi):
                     buf.mark(HOST, self._lo, self._hi)
                 raise TransferError(f"copy_to_device failed: {exc}") from exc
             buf.stream = copy_stream  # host reads of this buffer wait for this stream
-            self._changed("gpu", self._lo, self._hi)
+            self._changed(GPU, self._lo, self._hi)
 
     # -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) --------
 

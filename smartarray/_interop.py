@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import _streams, memory
+from ._engine import GPU, HOST
 from .array import SmartArray
 from .errors import TransferError
 
@@ -108,9 +109,9 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
     Unless ``readonly``, a device write is recorded (the consumer may write): the host copy
     becomes stale and is downloaded when next read.
     """
-    dev = a.get("gpu")  # device copy current (only stale bytes move); refuses negative strides
+    dev = a.get(GPU)  # device copy current (only stale bytes move); refuses negative strides
     if not readonly:
-        a.mark_changed("gpu")
+        a.mark_changed(GPU)
     contiguous = dev.size == 0 or dev.is_c_contiguous()
     return {
         "shape": tuple(int(d) for d in dev.shape),
@@ -149,7 +150,7 @@ class CudaView:
         if self.intent != "in":
             # Also after an exception: the consumer may have written part of the bytes, and
             # the device copy (current when shared) holds them.
-            self.array.mark_changed("gpu")
+            self.array.mark_changed(GPU)
 
     def __repr__(self) -> str:
         return f"<CudaView of {self.array.name} intent={self.intent!r}>"
@@ -195,8 +196,8 @@ def dlpack(
     if copy:
         host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
     else:
-        host = a.get("host")  # tracked: refreshed if the device copy is later marked changed
-        a.mark_changed("host")  # the consumer may write through it
+        host = a.get(HOST)  # tracked: refreshed if the device copy is later marked changed
+        a.mark_changed(HOST)  # the consumer may write through it
     return host.__dlpack__(max_version=max_version)
 
 
@@ -347,16 +348,16 @@ def init_from_device(
     SmartArray.__init__(self, shape=shape, dtype=dtype, order=layout, pinned=pinned, name=name)
     if not copy:
         _adopt_device_bytes(self, _byte_view(src))
-        self.mark_changed("gpu")
+        self.mark_changed(GPU)
         return
-    dst = self.get("gpu")  # allocated; nothing current yet, nothing moves
+    dst = self.get(GPU)  # allocated; nothing current yet, nothing moves
     try:
         memory.copy_device(dst, src, 0, "construction", self.name)
     except Exception as exc:
         if exc.__class__.__name__ == "TransferGuardError":
             raise
         raise TransferError(f"copying the device object failed: {exc}") from exc
-    self.mark_changed("gpu")
+    self.mark_changed(GPU)
 
 
 def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
@@ -364,11 +365,11 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
     if (
         order in ("C", "K", "A")
         and a.size
-        and a.is_valid("gpu")
-        and not a.is_valid("host")
+        and a.is_valid(GPU)
+        and not a.is_valid(HOST)
         and all(s >= 0 for s in a.strides)
     ):
-        dev = a.get("gpu")  # moves nothing: current there
+        dev = a.get(GPU)  # moves nothing: current there
         if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
             return SmartArray(dev)
     return host_copy(a, order=order)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._arguments import address, njit_owner
+from ._engine import HOST
 from ._numpy_api import _smart
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,5 +71,5 @@ def _from_njit(ary: Any) -> Any:
         if view._strides == owner._strides and view._dtype == owner._dtype:
             return owner
     if ary.flags.writeable:
-        view._changed("host", view._lo, view._hi)
+        view._changed(HOST, view._lo, view._hi)
     return view

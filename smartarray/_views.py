@@ -177,7 +177,7 @@ class ViewMethods:
                 staged[...] = value  # validates (dtype, broadcast) before anything is touched
                 hv = target._host_rw(full=False)
                 hv[...] = staged
-                target._changed("host", target._lo, target._hi)
+                target._changed(HOST, target._lo, target._hi)
                 return
             touched, lo, hi = self._advanced(key)
             staged = np.empty(touched.shape, self._dtype)
@@ -187,4 +187,4 @@ class ViewMethods:
             covers = np.unique(touched).size * self._dtype.itemsize == hi - lo
             self._buf.acquire(HOST, lo, hi, OUT, "host write gap", covers=covers)
             self._host_view()[key] = staged
-            self._changed("host", lo, hi)
+            self._changed(HOST, lo, hi)

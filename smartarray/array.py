@@ -34,7 +34,7 @@ import numpy as np
 from . import _numba_cpu, _perf, _streams, guard, memory
 from ._arguments import ArgumentMethods
 from ._checks import _check_array_dtype, _check_shape
-from ._engine import HOST, IN, INOUT, LOCATIONS, OUT
+from ._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT
 from ._engine import Buffer as _Buffer
 from ._exchange import ExchangeMethods
 from ._geometry import GeometryMethods
@@ -209,7 +209,7 @@ class SmartArray(
             ary = np.ascontiguousarray(ary)
         layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
         strides = _contiguous_strides(ary.shape, ary.dtype.itemsize, layout)
-        valid_at = "host" if (where == "host" or adopt) else "gpu"
+        valid_at = HOST if (where == HOST or adopt) else GPU
         buf = _Buffer(ary.nbytes, valid_at, bool(pinned), name)
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
         if adopt:
@@ -220,10 +220,10 @@ class SmartArray(
             while isinstance(owner.base, np.ndarray):
                 owner = owner.base
             buf.held.track(owner, 0, ary.nbytes)
-        elif where == "host":
+        elif where == HOST:
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
-        if where == "gpu":
+        if where == GPU:
             if ary.nbytes:
                 guard.check("h2d", ary.nbytes, "construction", buf.name)  # before anything moves
             dev = buf.ensure_device()
@@ -233,7 +233,7 @@ class SmartArray(
                 raise TransferError(f"uploading the initial data failed: {exc}") from exc
             buf.stream = _streams.DEFAULT  # a staged synchronous upload: see SmartArray._copy
             if adopt:
-                buf.state.apply(buf.state.plan_read("gpu", 0, ary.nbytes))
+                buf.state.apply(buf.state.plan_read(GPU, 0, ary.nbytes))
 
     @staticmethod
     def _dtype_of(dtype: Any) -> np.dtype:
@@ -368,7 +368,7 @@ class SmartArray(
             refreshed as soon as the device copy is marked changed.
         """
         where = _check_where(where)
-        if where == "gpu":
+        if where == GPU:
             self._check_device_geometry()  # before anything moves
         with self._buf.lock:
             self._buf.ensure(where)
@@ -419,7 +419,7 @@ class SmartArray(
                     f"get({where!r}) before writing through it, then mark_changed({where!r})"
                 )
             self._changed(where, self._lo, self._hi)
-            if where == "host":
+            if where == HOST:
                 _perf.host_marked(self._buf, self._lo, self._hi)
 
     def host_changed(self) -> None:
