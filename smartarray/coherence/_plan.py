@@ -2,6 +2,8 @@
 
 A :class:`Plan` is made by :class:`~smartarray.coherence.BufferState` (``plan_read``,
 ``plan_consolidate``), performed by the caller (its :class:`Copy` operations) and then applied.
+The computations behind those plans live here too: :func:`sourced` (which location each stale
+byte is copied from) and :func:`consolidated` (bringing valid sets back within the run cap).
 Pure Python, standard library only.
 """
 
@@ -11,12 +13,21 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, NamedTuple
 
-from ._intervals import IntervalSet
+from ._intervals import EMPTY_SET, IntervalSet, covers, runs_set, smallest_gaps
 
 if TYPE_CHECKING:  # pragma: no cover - the state that makes plans
     from ._state import BufferState
 
-__all__ = ["EMPTY_PLAN", "Copy", "Plan", "StalePlanError", "copy_start", "new_copy"]
+__all__ = [
+    "EMPTY_PLAN",
+    "Copy",
+    "Plan",
+    "StalePlanError",
+    "consolidated",
+    "copy_start",
+    "new_copy",
+    "sourced",
+]
 
 
 class Copy(NamedTuple):
@@ -128,3 +139,73 @@ new_copy = tuple.__new__  # Copy(...) without the NamedTuple's Python-level __ne
 
 def copy_start(copy: Copy) -> int:
     return copy.start
+
+
+def sourced(
+    locations: tuple[str, ...], target: str, need: IntervalSet, valid: Mapping[str, IntervalSet]
+) -> list[Copy]:
+    """Split ``need`` (stale at ``target``) into copies from where each byte is ``valid``.
+
+    Sources are taken in ``locations`` order (the order of preference); the copies come out
+    ordered by offset.
+    """
+    copies: list[Copy] = []
+    sources = 0
+    for source in locations:
+        if source == target:
+            continue
+        have = valid[source]
+        if covers(have, need):  # always, with two locations
+            take, need = need, EMPTY_SET
+        else:
+            take = need.intersection(have)
+            need = need.difference(take)
+        if take:
+            sources += 1
+            for a, b in zip(take._starts, take._stops, strict=True):
+                copies.append(new_copy(Copy, (source, target, a, b)))
+        if not need:
+            break
+    if need:  # pragma: no cover - only reachable if the invariant was broken
+        raise RuntimeError(f"coherence invariant broken: bytes {need!r} are valid nowhere")
+    if sources > 1:
+        copies.sort(key=copy_start)
+    return copies
+
+
+def consolidated(
+    locations: tuple[str, ...], before: Mapping[str, IntervalSet], max_runs: int
+) -> tuple[dict[str, IntervalSet], dict[str, IntervalSet]]:
+    """The valid sets ``before`` brought back within ``max_runs`` runs each, and the bytes that
+    must be copied into each location for that: ``(after, need)``.
+
+    For each location over the cap, its smallest runs whose bytes are also valid elsewhere are
+    dropped first (free); if that is not enough, the gaps cheapest to copy are filled.
+    """
+    after = dict(before)
+    need: dict[str, IntervalSet] = {}
+    for loc in locations:
+        current = after[loc]
+        excess = len(current) - max_runs
+        if excess <= 0:
+            continue
+        elsewhere = EMPTY_SET
+        for other in locations:
+            if other != loc:
+                elsewhere = elsewhere.union(after[other])
+        droppable = sorted(
+            (b - a, a, b)
+            for a, b in zip(current._starts, current._stops, strict=True)
+            if elsewhere.contains(a, b)
+        )[:excess]
+        kept = current
+        if droppable:
+            kept = current.difference(runs_set(droppable))
+        fills = excess - len(droppable)
+        if fills > 0:
+            kept = kept.union(smallest_gaps(kept, fills, current))
+            stale = kept.difference(current)
+            if stale:
+                need[loc] = stale
+        after[loc] = kept
+    return after, need

@@ -7,19 +7,17 @@ cap). Pure Python, standard library only.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from operator import index
 
 from ._intervals import (
     EMPTY_SET,
     IntervalSet,
-    covers,
-    runs_set,
     smallest_gaps,
     with_span,
     without_span,
 )
-from ._plan import EMPTY_PLAN, Copy, Plan, StalePlanError, copy_start, new_copy
+from ._plan import EMPTY_PLAN, Copy, Plan, StalePlanError, consolidated, sourced
 
 __all__ = ["DEFAULT_MAX_RUNS", "BufferState"]
 
@@ -332,35 +330,8 @@ class BufferState:
             fill = smallest_gaps(final, excess, None)
             final = final.union(fill)
             need = need.union(fill)
-        copies = self._sourced(where, need, self._valid)
+        copies = sourced(self._locations, where, need, self._valid)
         return Plan(tuple(copies), {where: final}, self, self._version, need.total)
-
-    def _sourced(
-        self, target: str, need: IntervalSet, valid: Mapping[str, IntervalSet]
-    ) -> list[Copy]:
-        """Split ``need`` (stale at ``target``) into copies from where each byte is valid."""
-        copies: list[Copy] = []
-        sources = 0
-        for source in self._locations:
-            if source == target:
-                continue
-            have = valid[source]
-            if covers(have, need):  # always, with two locations
-                take, need = need, EMPTY_SET
-            else:
-                take = need.intersection(have)
-                need = need.difference(take)
-            if take:
-                sources += 1
-                for a, b in zip(take._starts, take._stops, strict=True):
-                    copies.append(new_copy(Copy, (source, target, a, b)))
-            if not need:
-                break
-        if need:  # pragma: no cover - only reachable if the invariant was broken
-            raise RuntimeError(f"coherence invariant broken: bytes {need!r} are valid nowhere")
-        if sources > 1:
-            copies.sort(key=copy_start)
-        return copies
 
     def plan_consolidate(self) -> Plan:
         """Plan bringing every location's valid set back within :attr:`max_runs` runs.
@@ -381,36 +352,11 @@ class BufferState:
         before = self._valid
         if all(len(s) <= m for s in before.values()):
             return EMPTY_PLAN
-        after = dict(before)
-        need: dict[str, IntervalSet] = {}
-        for loc in self._locations:
-            current = after[loc]
-            excess = len(current) - m
-            if excess <= 0:
-                continue
-            elsewhere = EMPTY_SET
-            for other in self._locations:
-                if other != loc:
-                    elsewhere = elsewhere.union(after[other])
-            droppable = sorted(
-                (b - a, a, b)
-                for a, b in zip(current._starts, current._stops, strict=True)
-                if elsewhere.contains(a, b)
-            )[:excess]
-            kept = current
-            if droppable:
-                kept = current.difference(runs_set(droppable))
-            fills = excess - len(droppable)
-            if fills > 0:
-                kept = kept.union(smallest_gaps(kept, fills, current))
-                stale = kept.difference(current)
-                if stale:
-                    need[loc] = stale
-            after[loc] = kept
+        after, need = consolidated(self._locations, before, m)
         copies: list[Copy] = []
         for loc in self._locations:
             if loc in need:
-                copies.extend(self._sourced(loc, need[loc], before))
+                copies.extend(sourced(self._locations, loc, need[loc], before))
         changed = {loc: s for loc, s in after.items() if s != before[loc]}
         return Plan(tuple(copies), changed, self, self._version)
 
