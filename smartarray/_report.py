@@ -23,7 +23,8 @@ def format_bytes(nbytes: int) -> str:
 
 
 def _cell(count: int, nbytes: int) -> str:
-    return f"{count} x {format_bytes(nbytes)}" if count else ""
+    """``'2.0 KiB in 4'``: the bytes moved in all, then in how many copies."""
+    return f"{format_bytes(nbytes)} in {count}" if count else ""
 
 
 def summary(events: Sequence[Any]) -> str:

@@ -170,7 +170,8 @@ class Trace:
         Returns
         -------
         str
-            One row per group, largest first, with the count and bytes per direction.
+            One row per group, largest first, with the bytes and the number of copies per
+            direction (``2.0 KiB in 4``: four copies moving 2.0 KiB in all).
 
         Examples
         --------
@@ -180,8 +181,8 @@ class Trace:
         ...     d = x.gpu()
         >>> print(t.summary())  # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
         array  reason        line  h2d       d2h  d2d
-        x      explicit get  ...   1 x 32 B
-        total                      1 x 32 B
+        x      explicit get  ...   32 B in 1
+        total                      32 B in 1
         """
         from ._report import summary
 

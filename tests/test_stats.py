@@ -183,13 +183,24 @@ def test_summary_groups_by_array_reason_and_line_with_directions():
     # Largest group first; uploads and downloads in their own columns.
     assert rows == [
         ["array", "reason", "line", "h2d", "d2h", "d2d"],
-        ["x", "device", "use", launch_x, "3", "x", "80", "B"],  # 64 B, then 8 B twice
-        ["y", "device", "use", launch_y, "1", "x", "32", "B"],
-        ["x", "host", "read", read, "3", "x", "24", "B"],
-        ["total", "4", "x", "112", "B", "3", "x", "24", "B"],
+        ["x", "device", "use", launch_x, "80", "B", "in", "3"],  # 64 B, then 8 B twice
+        ["y", "device", "use", launch_y, "32", "B", "in", "1"],
+        ["x", "host", "read", read, "24", "B", "in", "3"],
+        ["total", "112", "B", "in", "4", "24", "B", "in", "3"],
     ]
     down = t.summary().splitlines()[3]
-    assert down.index("3 x 24 B") == t.summary().splitlines()[0].index("d2h")
+    assert down.index("24 B in 3") == t.summary().splitlines()[0].index("d2h")
+
+
+def test_summary_cells_read_as_total_bytes_and_copy_count():
+    """Four copies of 512 B read as 2.0 KiB moved in 4 copies (not "4 x 2.0 KiB", which
+    reads as four copies of 2 KiB each)."""
+    a = sa.SmartArray(np.zeros(256), name="q")
+    with sa.trace() as t:
+        for i in range(4):
+            a[i * 64 : (i + 1) * 64].get("gpu")
+    total = t.summary().splitlines()[-1].split()
+    assert total == ["total", "2.0", "KiB", "in", "4"]
 
 
 def test_to_json_round_trips_events_and_totals():
