@@ -17,19 +17,23 @@
   dispatcher that prepares arguments as numba does (no GPU needed); issue 15's goal is under
   1 us per launch.
 
-Run as a script (``python benchmarks/bench_overhead.py [--quick]``) or call :func:`run`.
-Each figure is the minimum over repeats of the mean time per call, in nanoseconds.
+Run as a script (``python benchmarks/bench_overhead.py [--quick] [--spread N]``) or call
+:func:`run`. The variants compared run interleaved, in short batches timed in thread CPU time;
+each figure is the best batch's mean time per call, in nanoseconds (see :mod:`bench_timing`:
+the figures hold on a machine shared with other work). ``--spread N`` runs the whole benchmark
+in N fresh processes and prints each figure's min / median / max.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
-import timeit
 from typing import Any
 
 import numpy as np
+from bench_timing import format_spread, interleaved, spread
 
 __all__ = ["FloorArg", "run"]
 
@@ -80,12 +84,12 @@ def FloorArg(ary: np.ndarray) -> Any:  # noqa: N802 - used like a class
     return _FLOOR(ary)
 
 
-def _ns(fn: Any, number: int, repeat: int) -> float:
-    return min(timeit.repeat(fn, number=number, repeat=repeat)) / number * 1e9
-
-
 def njit_call(quick: bool = False) -> dict[str, float]:
-    """Nanoseconds per call of a no-op njit function: ndarray, SmartArray, floor argument."""
+    """Nanoseconds per call of a no-op njit function: ndarray, SmartArray, floor argument.
+
+    The three run interleaved (see :func:`bench_timing.interleaved`), each call a ``timeit``
+    statement (no Python function around it), so the ratio compares the calls themselves.
+    """
     import numba
 
     import smartarray as sa
@@ -99,12 +103,18 @@ def njit_call(quick: bool = False) -> dict[str, float]:
     floor = FloorArg(np.zeros(16))
     for arg in (ary, smart, floor, smart):  # compile, and arm the SmartArray's fast path
         noop(arg)
-    number, repeat = (20_000, 3) if quick else (200_000, 7)
-    out = {
-        "njit_noop_ndarray_ns": _ns(lambda: noop(ary), number, repeat),
-        "njit_noop_smartarray_ns": _ns(lambda: noop(smart), number, repeat),
-        "njit_noop_floor_ns": _ns(lambda: noop(floor), number, repeat),
-    }
+    number, rounds = (1_000, 30) if quick else (2_000, 200)
+    ns = {"noop": noop, "ary": ary, "smart": smart, "floor": floor}
+    out = interleaved(
+        {
+            "njit_noop_ndarray_ns": "noop(ary)",
+            "njit_noop_smartarray_ns": "noop(smart)",
+            "njit_noop_floor_ns": "noop(floor)",
+        },
+        number,
+        rounds,
+        ns,
+    )
     out["njit_smartarray_over_floor_ratio"] = (
         out["njit_noop_smartarray_ns"] / out["njit_noop_floor_ns"]
     )
@@ -138,11 +148,15 @@ def launch_preparation(quick: bool = False) -> dict[str, float]:
 
     prepare_smart()
     before = sa.stats()
-    number, repeat = (5_000, 3) if quick else (50_000, 7)
-    out = {
-        "launch_prep_smartarray_ns": _ns(prepare_smart, number, repeat),
-        "launch_prep_device_array_ns": _ns(prepare_numba, number, repeat),
-    }
+    number, rounds = (200, 30) if quick else (400, 200)
+    out = interleaved(
+        {
+            "launch_prep_smartarray_ns": prepare_smart,
+            "launch_prep_device_array_ns": prepare_numba,
+        },
+        number,
+        rounds,
+    )
     assert sa.stats() == before, "an already current SmartArray moved bytes"
     out["launch_prep_overhead_ns"] = (
         out["launch_prep_smartarray_ns"] - out["launch_prep_device_array_ns"]
@@ -203,7 +217,7 @@ def jit_launch(quick: bool = False) -> dict[str, float]:
     from smartarray.jit import _Kernel, _new
 
     plain, inferred = _StubDispatcher(), _new(_Kernel, _StubDispatcher())
-    number, repeat = (5_000, 3) if quick else (50_000, 7)
+    number, rounds = (100, 30) if quick else (200, 150)
 
     def smart() -> Any:
         return sa.SmartArray(np.zeros(1024))
@@ -232,11 +246,7 @@ def jit_launch(quick: bool = False) -> dict[str, float]:
     # Rounds interleave the variants, each figure the best round: differences of a few
     # hundred nanoseconds survive a machine shared with other work.
     before = sa.stats()
-    out = dict.fromkeys(calls, float("inf"))
-    rounds = repeat * 5
-    for _ in range(rounds):
-        for key, fn in calls.items():
-            out[key] = min(out[key], _ns(fn, max(number // rounds, 200), 1))
+    out = interleaved(calls, number, rounds)
     assert sa.stats() == before, "a launch of current arguments moved bytes"
     out["jit_launch_overhead_ns"] = (
         out["jit_launch_inferred_smartarray_ns"] - out["jit_launch_annotated_smartarray_ns"]
@@ -256,14 +266,23 @@ def main(argv: list[str] | None = None) -> None:
     """Print the figures (``--quick`` for fewer iterations)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (noisier)")
+    parser.add_argument("--spread", type=int, metavar="N", help="N runs in fresh processes")
+    parser.add_argument("--json-figures", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.spread:
+        print(format_spread(spread(__file__, ["--quick"] if args.quick else [], args.spread)))
+        return
     if "numba.cuda" not in sys.modules and "NUMBA_ENABLE_CUDASIM" not in os.environ:
         from numba import cuda
 
         if not cuda.is_available():
             print("no CUDA GPU: run with NUMBA_ENABLE_CUDASIM=1 for simulator figures")
             return
-    for key, value in run(args.quick).items():
+    figures = run(args.quick)
+    if args.json_figures:
+        print(json.dumps(figures))
+        return
+    for key, value in figures.items():
         print(f"  {key:40s} {value:10.2f}")
 
 
