@@ -1,15 +1,19 @@
 """Micro-benchmarks of smartarray.coherence, in nanoseconds per call.
 
 Run it as a script (``python benchmarks/bench_coherence.py [--quick]``) to print a table, or
-import :func:`run` to get the figures as a dict (keys carry their unit). Each figure is the
-minimum over several ``timeit`` repeats of the mean time per call. The cost of a plain Python
-attribute read is printed next to them for scale.
+import :func:`run` to get the figures as a dict (keys carry their unit). The statements run
+interleaved in short batches timed in thread CPU time; each figure is the best batch's mean
+time per call (see :mod:`bench_timing`). The cost of a plain Python attribute read is printed
+next to them for scale. ``--spread N`` runs it in N fresh processes and prints each figure's
+min / median / max.
 """
 
 from __future__ import annotations
 
 import argparse
-import timeit
+import json
+
+from bench_timing import format_spread, interleaved, spread
 
 from smartarray.coherence import DEFAULT_MAX_RUNS, EMPTY_PLAN, BufferState
 
@@ -31,11 +35,6 @@ class _Plain:
 
     def __init__(self) -> None:
         self.attr = 1
-
-
-def _ns_per_call(stmt: str, namespace: dict, number: int, repeat: int) -> float:
-    times = timeit.repeat(stmt, globals=namespace, number=number, repeat=repeat)
-    return min(times) / number * 1e9
 
 
 def run(quick: bool = False) -> dict[str, float]:
@@ -67,7 +66,7 @@ def run(quick: bool = False) -> dict[str, float]:
         - ``coherence_write_cycle_ns``: ``mark_changed`` followed by ``plan_consolidate`` and
           ``apply`` on the fragmented state (the SmartArray layer's write path).
     """
-    fast_n, slow_n, repeat = (20_000, 2_000, 3) if quick else (200_000, 20_000, 7)
+    fast_n, slow_n, rounds = (2_000, 200, 30) if quick else (5_000, 500, 150)
     frag = _fragmented()
     whole = BufferState(NBYTES, valid_at="host")
     assert frag.plan_read("gpu", 3 * STRIDE + 100, 3 * STRIDE + 900) is EMPTY_PLAN
@@ -85,48 +84,77 @@ def run(quick: bool = False) -> dict[str, float]:
 
     ns = {
         "frag": frag,
+        "changer": _fragmented(),  # its own state: the reads interleaved with it see frag's
         "whole": whole,
         "gpu_only": gpu_only,
         "plain": _Plain(),
         "write_cycle": write_cycle,
     }
     lo, hi = 3 * STRIDE + 100, 3 * STRIDE + 900
-    return {
-        "python_attribute_read_ns": _ns_per_call("plain.attr", ns, fast_n, repeat),
-        "coherence_fast_path_ns": _ns_per_call(
-            f"frag.plan_read('gpu', {lo}, {hi})", ns, fast_n, repeat
-        ),
-        "coherence_fast_path_whole_ns": _ns_per_call("whole.plan_read('host')", ns, fast_n, repeat),
-        "coherence_is_valid_ns": _ns_per_call(
-            f"frag.is_valid('gpu', {lo}, {hi})", ns, fast_n, repeat
-        ),
-        "coherence_fragmented_read_ns": _ns_per_call(
-            f"frag.plan_read('gpu', 0, {3 * STRIDE + 10})", ns, slow_n, repeat
-        ),
-        "coherence_cap_fill_read_ns": _ns_per_call(
-            f"frag.plan_read('gpu', {cap_lo}, {cap_lo + 100})", ns, slow_n, repeat
-        ),
-        "coherence_mark_changed_noop_ns": _ns_per_call(
-            "gpu_only.mark_changed('gpu')", ns, fast_n, repeat
-        ),
-        "coherence_mark_changed_ns": _ns_per_call(
-            f"frag.mark_changed('gpu', {lo}, {hi}); frag.mark_changed('host', {lo}, {hi})",
-            ns,
-            slow_n,
-            repeat,
-        )
-        / 2,
-        "coherence_write_cycle_ns": _ns_per_call("write_cycle()", ns, slow_n, repeat) / 2,
-    }
+    # The statements run interleaved, in short batches (see bench_timing): each figure is its
+    # best batch, so a load spike on a shared machine shifts none of them.
+    fast = interleaved(
+        {
+            "python_attribute_read_ns": "plain.attr",
+            "coherence_fast_path_ns": f"frag.plan_read('gpu', {lo}, {hi})",
+            "coherence_fast_path_whole_ns": "whole.plan_read('host')",
+            "coherence_is_valid_ns": f"frag.is_valid('gpu', {lo}, {hi})",
+            "coherence_mark_changed_noop_ns": "gpu_only.mark_changed('gpu')",
+        },
+        fast_n,
+        rounds,
+        ns,
+    )
+    slow = interleaved(
+        {
+            "coherence_fragmented_read_ns": f"frag.plan_read('gpu', 0, {3 * STRIDE + 10})",
+            "coherence_cap_fill_read_ns": f"frag.plan_read('gpu', {cap_lo}, {cap_lo + 100})",
+            "coherence_mark_changed_ns": (
+                f"changer.mark_changed('gpu', {lo}, {hi}); changer.mark_changed('host', {lo}, {hi})"
+            ),
+            "coherence_write_cycle_ns": "write_cycle()",
+        },
+        slow_n,
+        rounds,
+        ns,
+    )
+    slow["coherence_mark_changed_ns"] /= 2
+    slow["coherence_write_cycle_ns"] /= 2
+    figures = {**fast, **slow}
+    return {key: figures[key] for key in _ORDER}
+
+
+_ORDER = (
+    "python_attribute_read_ns",
+    "coherence_fast_path_ns",
+    "coherence_fast_path_whole_ns",
+    "coherence_is_valid_ns",
+    "coherence_fragmented_read_ns",
+    "coherence_cap_fill_read_ns",
+    "coherence_mark_changed_noop_ns",
+    "coherence_mark_changed_ns",
+    "coherence_write_cycle_ns",
+)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer iterations (noisier)")
+    parser.add_argument("--spread", type=int, metavar="N", help="N runs in fresh processes")
+    parser.add_argument("--json-figures", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.spread:
+        print(format_spread(spread(__file__, ["--quick"] if args.quick else [], args.spread)))
+        return
     results = run(quick=args.quick)
+    if args.json_figures:
+        print(json.dumps(results))
+        return
     scale = results["python_attribute_read_ns"]
-    print(f"smartarray.coherence micro-benchmarks (max_runs={DEFAULT_MAX_RUNS}, min of repeats)")
+    print(
+        f"smartarray.coherence micro-benchmarks (max_runs={DEFAULT_MAX_RUNS}, "
+        "best of interleaved batches)"
+    )
     for key, value in results.items():
         print(f"  {key:34s} {value:10.1f} ns  ({value / scale:6.1f} x attribute read)")
 

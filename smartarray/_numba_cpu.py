@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from llvmlite import ir
 from numba.core import cgutils, types
 from numba.core.extending import (
     NativeValue,
@@ -206,6 +207,34 @@ def smartarray_type(
     return typ
 
 
+def _attribute_name(c: Any, name: str) -> Any:
+    """An interned ``str`` for ``name``, made on the first call and kept in a module global.
+
+    ``pyapi.object_getattr_string`` makes a new string object on every call (then hashes and
+    frees it), and a new string misses CPython's type attribute cache (keyed by the string
+    object), so every call also searches the class dictionaries along the MRO. The interned
+    string is found in that cache. It is made at run time, not embedded as a pointer, so the
+    code works from numba's on-disk cache too. NULL (with ``MemoryError`` set) if interning
+    failed.
+    """
+    builder, pyapi = c.builder, c.pyapi
+    module = builder.module
+    symbol = f"_smartarray_attr_{name}"
+    try:
+        slot = module.get_global(symbol)
+    except KeyError:
+        slot = ir.GlobalVariable(module, pyapi.pyobj, symbol)
+        slot.linkage = "internal"
+        slot.initializer = ir.Constant(pyapi.pyobj, None)
+    with builder.if_then(cgutils.is_null(builder, builder.load(slot)), likely=False):
+        intern = pyapi._get_function(
+            ir.FunctionType(pyapi.pyobj, [pyapi.cstring]), name="PyUnicode_InternFromString"
+        )
+        # A new reference, kept for the life of the process (one per compiled module).
+        builder.store(builder.call(intern, [c.context.insert_const_string(module, name)]), slot)
+    return builder.load(slot)
+
+
 @unbox(SmartArrayType)
 def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
     builder, pyapi = c.builder, c.pyapi
@@ -220,7 +249,11 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
         builder.store(native.value, value_ptr)
         builder.store(native.is_error, error_ptr)
 
-    fast = pyapi.object_getattr_string(obj, "_njit_fast")
+    fast_ptr = cgutils.alloca_once_value(builder, cgutils.get_null_value(pyapi.pyobj))
+    name = _attribute_name(c, "_njit_fast")
+    with builder.if_then(cgutils.is_not_null(builder, name), likely=True):
+        builder.store(pyapi.object_getattr(obj, name), fast_ptr)
+    fast = builder.load(fast_ptr)
     with builder.if_else(cgutils.is_not_null(builder, fast), likely=True) as (smart, ndarray):
         with smart:
             is_fast = builder.icmp_unsigned("!=", fast, pyapi.borrow_none())
@@ -235,7 +268,8 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
                         pyapi.decref(host)
             pyapi.decref(fast)
         with ndarray:
-            # No such attribute: an ndarray reaching a SmartArray version.
+            # No such attribute: an ndarray reaching a SmartArray version (numba's unboxer
+            # raises its TypeError for anything else).
             pyapi.err_clear()
             unbox_ndarray(obj)
 

@@ -205,9 +205,11 @@ def kernel(x):
     pass
 
 user = driver.Stream(binding.CUstream(0x1000))  # as cuda.stream() / external_stream(ptr) give
+user2 = driver.Stream(binding.CUstream(0x2000))
 default = kernel[1, 32].stream  # what the dispatcher hands ArgHint.to_device
 on_user = kernel[1, 32, user].stream
 other_config = kernel[2, 32, user].stream
+on_user2 = kernel[1, 32, user2].stream
 print("RESULT " + json.dumps({
     "type": type(default).__module__ + "." + type(default).__name__,
     "default is 0": _streams.same(default, 0),
@@ -219,6 +221,9 @@ print("RESULT " + json.dumps({
     "configs share a stream": _streams.same(on_user, other_config),
     "configs share an object": on_user is other_config,
     "user is not default": not _streams.same(on_user, default),
+    "two user streams differ": not _streams.same(on_user, on_user2),
+    "on user2 is user2": _streams.same(on_user2, user2) and _streams.same(user2, on_user2),
+    "default is not user2": not _streams.same(default, on_user2),
 }))
 """
 
@@ -243,6 +248,9 @@ def test_the_streams_numba_cudas_real_dispatcher_passes_are_recognised():
         "configs share a stream": True,
         "configs share an object": False,  # so streams are compared by handle
         "user is not default": True,
+        "two user streams differ": True,
+        "on user2 is user2": True,
+        "default is not user2": True,
     }
 
 
