@@ -303,6 +303,32 @@ def test_copy_of_device_data_copies_device_to_device():
     np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
 
 
+@pytest.mark.parametrize("how", ["copy", "deepcopy"])
+def test_copy_module_of_device_data_copies_device_to_device(how):
+    import copy
+
+    a = sa.SmartArray(np.asfortranarray(np.arange(12.0).reshape(3, 4)), where="gpu")
+    launch(add_one, a.reshape(-1, order="F"))
+    sa.reset_stats()
+    b = getattr(copy, how)(a)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 96}
+    assert b.valid_at == ("gpu",) and b._buf is not a._buf
+    assert b.flags.f_contiguous  # the layout is kept, as ndarray.__copy__ keeps it
+    launch(add_one, b.reshape(-1, order="F"))
+    np.testing.assert_array_equal(b.host(), np.arange(12.0).reshape(3, 4) + 2.0)
+    np.testing.assert_array_equal(a.host(), np.arange(12.0).reshape(3, 4) + 1.0)
+
+
+def test_copy_module_of_host_data_moves_nothing():
+    import copy
+
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    for b in (copy.copy(a), copy.deepcopy(a)):
+        assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+        b[0] = -1
+        assert a.host()[0] == 0
+
+
 def test_from_a_read_only_cuda_view_copies_device_to_device():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     v = a.cuda_view("in")
