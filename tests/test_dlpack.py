@@ -256,6 +256,11 @@ def test_dtypes_and_a_2d_fortran_array():
         assert t.dtype == np.dtype(dtype)
         np.testing.assert_array_equal(t.values(), np.arange(4).astype(dtype))
         t.release()
+    r = sa.SmartArray(np.arange(6.0))
+    t = Consumer(export(r[::-1]))  # DLPack takes negative strides (the CAI does not)
+    assert t.strides == (-1,) and t.data == pointer(r.get("gpu")) + 40
+    np.testing.assert_array_equal(t.values(), np.arange(6.0)[::-1])
+    t.release()
     f = sa.SmartArray(np.asfortranarray(np.arange(6.0).reshape(2, 3)))
     t = Consumer(export(f))
     assert t.shape == (2, 3) and t.strides == (1, 2)
