@@ -255,16 +255,13 @@ def export(
 
 def _copied(a: SmartArray) -> SmartArray:
     """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device."""
-    from ._interop import _layout
+    from ._interop import _layout, order_before_default
     from .array import SmartArray
 
     if a.size and a.is_valid("gpu") and all(s >= 0 for s in a.strides):
         dev = a.get("gpu")  # moves nothing: current there
         if _layout(dev) is not None:
-            with a._buf.lock:
-                if a._buf.stream != 0:
-                    # The copy runs on the default stream: a's pending work goes first.
-                    _streams.order(a._buf.stream, 0)
+            order_before_default(a)  # the copy runs on the default stream
             return SmartArray(dev)  # device to device (counted d2d)
     # Strided or current on the host: gathered there, uploaded when shared.
     return SmartArray(np.ascontiguousarray(a.copy_to_host()))

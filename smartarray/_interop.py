@@ -64,6 +64,19 @@ def _wait_for_device(a: SmartArray) -> None:
     a._buf.wait_for_device()
 
 
+def order_before_default(a: SmartArray) -> None:
+    """Order ``a``'s pending device work before work queued next on the default stream.
+
+    A device-to-device copy of ``a`` runs on the default stream; with per-thread default
+    streams or non-blocking streams nothing else orders it after a kernel still running on
+    another stream. An event does, without a host wait.
+    """
+    with a._buf.lock:
+        pending = _pending_stream(a)
+        if pending != 0 and pending is not _streams.DEFAULT:
+            _streams.order(pending, 0)
+
+
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
     """Make ``raw`` (1-D uint8 device memory) ``a``'s device copy (``a`` owns a fresh buffer)."""
     assert a._buf.device_bytes is None
@@ -414,6 +427,7 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
     ):
         dev = a.get("gpu")  # moves nothing: current there
         if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
+            order_before_default(a)
             return SmartArray(dev)
     return host_copy(a, order=order)
 

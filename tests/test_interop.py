@@ -503,3 +503,16 @@ def test_pytorch_both_ways():
     np.testing.assert_array_equal(b.host(), np.arange(N))
     h = torch.from_dlpack(a)  # a host consumer
     assert h.device.type == "cpu"
+
+
+def test_copy_of_device_data_waits_for_pending_work_on_another_stream():
+    from smartarray.testing import strict
+
+    # Per-thread default stream: nothing orders the copy (on the default stream) after the
+    # kernel on ``s`` but an event.
+    with strict(seed=2, per_thread_default_stream=True):
+        a = sa.SmartArray(np.arange(N, dtype=np.float64), where="gpu")
+        s = cuda.stream()
+        add_one[1, 32, s](a)  # queued on s
+        b = a.copy()  # device to device
+        np.testing.assert_array_equal(b.host(), np.arange(N) + 1.0)
