@@ -148,16 +148,35 @@ class ExchangeMethods:
         dl_device: Any = None,
         copy: bool | None = None,
     ) -> Any:
-        """Export the host copy through DLPack (``np.from_dlpack(a)``), made current first.
+        """Export through DLPack: the host copy, or the device copy for ``dl_device=(2, id)``.
 
-        The consumer may write: a host write is recorded (the device copy becomes stale),
-        unless ``copy=True`` (a snapshot). CUDA consumers take ``__cuda_array_interface__``: a
-        request for a CUDA device (``dl_device=(2, n)``) raises ``BufferError``.
+        Host consumers (``np.from_dlpack(a)``): the host copy is made current and shared; the
+        consumer may write, so a host write is recorded (the device copy becomes stale),
+        unless ``copy=True`` (a snapshot).
+
+        CUDA consumers (``dl_device=(2, id)``; or ``cupy.from_dlpack(a.cuda_view())``): the
+        device copy is made current and shared. ``stream`` is the consumer's stream (None or
+        1: the legacy default stream, 2: the per-thread default stream, a larger int: a
+        stream handle, -1: no synchronization): this array's pending device work is ordered
+        before it with an event, without a host wait. The consumer may write, so a device
+        write is recorded, as for ``__cuda_array_interface__``. ``copy=True``: a fresh device
+        copy. ``max_version`` of (1, 0) or later gets the versioned capsule.
+
+        Raises
+        ------
+        BufferError
+            A device other than the CPU or this array's CUDA device; a dtype DLPack cannot
+            carry; ``copy=False`` where a copy is needed.
         """
         return _interop().dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        """``(1, 0)``: DLPack exports are of the host copy (kDLCPU)."""
+        """``(1, 0)`` (kDLCPU): ``__dlpack__`` exports the host copy unless asked for CUDA.
+
+        A SmartArray is a host array with a device copy. ``np.from_dlpack(a)`` asks for no
+        device and must get host memory; consumers that follow ``__dlpack_device__`` (CuPy,
+        PyTorch) take the device copy from ``a.cuda_view()``, whose device is CUDA.
+        """
         return _interop().dlpack_device(self)
 
     def copy(self, order: str = "C") -> SmartArray:

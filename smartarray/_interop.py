@@ -10,9 +10,12 @@ Export rules (see ``docs/interop.rst``):
   records a device write (conservative). ``cuda_view(intent='in')`` shares read-only and records
   nothing; ``with a.cuda_view() as v:`` records the write again on exit, so held host arrays show
   what the consumer wrote.
-- ``__dlpack__`` exports to host consumers (``np.from_dlpack``): the host copy is made current
-  and a host write recorded (``copy=True``: a snapshot, nothing recorded). CUDA consumers take
-  the CUDA Array Interface; a CUDA DLPack capsule is not offered (``BufferError``).
+- ``__dlpack_device__`` is ``(kDLCPU, 0)``, and ``__dlpack__`` (``dl_device`` None or the CPU)
+  exports to host consumers (``np.from_dlpack``): the host copy is made current and a host
+  write recorded (``copy=True``: a snapshot, nothing recorded). A CUDA consumer asks for the
+  device copy with ``dl_device=(kDLCUDA, id)``, or takes ``cuda_view()``, whose
+  ``__dlpack_device__`` is CUDA: the device copy is made current on the consumer's stream and
+  a device write recorded as for the CUDA Array Interface (:mod:`smartarray._dlpack`).
 
 Import: device objects (the CUDA Array Interface, numba device arrays) are copied device to
 device (counted ``d2d``), or adopted as the device copy with ``copy=False``.
@@ -60,6 +63,19 @@ def _pending_stream(a: SmartArray) -> Any:
 def _wait_for_device(a: SmartArray) -> None:
     """Block until the device work queued on ``a``'s buffer finished."""
     a._buf.wait_for_device()
+
+
+def order_before_default(a: SmartArray) -> None:
+    """Order ``a``'s pending device work before work queued next on the default stream.
+
+    A device-to-device copy of ``a`` runs on the default stream; with per-thread default
+    streams or non-blocking streams nothing else orders it after a kernel still running on
+    another stream. An event does, without a host wait.
+    """
+    with a._buf.lock:
+        pending = _pending_stream(a)
+        if pending != 0 and pending is not _streams.DEFAULT:
+            _streams.order(pending, 0)
 
 
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
@@ -143,6 +159,44 @@ class CudaView:
         self.intent = intent
         self.__cuda_array_interface__ = cuda_array_interface(array, readonly=intent == "in")
 
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export the device copy through DLPack (``cupy.from_dlpack(v)``, ``torch.from_dlpack``).
+
+        ``stream`` is the consumer's (DLPack's convention); the device copy is made current
+        and ordered before it. ``intent='inout'`` records a device write; ``intent='in'``
+        records nothing and needs the versioned form (``max_version=(1, 0)``), whose flags
+        say read-only. ``copy=True``: a fresh device copy.
+        """
+        kind = _check_dl_device(dl_device)
+        if kind is not None and kind[0] != KDL_CUDA:
+            raise BufferError(
+                "a CudaView exports the device copy; host consumers take the SmartArray "
+                "itself (np.from_dlpack(a))"
+            )
+        from . import _dlpack
+
+        return _dlpack.export(
+            self.array,
+            stream,
+            max_version,
+            None if kind is None else kind[1],
+            copy,
+            readonly=self.intent == "in",
+        )
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCUDA, device id)``: the device copy is what this view shares."""
+        from . import _dlpack
+
+        return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_bytes))
+
     def __enter__(self) -> CudaView:
         return self
 
@@ -161,24 +215,22 @@ def cuda_view(a: SmartArray, intent: str = "inout") -> CudaView:
     return CudaView(a, intent)
 
 
-def _check_dl_device(dl_device: Any) -> None:
+def _check_dl_device(dl_device: Any) -> tuple[int, int] | None:
+    """``dl_device`` as a (device type, id) pair of a device we serve (CPU or CUDA), or None."""
     if dl_device is None:
-        return
+        return None
     try:
-        kind, _ = dl_device
-        kind = int(kind)
+        kind, number = dl_device
+        kind, number = int(kind), int(number)
     except (TypeError, ValueError):
         raise ValueError(
             f"dl_device must be None or a (device_type, device_id) pair, got {dl_device!r}"
         ) from None
-    if kind == KDL_CUDA:
+    if kind not in (KDL_CPU, KDL_CUDA):
         raise BufferError(
-            "SmartArray.__dlpack__ exports host memory only; CUDA consumers take "
-            "__cuda_array_interface__ (cupy.asarray(a), torch.as_tensor(a, device='cuda'), "
-            "numba.cuda.as_cuda_array(a))"
+            f"SmartArray.__dlpack__ exports to the CPU (1) or a CUDA device (2), not {kind}"
         )
-    if kind != KDL_CPU:
-        raise BufferError(f"SmartArray.__dlpack__ exports to the CPU (1) only, not {kind}")
+    return kind, number
 
 
 def dlpack(
@@ -189,7 +241,11 @@ def dlpack(
     copy: bool | None = None,
 ) -> Any:
     """See :meth:`SmartArray.__dlpack__`."""
-    _check_dl_device(dl_device)
+    kind = _check_dl_device(dl_device)
+    if kind is not None and kind[0] == KDL_CUDA:
+        from . import _dlpack
+
+        return _dlpack.export(a, stream, max_version, kind[1], copy)
     # ``stream`` is the consumer's stream. The host copy is current when this returns (its
     # downloads waited for), so there is nothing to order on it: any value is accepted, as
     # cuda.core passes one for host memory too.
@@ -357,6 +413,7 @@ def init_from_device(
         if exc.__class__.__name__ == "TransferGuardError":
             raise
         raise TransferError(f"copying the device object failed: {exc}") from exc
+    self._buf.stream = _streams.DEFAULT  # a device-to-device copy may still run when it returns
     self.mark_changed(GPU)
 
 
@@ -371,6 +428,7 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
     ):
         dev = a.get(GPU)  # moves nothing: current there
         if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
+            order_before_default(a)
             return SmartArray(dev)
     return host_copy(a, order=order)
 

@@ -2,7 +2,9 @@
 
 :class:`ProtocolMethods` is a mixin :class:`~smartarray.array.SmartArray` inherits. Those that read
 data read the current host data (made current first, only stale bytes moving) under the
-buffer's lock; pickles and copies are new SmartArrays holding a copy of it.
+buffer's lock; pickles are new SmartArrays holding a copy of it. ``copy.copy`` and
+``copy.deepcopy`` are ``a.copy()`` (device to device when the data is current on the device
+only).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._numpy_api import _smart
 from ._numpy_api import arrays_in as _arrays_in
 from ._numpy_api import locked as _locked
 from ._results import _rebuild
@@ -90,7 +91,9 @@ class ProtocolMethods:
         return (_rebuild, (data,))
 
     def __copy__(self) -> SmartArray:
-        return _smart()(self)
+        # As ``a.copy()`` (device to device when the data is current on the device only),
+        # keeping the layout as ``ndarray.__copy__`` does.
+        return self.copy(order="K")
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
-        return _smart()(self)
+        return self.copy(order="K")  # numbers only: nothing deeper to copy

@@ -26,6 +26,7 @@ The gaps, and where they are filled:
 - a device record is allocated by copying a host record: :func:`device_record_like`;
 - a device view is built from the ndarray the fake array wraps: :func:`device_view`;
 - its ``Event`` takes no arguments: :func:`event`;
+- its streams have no handle, and its ``external_stream`` raises: :func:`consumer_stream`;
 - ``split`` returns a list there and a generator on a GPU: the counted ``split`` returns a list
   on both (no branch needed).
 """
@@ -179,3 +180,20 @@ def event() -> Any:
     Gap: the simulator's ``Event`` takes no arguments.
     """
     return cuda.event() if SIMULATOR else cuda.event(timing=False)
+
+
+def consumer_stream(value: int) -> Any:
+    """The stream a DLPack consumer names: 1 the legacy default stream, 2 the per-thread
+    default stream, a larger value a stream handle (``cuda.external_stream``).
+
+    Gap: the plain simulator's streams have no handle (its ``external_stream`` raises, and its
+    default streams are new objects at each call). They complete their work at once, so the
+    default stream (0) stands for any. Strict mode's streams have handles, as a GPU's do.
+    """
+    if SIMULATOR and getattr(cuda.default_stream(), "handle", None) is None:
+        return 0
+    if value == 1:
+        return cuda.legacy_default_stream()
+    if value == 2:
+        return cuda.per_thread_default_stream()
+    return cuda.external_stream(value)

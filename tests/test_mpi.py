@@ -498,3 +498,45 @@ def test_docs_show_what_the_example_prints():
         line.strip() for line in out.splitlines() if not line.startswith(("target:", "defaults"))
     ]
     assert printed == shown_lines
+
+
+@needs_mpi
+def test_mpi4py_takes_a_smartarray_through_dlpack_coherently():
+    # mpi4py 4 takes an object without the buffer protocol through __dlpack__ (asking for the
+    # host: __dlpack_device__ is the CPU): a send gets the current host data (downloaded
+    # first), a receive writes the host copy, recorded as a host write before MPI writes it.
+    script = (
+        "import numpy as np\n"
+        "from numba import cuda\n"
+        "from mpi4py import MPI\n"
+        "import smartarray as sa\n"
+        "asked = []\n"
+        "dlpack = sa.SmartArray.__dlpack__\n"
+        "def spy(self, **kw):\n"
+        "    asked.append(kw.get('dl_device'))\n"
+        "    return dlpack(self, **kw)\n"
+        "sa.SmartArray.__dlpack__ = spy\n"
+        "@cuda.jit\n"
+        "def add_one(x):\n"
+        "    i = cuda.grid(1)\n"
+        "    if i < x.size:\n"
+        "        x[i] += 1\n"
+        "a = sa.SmartArray(np.arange(4.0), where='gpu')\n"
+        "add_one[1, 32](a)\n"
+        "b = sa.SmartArray(np.zeros(4))\n"
+        "sa.reset_stats()\n"
+        "comm = MPI.COMM_SELF\n"
+        "r = comm.Irecv(b, source=0, tag=1)\n"
+        "comm.Send(a, dest=0, tag=1)\n"
+        "r.Wait()\n"
+        "s = sa.stats()\n"
+        "assert (s.d2h_bytes, s.h2d_bytes, s.d2d_bytes) == (32, 0, 0), s\n"
+        "assert len(asked) == 2 and all(d in (None, (1, 0)) for d in asked), asked\n"
+        "assert b.valid_at == ('host',)\n"
+        "assert np.array_equal(np.asarray(b), np.arange(4.0) + 1)\n"
+        "add_one[1, 32](b)  # the received values go up\n"
+        "assert np.array_equal(np.asarray(b), np.arange(4.0) + 2)\n"
+        "assert np.array_equal(np.asarray(a), np.arange(4.0) + 1)\n"
+        "print('ok')\n"
+    )
+    assert "ok" in _run(["-c", script], None)

@@ -59,6 +59,13 @@ def _install() -> None:
     def default_stream() -> StrictStream:
         return _state.current().default_stream
 
+    def external_stream(ptr: int) -> StrictStream:
+        # Another library's stream, named by its handle: strict mode's stream of that handle
+        # (a new one for a handle no stream has), as numba wraps a CUstream on a GPU.
+        scheduler = _state.current().scheduler
+        found = scheduler.streams.get(int(ptr))
+        return found if found is not None else StrictStream(scheduler, handle=int(ptr))
+
     def synchronize() -> None:
         _state.current().scheduler.host_wait_all()
 
@@ -70,6 +77,7 @@ def _install() -> None:
         "default_stream": default_stream,
         "legacy_default_stream": default_stream,
         "per_thread_default_stream": default_stream,
+        "external_stream": external_stream,
         "synchronize": synchronize,
         "event": event,
         "Event": event,

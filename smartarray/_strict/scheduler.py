@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import random
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -48,10 +49,12 @@ class StrictStream:
 
     _ids = itertools.count(1)
 
-    def __init__(self, scheduler: Scheduler, default: bool = False) -> None:
+    def __init__(self, scheduler: Scheduler, default: bool = False, handle: int = 0) -> None:
         self._scheduler = scheduler
         self.is_default = default
-        self.handle = 0 if default else next(self._ids)
+        self.handle = 0 if default else (handle or next(self._ids))
+        if not default:
+            scheduler.streams[self.handle] = self  # for external_stream(handle)
 
     def synchronize(self) -> None:
         """Block the host until all work queued on this stream has run."""
@@ -126,6 +129,8 @@ class Scheduler:
         self.per_thread = per_thread_default_stream
         self.rng = random.Random(seed)
         self.queues: dict[Any, deque[Op]] = {}
+        # Live streams by handle: what ``cuda.external_stream(handle)`` finds.
+        self.streams: weakref.WeakValueDictionary[int, StrictStream] = weakref.WeakValueDictionary()
         self.last_default: Op | None = None
         self.host_syncs = 0
         self.log: list[str] = []
