@@ -143,6 +143,8 @@ class _Launch:
 
 _local = threading.local()
 _launches: dict[int, _Launch] = {}  # thread ident -> its launch
+# Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
+_skipped: dict[int, str] = {}
 
 
 # -- records --------------------------------------------------------------------------------
@@ -437,6 +439,7 @@ def _dirty(buf: Buffer) -> bool:
 def _evict_one(buf: Buffer, reason: str, pinned: set[Residency]) -> int:
     """Give back ``buf``'s device copy; return the device bytes freed (0: it stays)."""
     if not buf.lock.acquire(blocking=False):  # in use by another thread now
+        _skipped[id(buf)] = "another thread holds its lock"
         return 0
     try:
         rec = buf.residency
@@ -450,8 +453,9 @@ def _evict_one(buf: Buffer, reason: str, pinned: set[Residency]) -> int:
             downloaded = plan.nbytes
             try:
                 buf.sync("host", 0, buf.nbytes, "eviction", 0)
-            except TransferGuardError:
-                return 0  # the guard refuses the download: this copy stays
+            except TransferGuardError:  # the guard refuses the download: this copy stays
+                _skipped[id(buf)] = "the transfer guard refuses its download"
+                return 0
         nbytes = rec.nbytes
         buf.drop_device()
         _unregister(buf)
@@ -465,6 +469,7 @@ def _evict(need: int, exclude: Buffer, reason: str) -> int:
     """Evict device copies (clean ones first, then least recently used) until ``need``
     bytes are freed or nothing more may go; return the bytes freed."""
     pinned = _pinned()
+    _skipped.clear()
     candidates = [b for b in _buffers() if b is not exclude and not _kept(b, pinned)]
     candidates.sort(key=lambda b: (_dirty(b), b.residency.tick))  # type: ignore[union-attr]
     freed = 0
@@ -480,7 +485,11 @@ def _evict(need: int, exclude: Buffer, reason: str) -> int:
 def _no_room(buf: Buffer, budget: int | None, cause: str) -> DeviceMemoryError:
     pinned = _pinned()
     listed = [
-        (b.name, b.residency.nbytes, _kept(b, pinned) or "may be evicted")  # type: ignore[union-attr]
+        (
+            b.name,
+            b.residency.nbytes,  # type: ignore[union-attr]
+            _kept(b, pinned) or _skipped.get(id(b), "may be evicted"),
+        )
         for b in _buffers()
         if b is not buf
     ]

@@ -219,9 +219,16 @@ def give_back_freed() -> None:
     """Free device memory whose last reference is gone now, not later.
 
     numba-cuda defers ``cuMemFree`` (``_PendingDeallocs``) until a count or size threshold: an
-    eviction's memory would stay allocated and the retried allocation fail. Gap: the
-    simulator's context has no pending frees (memory goes with its last reference).
+    eviction's memory would stay allocated and the retried allocation fail. Device
+    allocations queue their frees on the memory manager's list (``_alloc_finalizer``), streams
+    and modules on the context's: both are flushed. An External Memory Management plugin may
+    have neither (it frees by its own rules). Gap: the simulator's context has no pending
+    frees (memory goes with its last reference).
     """
     if SIMULATOR:
         return
-    cuda.current_context().deallocations.clear()
+    ctx = cuda.current_context()
+    for owner in (getattr(ctx, "memory_manager", None), ctx):
+        pending = getattr(owner, "deallocations", None)
+        if pending is not None:
+            pending.clear()

@@ -5,10 +5,14 @@ arrays under a small budget against a NumPy model."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+import threading
 
 import numba
 import numpy as np
 import pytest
+from _targets import real_target_env
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -36,6 +40,13 @@ def k_add3(x, y, z):
         x[i] += 1.0
         y[i] += 2.0
         z[i] += x[i] + y[i]
+
+
+@cuda.jit
+def k_add_one_first(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
 
 
 @cuda.jit
@@ -278,6 +289,45 @@ def test_a_launch_never_evicts_its_own_arguments(budget):
     np.testing.assert_array_equal(np.asarray(other), np.arange(N) + 301)
 
 
+def test_a_launch_prepared_in_another_thread_keeps_its_arguments(budget):
+    """Thread 1 prepared ``a`` and is still preparing its next argument; thread 2 needs room:
+    ``a`` is pinned (its lock is free by then), so it is not evicted under the launch. (In
+    strict mode: the plain simulator's launches share one global kernel context, so two
+    threads cannot launch at once there.)"""
+    with strict(seed=5):
+        a, b = arrays(2)
+        budget(NB)
+        started, go = threading.Event(), threading.Event()
+
+        class Blocker(cuda.args.ArgHint):
+            def to_device(self, retr, stream=0):
+                started.set()
+                go.wait(30)
+                return cuda.to_device(np.zeros(1))
+
+        errors = []
+
+        def worker():
+            try:
+                launch(k_add_one_first, a, Blocker(None))
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        try:
+            assert started.wait(30)
+            with pytest.raises(sa.DeviceMemoryError, match="r0 .*a launch being prepared or run"):
+                launch(k_add_one, b)  # would have to evict a
+        finally:
+            go.set()
+            thread.join(30)
+        assert not errors
+        np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1)
+        launch(k_add_one, b)  # the launch ran: a may go now
+        np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
+
+
 def test_a_launch_that_cannot_fit_its_arguments_fails_cleanly(budget):
     x, y, z = arrays(3)
     budget(2 * NB)
@@ -370,6 +420,23 @@ def test_queued_device_work_is_waited_for_before_eviction(budget):
         np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
 
 
+def test_a_transfer_guard_refusing_downloads_refuses_dirty_evictions_only(budget):
+    a, b, c = arrays(3)
+    out = sa.SmartArray(shape=1)
+    budget(2 * NB + out.nbytes)
+    launch(k_add_one, a)  # dirty
+    launch(k_sum_into, sa.In(b), sa.Out(out))  # b clean
+    with sa.transfer_guard("disallow", direction="d2h"), sa.trace() as t:
+        launch(k_add_one, c)  # b is clean: given back, nothing moves
+        assert [e.array for e in t.evictions] == ["r1"]
+        with pytest.raises(sa.DeviceMemoryError) as info:
+            launch(k_add_one, b)  # only a or c could go: their downloads are refused
+    assert ("r0", NB, "the transfer guard refuses its download") in info.value.resident
+    assert [e.direction for e in t.events] == ["h2d"]  # c's upload; nothing went down
+    for k, x in enumerate((a, b, c)):
+        np.testing.assert_array_equal(np.asarray(x), np.arange(N) + 100 * k + (1, 0, 1)[k])
+
+
 # -- strict mode: a device that runs out ----------------------------------------------------
 
 
@@ -399,6 +466,52 @@ def test_strict_out_of_memory_that_eviction_cannot_fix_is_a_clear_error():
         assert info.value.__cause__ is not None  # numba's CudaAPIError
         assert state.device_used == 0
         np.testing.assert_array_equal(np.asarray(a), np.zeros(2 * N))
+
+
+def test_numba_out_of_memory_error_of_a_gpu_is_recognised():
+    """On a GPU, numba-cuda raises CudaAPIError with the binding's CUresult enum: the
+    eviction-and-retry path must recognise it (checked on numba-cuda's real target)."""
+    code = (
+        "from numba.cuda.cudadrv.driver import CudaAPIError, binding\n"
+        "from smartarray import _simulator\n"
+        "assert not _simulator.SIMULATOR\n"
+        "R = binding.CUresult\n"
+        "assert _simulator.out_of_memory(CudaAPIError(R.CUDA_ERROR_OUT_OF_MEMORY, 'x'))\n"
+        "assert not _simulator.out_of_memory(CudaAPIError(R.CUDA_ERROR_INVALID_VALUE, 'x'))\n"
+        "assert not _simulator.out_of_memory(MemoryError())\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
+
+
+def test_eviction_flushes_numba_cudas_deferred_frees():
+    """numba-cuda defers cuMemFree of device allocations on the memory manager's pending list:
+    after an eviction, give_back_freed flushes it (and the context's), so a retried allocation
+    finds the memory. Checked on numba-cuda's real target with its own pending-free lists (a
+    context stands in for the driver's: there is no GPU here)."""
+    code = (
+        "from types import SimpleNamespace\n"
+        "import logging\n"
+        "from numba.cuda.cudadrv import driver\n"
+        "from numba.cuda.cudadrv.driver import _PendingDeallocs\n"
+        "if not hasattr(driver, '_logger'):  # set when the driver initialises\n"
+        "    driver._logger = logging.getLogger('numba.cuda')\n"
+        "from smartarray import _simulator\n"
+        "assert not _simulator.SIMULATOR\n"
+        "freed = []\n"
+        "def free(handle):\n"
+        "    freed.append(handle)\n"
+        "free.__name__ = 'cuMemFree'\n"
+        "mm, own = _PendingDeallocs(1 << 40), _PendingDeallocs(1 << 40)\n"
+        "mm.add_item(free, 'device memory', 256)\n"
+        "own.add_item(free, 'stream', 0)\n"
+        "ctx = SimpleNamespace(memory_manager=SimpleNamespace(deallocations=mm), "
+        "deallocations=own)\n"
+        "_simulator.cuda.current_context = lambda: ctx\n"
+        "assert freed == []  # deferred\n"
+        "_simulator.give_back_freed()\n"
+        "assert freed == ['device memory', 'stream'], freed\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
 
 
 # -- random pipelines under a small budget --------------------------------------------------
