@@ -291,6 +291,29 @@ def format_markdown(report: dict[str, Any]) -> str:
             "> " + SIMULATOR_TIMES_NOTE.replace("\n ", "").lstrip("* "),
             "",
         ]
+    budget = report.get("over_budget")
+    if budget:
+        b = budget["bytes"]
+        out += [
+            f"SmartArrays totalling {budget['total']:,} bytes under a {budget['budget']:,}-byte "
+            f"device budget ({budget['evictions']} evictions):",
+            "",
+            _md_table(
+                [
+                    ("bytes moved", "bytes", "/ smartarray"),
+                    *(
+                        (label, f"{b[key]:,}", f"{_ratio(b[key], b['smartarray']):.2f}")
+                        for label, key in (
+                            ("smartarray", "smartarray"),
+                            ("least possible (offline, Belady)", "least"),
+                            ("lower bound (unlimited memory)", "unlimited"),
+                            ("managed memory model (64 KiB pages)", "managed"),
+                        )
+                    ),
+                ]
+            ),
+            "",
+        ]
     out += [
         "<details><summary>overheads</summary>",
         "",

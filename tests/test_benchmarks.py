@@ -131,6 +131,10 @@ def test_bench_arrays_four_times_the_budget(bench):
     assert b["smartarray"] == b["smartarray_model"]
     assert b["unlimited"] <= b["least"] <= b["smartarray"] < b["managed"]
     assert "arrays larger than the GPU" in out.stdout and "managed memory model" in out.stdout
+    import suite
+
+    text = suite.format_markdown(report)
+    assert f"| managed memory model (64 KiB pages) | {b['managed']:,} |" in text
 
 
 def test_budget_models_in_process():
