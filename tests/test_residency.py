@@ -50,6 +50,14 @@ def k_add_one_first(x, y):
 
 
 @cuda.jit
+def k_in_then_two(x, y, z):
+    i = cuda.grid(1)
+    if i < x.size:
+        y[i] += x[i]
+        z[i] += 2.0 * x[i]
+
+
+@cuda.jit
 def k_sum_into(x, out):
     if cuda.grid(1) == 0:
         total = 0.0
@@ -629,6 +637,22 @@ class Budgeted(RuleBasedStateMachine):
         self.ref[m] += self.ref[i] + self.ref[j]
         for q in ks:
             self.gpu_valid[q][:] = True
+            self.host_valid[q][:] = False
+
+    @rule(ks=st.permutations(range(M)).map(lambda p: p[:3]))
+    def kernel_three_first_read_only(self, ks):
+        """The same with an ``In`` first argument: it stays clean (host current too), which
+        eviction takes first, so only its pin keeps it while the others are allocated."""
+        i, j, m = ks
+        self.run(
+            lambda: launch(k_in_then_two, sa.In(self.xs[i]), self.xs[j], self.xs[m]),
+            up=lambda: {q: int((~self.gpu_valid[q]).sum()) for q in ks},
+        )
+        self.ref[j] += self.ref[i]
+        self.ref[m] += 2.0 * self.ref[i]
+        for q in ks:
+            self.gpu_valid[q][:] = True
+        for q in (j, m):
             self.host_valid[q][:] = False
 
     @rule(k=which, sl=slices)
