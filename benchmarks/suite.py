@@ -18,7 +18,11 @@ JSON layout (:func:`run` returns it; other tools read it)::
         ...
       ],
       "overhead": {"<name>_<unit>": float, ...},
-      "strict_host_syncs_per_launch": {"hand" | "smartarray" | ...: float} or null
+      "strict_host_syncs_per_launch": {"hand" | "smartarray" | ...: float} or null,
+      "over_budget": {"budget": int, "total": int, "results_agree": bool, "evictions": int,
+                      "params": {...},
+                      "bytes": {"smartarray" | "smartarray_model" | "least" | "unlimited"
+                                | "managed": int}}
     }
 
 Run it through ``python -m smartarray bench [--quick] [--json PATH] [--markdown]``, which
@@ -31,6 +35,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+import bench_budget
 import bench_coherence
 import bench_overhead
 import bench_strict
@@ -114,6 +119,9 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     if progress:
         print("bench: host synchronisations (strict mode)", file=sys.stderr, flush=True)
     syncs = bench_strict.run(quick)
+    if progress:
+        print("bench: arrays four times the device budget", file=sys.stderr, flush=True)
+    over_budget = bench_budget.run(quick)
     return {
         "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
         "simulator": memory.SIMULATOR,
@@ -122,6 +130,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
         "workloads": rows,
         "overhead": overhead,
         "strict_host_syncs_per_launch": syncs,
+        "over_budget": over_budget,
     }
 
 
@@ -222,6 +231,7 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     out += [f"  {k:36s} {v:10.1f}" for k, v in o.items() if k.startswith(("coherence", "python"))]
     out += ["", bench_strict.format_figures(report.get("strict_host_syncs_per_launch"))]
+    out += ["", bench_budget.format_figures(report.get("over_budget"))]
     return "\n".join(out)
 
 
@@ -279,6 +289,29 @@ def format_markdown(report: dict[str, Any]) -> str:
     if report["simulator"]:
         out += [
             "> " + SIMULATOR_TIMES_NOTE.replace("\n ", "").lstrip("* "),
+            "",
+        ]
+    budget = report.get("over_budget")
+    if budget:
+        b = budget["bytes"]
+        out += [
+            f"SmartArrays totalling {budget['total']:,} bytes under a {budget['budget']:,}-byte "
+            f"device budget ({budget['evictions']} evictions):",
+            "",
+            _md_table(
+                [
+                    ("bytes moved", "bytes", "/ smartarray"),
+                    *(
+                        (label, f"{b[key]:,}", f"{_ratio(b[key], b['smartarray']):.2f}")
+                        for label, key in (
+                            ("smartarray", "smartarray"),
+                            ("least possible (offline, Belady)", "least"),
+                            ("lower bound (unlimited memory)", "unlimited"),
+                            ("managed memory model (64 KiB pages)", "managed"),
+                        )
+                    ),
+                ]
+            ),
             "",
         ]
     out += [

@@ -13,10 +13,12 @@ if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
     _select_simulator()
 
 from ._interop import as_cuda_array, is_cuda_array
+from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
 from .array import SmartArray
 from .errors import (
     CoherenceError,
+    DeviceMemoryError,
     PerformanceWarning,
     RegistrationError,
     SmartArrayError,
@@ -56,6 +58,7 @@ if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
 
 __all__ = [
     "CoherenceError",
+    "DeviceMemoryError",
     "In",
     "InOut",
     "Out",
@@ -74,6 +77,7 @@ __all__ = [
     "deregister",
     "device_array",
     "device_array_like",
+    "device_budget",
     "enable_nvtx",
     "explain",
     "is_cuda_array",
@@ -85,6 +89,8 @@ __all__ = [
     "pinned_array",
     "register",
     "reset_stats",
+    "resident",
+    "set_device_budget",
     "stats",
     "stream",
     "to_device",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _numba_cpu, _numba_cuda, _streams, memory
+from . import _numba_cpu, _numba_cuda, _residency, _streams, memory
 from ._engine import GPU, HOST, IN, INOUT, LaunchFailures, LaunchWrites
 from .errors import TransferError
 
@@ -92,9 +92,10 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         buf = self._buf
         queued = buf.stream
+        devary = self._device_view  # read once: an eviction (another thread) clears it
         if (
             self._gpu_only_at == buf.state.version
-            and self._device_view is not None
+            and devary is not None
             and (
                 queued is _streams.pending(stream)
                 or (queued != 0 and _streams.same(queued, stream))
@@ -109,7 +110,9 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
             # pre-kernel values: a cached callback re-checks the version after the launch.
             if intent != IN:
                 retr.append(self._fast_check or self._make_fast_check())
-            return _numba_cuda.launch_argument(self._device_view, retr, stream)
+            arg = _numba_cuda.launch_argument(devary, retr, stream)
+            _residency.launched(buf, retr)  # pinned until the launch ran; used now (LRU)
+            return arg
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
         with buf.lock:
@@ -121,6 +124,7 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
                 devary = self._device_view = memory.device_view(
                     buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
                 )
+                _residency.cache_view(buf, self)  # an eviction clears the cache
             arg = _numba_cuda.launch_argument(devary, retr, stream)
             if exclusive:
                 self._gpu_only_at = buf.state.version
@@ -132,6 +136,7 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
                 # passed twice, or overlapping views, must not download the overlap twice).
                 writes = buf.launch_writes_for(retr)
                 retr.append(functools.partial(self._after_launch, writes))
+            _residency.launched(buf, retr)  # pinned until the launch ran (after its callbacks)
             return arg
 
     def _make_fast_check(self) -> Any:
@@ -161,18 +166,25 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         """
         buf = self._buf
         lo, hi = self._lo, self._hi
+        retr = None if writes is None else writes.retr
         try:
             with buf.lock:
                 buf.release(GPU, lo, hi, INOUT, writes=writes)
                 if buf.state.is_exclusive(GPU, lo, hi):  # and no held array is stale
                     self._gpu_only_at = buf.state.version
         except TransferError as exc:
-            retr = None if writes is None else writes.retr
             if retr is None:
                 raise
             if not (retr and isinstance(retr[-1], LaunchFailures)):
                 retr.append(LaunchFailures())
             retr[-1].errors.append(exc)
+        finally:
+            if writes is not None and writes.pending == 0:
+                # The last write recorded: drop the reference to ``retr`` (which holds this
+                # callback, and numba's keep-alive of the launch's device arrays), so the
+                # launch's device memory goes when the dispatcher drops ``retr``, not at the
+                # next garbage collection (an eviction must give it back at once).
+                writes.retr = None
 
     def _njit_enter(self) -> np.ndarray:
         return self._njit_enter_as(INOUT)

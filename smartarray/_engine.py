@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from . import _perf, _streams, guard, memory
+from . import _perf, _residency, _streams, guard, memory
 from ._held import HeldHostArrays
 from .coherence import BufferState, IntervalSet, Plan
 from .errors import TransferError
@@ -100,6 +100,8 @@ class Buffer:
         "launch_writes",
         "name",
         "perf",
+        "residency",
+        "__weakref__",
     )
 
     def __init__(
@@ -127,6 +129,9 @@ class Buffer:
         )
         # The writes of the launch being prepared (or run) on this buffer, see LaunchWrites.
         self.launch_writes: LaunchWrites | None = None
+        # The device-memory budget's record of this buffer (LRU tick, pins, cached device
+        # views), made on first need: see smartarray._residency.
+        self.residency: _residency.Residency | None = None
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -140,10 +145,29 @@ class Buffer:
         return self.host_bytes
 
     def ensure_device(self) -> Any:
-        """The device copy, allocated on first need."""
+        """The device copy, allocated on first need (within the device-memory budget: other
+        buffers' device copies may be evicted to make room, see :mod:`smartarray._residency`)."""
         if self.device_bytes is None:
-            self.device_bytes = memory.device_array(self.nbytes, np.uint8)
+            self.device_bytes = _residency.allocate(self)
         return self.device_bytes
+
+    def drop_device(self) -> None:
+        """Give the device copy back (an eviction): the one transition that frees it.
+
+        Only when no byte is current on the device only (the state refuses otherwise) and no
+        device work is queued on it. Every cache of the device copy goes here, with it: the
+        views' device views (``_device_view``, which also keep the memory alive); the launch
+        fast path (``_gpu_only_at``) is closed by the state's new version. The next device
+        access allocates a new copy and uploads only what it needs.
+        """
+        self.state.drop(GPU)
+        self.device_bytes = None
+        rec = self.residency
+        if rec is not None and rec.views:
+            for view in list(rec.views.values()):
+                view._device_view = None
+                view._gpu_only_at = -1
+            rec.views.clear()
 
     def ensure(self, where: str) -> None:
         """Allocate the copy at ``where`` if it is not yet."""
@@ -345,6 +369,7 @@ class Buffer:
             if intent != IN:
                 self.wait_for_device()
             return False
+        _residency.touch(self)  # least recently used goes first
         if launch is None:
             self.sync(GPU, lo, hi, reason)
             return False

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _streams, memory
+from . import _residency, _streams, memory
 from ._engine import GPU, HOST
 from .array import SmartArray
 from .errors import TransferError
@@ -82,6 +82,7 @@ def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
     """Make ``raw`` (1-D uint8 device memory) ``a``'s device copy (``a`` owns a fresh buffer)."""
     assert a._buf.device_bytes is None
     a._buf.device_bytes = raw
+    _residency.adopt(a._buf)  # counted in the budget, never evicted (the owner's memory)
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -126,6 +127,8 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
     becomes stale and is downloaded when next read.
     """
     dev = a.get(GPU)  # device copy current (only stale bytes move); refuses negative strides
+    # The consumer keeps the pointer as long as it likes: this device copy is never evicted.
+    _residency.share(a._buf, "it was shared through __cuda_array_interface__")
     if not readonly:
         a.mark_changed(GPU)
     contiguous = dev.size == 0 or dev.is_c_contiguous()

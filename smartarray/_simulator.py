@@ -27,6 +27,8 @@ The gaps, and where they are filled:
 - a device view is built from the ndarray the fake array wraps: :func:`device_view`;
 - its ``Event`` takes no arguments: :func:`event`;
 - its streams have no handle, and its ``external_stream`` raises: :func:`consumer_stream`;
+- ``get_memory_info()`` is infinite and its context has no pending frees: :func:`free_device_memory`
+  and :func:`give_back_freed` (the device-memory budget);
 - ``split`` returns a list there and a generator on a GPU: the counted ``split`` returns a list
   on both (no branch needed).
 """
@@ -197,3 +199,54 @@ def consumer_stream(value: int) -> Any:
     if value == 2:
         return cuda.per_thread_default_stream()
     return cuda.external_stream(value)
+
+
+# -- device memory (the budget of smartarray._residency) --------------------------------------
+
+#: CUDA's out-of-memory result code (numba's ``CudaAPIError.code``; an enum on newer bindings).
+CUDA_ERROR_OUT_OF_MEMORY = 2
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is numba's ``CudaAPIError`` for CUDA_ERROR_OUT_OF_MEMORY.
+
+    A GPU raises it from ``cuMemAlloc``; strict mode raises the simulator's class with the same
+    ``code`` past its ``device_memory``.
+    """
+    code = getattr(exc, "code", None)
+    if code is None or type(exc).__name__ != "CudaAPIError":
+        return False
+    try:
+        return int(code) == CUDA_ERROR_OUT_OF_MEMORY
+    except (TypeError, ValueError):
+        return False
+
+
+def free_device_memory() -> int | None:
+    """Bytes of device memory free now, or None where it is unlimited.
+
+    Gap: the simulator reports infinite memory (strict mode reports its finite
+    ``device_memory``, but an allocation past it fails on its own: no budget is derived).
+    """
+    if SIMULATOR:
+        return None
+    return int(cuda.current_context().get_memory_info().free)
+
+
+def give_back_freed() -> None:
+    """Free device memory whose last reference is gone now, not later.
+
+    numba-cuda defers ``cuMemFree`` (``_PendingDeallocs``) until a count or size threshold: an
+    eviction's memory would stay allocated and the retried allocation fail. Device
+    allocations queue their frees on the memory manager's list (``_alloc_finalizer``), streams
+    and modules on the context's: both are flushed. An External Memory Management plugin may
+    have neither (it frees by its own rules). Gap: the simulator's context has no pending
+    frees (memory goes with its last reference).
+    """
+    if SIMULATOR:
+        return
+    ctx = cuda.current_context()
+    for owner in (getattr(ctx, "memory_manager", None), ctx):
+        pending = getattr(owner, "deallocations", None)
+        if pending is not None:
+            pending.clear()

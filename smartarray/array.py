@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _numba_cpu, _perf, _streams, guard, memory
+from . import _numba_cpu, _perf, _residency, _streams, guard, memory
 from ._arguments import ArgumentMethods
 from ._checks import _check_array_dtype, _check_shape
 from ._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT
@@ -383,9 +383,11 @@ class SmartArray(
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
             if where == HOST:
                 return self._export(readonly=False)
-            return memory.device_view(
+            dev = memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )
+            _residency.handed_out(self._buf, dev)  # not evicted while the user holds it
+            return dev
 
     def _check_device_geometry(self) -> None:
         """Refuse a device view that numba cannot take (negative strides), moving nothing."""

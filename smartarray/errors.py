@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "CoherenceError",
+    "DeviceMemoryError",
     "PerformanceWarning",
     "RegistrationError",
     "SmartArrayError",
@@ -42,6 +43,41 @@ class TransferError(SmartArrayError, RuntimeError):
 
 class CoherenceError(SmartArrayError, RuntimeError):
     """An operation would read or overwrite data that is not current where it runs."""
+
+
+class DeviceMemoryError(SmartArrayError, MemoryError):
+    """A device copy does not fit, even after evicting every array that may be evicted.
+
+    Raised by an access that needs a device copy (a kernel launch, ``get('gpu')``) when the
+    device-memory budget (:func:`~smartarray.set_device_budget`) or the GPU itself has no room
+    left. Nothing moved for the access that failed; arrays evicted to make room keep their
+    data on the host.
+
+    Attributes
+    ----------
+    array : str
+        The name of the array whose device copy did not fit.
+    nbytes : int
+        The bytes it needs.
+    budget : int or None
+        The budget in force (None: none, the GPU itself ran out).
+    resident : list of tuple
+        ``(name, nbytes, why it stays)`` of each device copy still resident.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        array: str = "",
+        nbytes: int = 0,
+        budget: int | None = None,
+        resident: list[tuple[str, int, str]] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.array = array
+        self.nbytes = nbytes
+        self.budget = budget
+        self.resident = list(resident or [])
 
 
 class SmartArrayWarning(UserWarning):

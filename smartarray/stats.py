@@ -26,6 +26,7 @@ __all__ = [
     "abort",
     "begin",
     "enable_nvtx",
+    "evicted",
     "record",
     "reset_stats",
     "stats",
@@ -48,6 +49,11 @@ class TransferStats:
         Device-to-host copies and the bytes they moved.
     d2d_count, d2d_bytes : int
         Device-to-device copies and the bytes they moved.
+    evictions, evicted_bytes : int
+        Device copies given back under the device-memory budget
+        (:func:`~smartarray.set_device_budget`) and the device bytes they held. What an
+        eviction downloaded first is counted in ``d2h_count`` / ``d2h_bytes`` (trace reason
+        ``'eviction'``); :attr:`count` and :attr:`nbytes` count copies only.
 
     Examples
     --------
@@ -64,6 +70,8 @@ class TransferStats:
     d2h_bytes: int = 0
     d2d_count: int = 0
     d2d_bytes: int = 0
+    evictions: int = 0
+    evicted_bytes: int = 0
 
     @property
     def count(self) -> int:
@@ -83,7 +91,11 @@ class TransferStats:
         )
 
 
-_FIELDS = tuple(f"{d}_{k}" for d in DIRECTIONS for k in ("count", "bytes"))
+_FIELDS = (
+    *(f"{d}_{k}" for d in DIRECTIONS for k in ("count", "bytes")),
+    "evictions",
+    "evicted_bytes",
+)
 
 
 @dataclass(frozen=True)
@@ -149,11 +161,41 @@ class TransferEvent:
         return result
 
 
+@dataclass(frozen=True)
+class EvictionEvent:
+    """One device copy given back under the device-memory budget.
+
+    Attributes
+    ----------
+    array : str
+        The array's name.
+    nbytes : int
+        Device bytes given back.
+    downloaded : int
+        Bytes downloaded first (current on the device only); the download itself is a
+        ``'d2h'`` :class:`TransferEvent` with reason ``'eviction'``.
+    reason : str
+        Why: ``'budget'`` (an allocation would exceed the budget) or ``'out of memory'``
+        (an allocation failed).
+    """
+
+    array: str
+    nbytes: int
+    downloaded: int
+    reason: str
+
+
 @dataclass
 class Trace:
-    """What :func:`trace` recorded: the events in order, and their totals in :attr:`stats`."""
+    """What :func:`trace` recorded: the events in order, and their totals in :attr:`stats`.
+
+    ``events`` lists the copies (:class:`TransferEvent`); ``evictions`` lists the device
+    copies given back under the device-memory budget (``EvictionEvent``: ``array``,
+    ``nbytes``, ``downloaded``, ``reason``).
+    """
 
     events: list[TransferEvent] = field(default_factory=list)
+    evictions: list[EvictionEvent] = field(default_factory=list)
 
     @property
     def stats(self) -> TransferStats:
@@ -162,6 +204,8 @@ class Trace:
         for event in self.events:
             totals[f"{event.direction}_count"] += 1
             totals[f"{event.direction}_bytes"] += event.nbytes
+        totals["evictions"] = len(self.evictions)
+        totals["evicted_bytes"] = sum(e.nbytes for e in self.evictions)
         return TransferStats(**totals)
 
     def summary(self) -> str:
@@ -364,6 +408,20 @@ def record(
         logger.warning("transfer guard: %s", _describe(event))
     elif logger.isEnabledFor(logging.DEBUG):
         logger.debug("transfer: %s", _describe(event))
+
+
+def evicted(array: str, nbytes: int, downloaded: int, reason: str) -> None:
+    """Count one eviction (a device copy given back; its download was recorded already)."""
+    with _lock:
+        _totals["evictions"] += 1
+        _totals["evicted_bytes"] += nbytes
+        if not _traces:
+            return
+        event = EvictionEvent(array, int(nbytes), int(downloaded), reason)
+        for active in _traces:
+            active.evictions.append(event)
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("eviction: %s %d B (%d B downloaded, %s)", array, nbytes, downloaded, reason)
 
 
 def _describe(event: TransferEvent) -> str:

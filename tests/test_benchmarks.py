@@ -118,6 +118,43 @@ def test_bench_smartarray_jit_without_hints_moves_hand_optimal_bytes(bench):
         assert s["smartarray_no_hints"]["bytes"] > s["hand"]["bytes"], name
 
 
+def test_bench_arrays_four_times_the_budget(bench):
+    """Issue 20: a workload whose SmartArrays total four times the device budget runs right;
+    its bytes are reported next to the least possible and a managed-memory page model."""
+    out, report = bench
+    fig = report["over_budget"]
+    assert fig["total"] // 4 == fig["budget"] and fig["evictions"] > 0
+    assert fig["results_agree"]
+    b = fig["bytes"]
+    assert set(b) == {"smartarray", "smartarray_model", "least", "unlimited", "managed"}
+    # the byte-exact model of smartarray's policy replays the run exactly: the models are right
+    assert b["smartarray"] == b["smartarray_model"]
+    assert b["unlimited"] <= b["least"] <= b["smartarray"] < b["managed"]
+    assert "arrays larger than the GPU" in out.stdout and "managed memory model" in out.stdout
+    import suite
+
+    text = suite.format_markdown(report)
+    assert f"| managed memory model (64 KiB pages) | {b['managed']:,} |" in text
+
+
+def test_budget_models_in_process():
+    """The models on a small sequence, by hand: pages written back whole, bytes exactly."""
+    import bench_budget as bb
+
+    p = bb.BudgetParams(chunks=5, n=1 << 13, steps=1)
+    result, t = bb.run_smartarray(p)
+    np.testing.assert_allclose(result, bb.reference(p))
+    m = bb.models(p)
+    assert t.stats.nbytes == m["smartarray_model"]
+    assert t.stats.evictions > 0
+    # every chunk is one 64 KiB page here: managed memory writes back the whole page that
+    # smartarray downloads a quarter of
+    head = (p.n // 4 + 3) * 8
+    evicted = [e for e in t.evictions if e.array.startswith("chunk")]
+    assert evicted and all(e.downloaded == head for e in evicted)
+    assert m["managed"] > m["smartarray_model"]
+
+
 def test_bench_table_on_the_terminal(bench):
     out, _ = bench
     for name in WORKLOADS:

@@ -690,6 +690,26 @@ class CoherenceMachine(RuleBasedStateMachine):
             s.apply(old)
         assert snapshot(s) == before
 
+    @rule(data=st.data())
+    def drop(self, data):
+        """A copy given back (an eviction): allowed only when no byte is current there only."""
+        s = self.state
+        where = data.draw(st.sampled_from(self.locs), label="where")
+        mine = as_set(s.valid(where))
+        elsewhere = set().union(*(as_set(s.valid(o)) for o in self.locs if o != where))
+        before, version = snapshot(s), s.version
+        if mine <= elsewhere:
+            s.drop(where)
+            event("drop: done" if mine else "drop: nothing current there")
+            assert not s.valid(where)
+            assert (s.version != version) == bool(mine)  # the launch fast path's cache goes
+            self.held[where] = [-1] * self.n  # the memory is gone: garbage if reallocated
+        else:
+            event("drop: refused")
+            with pytest.raises(ValueError, match="would lose bytes"):
+                s.drop(where)
+            assert snapshot(s) == before and s.version == version
+
     # -- invariants ------------------------------------------------------------------------
 
     @invariant()

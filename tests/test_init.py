@@ -6,6 +6,7 @@ import smartarray as sa
 
 PUBLIC = [
     "CoherenceError",
+    "DeviceMemoryError",
     "In",
     "InOut",
     "Out",
@@ -24,6 +25,7 @@ PUBLIC = [
     "deregister",
     "device_array",
     "device_array_like",
+    "device_budget",
     "enable_nvtx",
     "explain",
     "is_cuda_array",
@@ -35,6 +37,8 @@ PUBLIC = [
     "pinned_array",
     "register",
     "reset_stats",
+    "resident",
+    "set_device_budget",
     "stats",
     "stream",
     "to_device",

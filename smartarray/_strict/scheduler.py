@@ -21,6 +21,10 @@ from typing import Any
 __all__ = ["DEFAULT", "Op", "Scheduler", "StrictEvent", "StrictStream"]
 
 
+def _ran() -> None:
+    """The work of an op that ran (its closure, holding the device arrays, is dropped)."""
+
+
 class Op:
     """One piece of queued device work."""
 
@@ -258,4 +262,5 @@ class Scheduler:
             op.done = True
             if op.label not in ("event record", "event wait"):
                 self.log.append(op.label)
-            op.fn()
+            fn, op.fn = op.fn, _ran
+            fn()  # then dropped: a finished op (kept as last_default) holds no device memory

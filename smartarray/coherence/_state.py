@@ -440,3 +440,37 @@ class BufferState:
         if changed:
             valid.update(changed)
             self._version += 1
+
+    def drop(self, where: str) -> None:
+        """Record that the copy at ``where`` is gone (freed): nothing is current there.
+
+        Allowed only when every byte current at ``where`` is also current at another
+        location: dropping the only current copy of a byte would lose it. The bytes are
+        copied again if ``where`` reads them later (as after :meth:`mark_changed` elsewhere).
+
+        Parameters
+        ----------
+        where : str
+            The location whose copy is given back.
+
+        Raises
+        ------
+        ValueError
+            If some byte is current at ``where`` only (download it first: :meth:`plan_read`
+            at another location); the state is unchanged.
+        """
+        mine = self.valid(where)
+        if not mine:
+            return
+        elsewhere = EMPTY_SET
+        for loc, s in self._valid.items():
+            if loc != where:
+                elsewhere = elsewhere.union(s)
+        lost = mine.difference(elsewhere)
+        if lost:
+            raise ValueError(
+                f"dropping the copy at {where!r} would lose bytes {list(lost.runs)!r}, "
+                "current there only; copy them to another location first"
+            )
+        self._valid[where] = EMPTY_SET
+        self._version += 1

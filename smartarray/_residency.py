@@ -1,0 +1,549 @@
+"""The device-memory budget: which device copies are resident, and eviction when room runs out.
+
+Every SmartArray device copy is allocated through :func:`allocate` (from
+:meth:`Buffer.ensure_device <smartarray._engine.Buffer.ensure_device>`), which keeps the bytes
+resident within the budget (:func:`set_device_budget`; by default, on a GPU, the memory free at
+first use less a margin, and unlimited on the simulator). When an allocation would exceed the
+budget, or fails with CUDA_ERROR_OUT_OF_MEMORY (a GPU, or strict mode's finite device memory),
+device copies are evicted, then the allocation is tried once more:
+
+1. first, device copies whose bytes are all current on the host too (given back, nothing
+   moves), least recently used first;
+2. then the least recently used device copies: their bytes current on the device only are
+   downloaded (counted ``d2h``, reason ``'eviction'``), then the copy is given back.
+
+Never evicted: a copy a launch being prepared or run uses (its arguments are pinned from their
+preparation until the launch's post-launch callbacks ran, so allocating the third argument never
+evicts the first), a copy kept with :func:`resident`, a copy whose memory was handed out (a
+device array from ``get('gpu')`` still referenced, ``__cuda_array_interface__``, adopted device
+memory), and a copy whose lock another thread holds. Queued device work on a copy (its buffer's
+stream) is waited for before it is evicted: stream order says the work uses it, and waiting is
+what a host read does; skipping it instead would make a loop of launches that never reads back
+unevictable. An evicted copy comes back lazily: the next device access allocates it again and
+uploads only the bytes it needs (the state says the device holds nothing).
+
+The registry is process-wide: one device, one budget. Recency is a tick stored in the buffer's
+:class:`Residency` record, set on every device access (the launch fast path included: O(1)).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import weakref
+from collections.abc import Iterator
+from operator import index
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+
+from . import _simulator as _sim
+from . import memory, stats
+from .errors import DeviceMemoryError, TransferGuardError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._engine import Buffer
+
+__all__ = [
+    "DeviceBudget",
+    "Residency",
+    "ResidentArray",
+    "allocate",
+    "device_budget",
+    "resident",
+    "set_device_budget",
+]
+
+#: The margin left free below a GPU's free memory by the default budget: a tenth of it, at
+#: least this much (kernels' local memory, other libraries, numba's own allocations).
+DEFAULT_MARGIN = 128 << 20
+
+
+class Residency:
+    """The residency record of one buffer (``Buffer.residency``).
+
+    Attributes
+    ----------
+    tick : int
+        When its device copy was last used (a process-wide counter): least recent is evicted
+        first.
+    nbytes : int
+        Device bytes it holds (counted in the budget), 0 when not resident.
+    keep : int
+        How many :func:`resident` blocks keep it resident.
+    shared : str
+        Why it stays resident for good ('' if it may be evicted): its device memory was shared.
+    views : WeakValueDictionary or None
+        The views (by id; SmartArrays are unhashable) that cache a device view of the copy
+        (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
+    handouts : list of weakref
+        Device arrays over the copy handed to the user by ``get('gpu')``: while one lives, the
+        copy stays (the user may write through it, then ``mark_changed('gpu')``).
+    """
+
+    __slots__ = ("tick", "nbytes", "keep", "shared", "views", "handouts")
+
+    def __init__(self) -> None:
+        self.tick = 0
+        self.nbytes = 0
+        self.keep = 0
+        self.shared = ""
+        self.views: weakref.WeakValueDictionary[int, Any] | None = None
+        self.handouts: list[weakref.ref[Any]] = []
+
+
+class ResidentArray(NamedTuple):
+    """One resident device copy, as :func:`device_budget` lists it."""
+
+    name: str
+    nbytes: int
+    kept: str  # why it may not be evicted now ('' if it may)
+
+
+class DeviceBudget(NamedTuple):
+    """What :func:`device_budget` returns."""
+
+    budget: int | None
+    used: int
+    resident: tuple[ResidentArray, ...]
+
+
+_lock = threading.RLock()  # the registry; held while making room (evictions serialise)
+_budget: int | None = None  # set by the user
+_budget_set = False  # whether the user set one (None then means: unlimited)
+_default: int | None = None  # the default on a GPU, computed at first use
+_default_known = False
+_used = 0
+_resident: dict[int, weakref.ref[Buffer]] = {}
+_ticks = itertools.count(1)
+
+
+class _Launch:
+    """The arguments of the launch a thread prepares (or whose callbacks have not run yet).
+
+    One per thread, reused launch after launch (the launch fast path allocates nothing).
+    """
+
+    __slots__ = ("retr", "records", "done")
+
+    def __init__(self) -> None:
+        # The id of the launch's ``retr`` only: ``retr`` holds ``done``; a reference back would
+        # keep the launch's device arrays (numba's keep-alive lambdas) alive.
+        self.retr = 0
+        self.records: set[Residency] = set()
+
+        def done() -> None:
+            # The launch's last post-launch callback: its arguments may be evicted again.
+            self.retr = 0
+            self.records.clear()
+
+        self.done = done
+
+
+_local = threading.local()
+_launches: dict[int, _Launch] = {}  # thread ident -> its launch
+# Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
+_skipped: dict[int, str] = {}
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+def record(buf: Buffer) -> Residency:
+    """The residency record of ``buf``, made on first need."""
+    rec = buf.residency
+    if rec is None:
+        rec = buf.residency = Residency()
+    return rec
+
+
+def touch(buf: Buffer) -> None:
+    """Mark ``buf``'s device copy used now (LRU order)."""
+    rec = buf.residency
+    if rec is not None:
+        rec.tick = next(_ticks)
+
+
+def launched(buf: Buffer, retr: list[Any]) -> None:
+    """``buf`` is an argument of the launch whose post-launch callbacks are ``retr``.
+
+    Pins it until the launch's callbacks ran (one callback, kept last in ``retr``), and marks
+    it used now. Called at the end of each argument's preparation, the fast path included.
+    """
+    rec = buf.residency
+    if rec is None:  # pragma: no cover - a prepared argument has a device copy
+        return
+    rec.tick = next(_ticks)
+    try:
+        launch = _local.launch
+    except AttributeError:
+        launch = _local.launch = _launches[threading.get_ident()] = _Launch()
+    key = id(retr)
+    if launch.retr != key:
+        # A new launch in this thread: the previous one ran its callbacks, or failed before
+        # running them (its arguments were pinned until now).
+        launch.retr = key
+        launch.records.clear()
+    launch.records.add(rec)
+    done = launch.done
+    if not retr or retr[-1] is not done:
+        if done in retr:
+            retr.remove(done)
+        retr.append(done)
+
+
+def cache_view(buf: Buffer, view: Any) -> None:
+    """``view`` caches a device view of ``buf``'s device copy: an eviction clears it."""
+    rec = record(buf)
+    if rec.views is None:
+        rec.views = weakref.WeakValueDictionary()
+    rec.views[id(view)] = view
+
+
+def handed_out(buf: Buffer, devary: Any) -> None:
+    """``devary`` (a device array over ``buf``'s copy) was handed to the user."""
+    rec = record(buf)
+    rec.handouts = [r for r in rec.handouts if r() is not None]
+    try:
+        rec.handouts.append(weakref.ref(devary))
+    except TypeError:  # pragma: no cover - numba's device arrays take weak references
+        rec.shared = "its device memory was handed out"
+
+
+def share(buf: Buffer, why: str) -> None:
+    """``buf``'s device memory is shared for good (``why``): it is never evicted."""
+    record(buf).shared = why
+
+
+def adopt(buf: Buffer) -> None:
+    """``buf`` adopted device memory (``copy=False``): resident, counted, never evicted."""
+    with _lock:
+        share(buf, "it adopted device memory (copy=False)")
+        _register(buf, buf.nbytes)
+
+
+def _register(buf: Buffer, nbytes: int) -> None:
+    global _used
+    rec = record(buf)
+    key = id(buf)
+
+    def gone(_: Any) -> None:  # the buffer died: its device memory goes with it
+        global _used
+        with _lock:
+            if _resident.get(key) is ref:
+                del _resident[key]
+                _used -= nbytes
+
+    ref = weakref.ref(buf, gone)
+    with _lock:
+        _resident[key] = ref
+        rec.nbytes = nbytes
+        rec.tick = next(_ticks)
+        _used += nbytes
+
+
+def _unregister(buf: Buffer) -> None:
+    global _used
+    rec = buf.residency
+    with _lock:
+        if _resident.pop(id(buf), None) is not None and rec is not None:
+            _used -= rec.nbytes
+            rec.nbytes = 0
+
+
+# -- budget ---------------------------------------------------------------------------------
+
+
+def _effective_budget() -> int | None:
+    global _default, _default_known
+    if _budget_set:
+        return _budget
+    if not _default_known:
+        free = _sim.free_device_memory()
+        if free is not None:
+            # What SmartArrays hold now is part of what they may use.
+            _default = max(0, free + _used - max(free // 10, DEFAULT_MARGIN))
+        _default_known = True
+    return _default
+
+
+def set_device_budget(nbytes: int | None) -> None:
+    """Set how many bytes of device memory SmartArrays' device copies may use together.
+
+    When a device copy would exceed the budget, device copies are evicted to make room:
+    first those whose bytes are all current on the host too (nothing moves), then the least
+    recently used ones, after downloading the bytes only they hold. An evicted array comes
+    back on its next device use, uploading only what that use needs. A budget below what is
+    resident now takes effect at the next allocation (nothing is evicted before).
+
+    Parameters
+    ----------
+    nbytes : int or None
+        The budget in bytes (0 or more). ``None`` restores the default: on a GPU, the device
+        memory free at the first allocation after this call, less a margin (a tenth of it, at
+        least 128 MiB); on the CUDA simulator, unlimited.
+
+    Raises
+    ------
+    TypeError
+        ``nbytes`` is not an integer or None.
+    ValueError
+        ``nbytes`` is negative.
+
+    See Also
+    --------
+    device_budget : the budget, the bytes in use and what is resident.
+    resident : keep arrays resident (never evicted) inside a ``with`` block.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> sa.set_device_budget(1 << 20)
+    >>> sa.device_budget().budget
+    1048576
+    >>> sa.set_device_budget(None)
+    """
+    global _budget, _budget_set, _default_known
+    if nbytes is None:
+        with _lock:
+            _budget, _budget_set, _default_known = None, False, False
+        return
+    if isinstance(nbytes, bool):
+        raise TypeError("nbytes must be an int (bytes) or None, got a bool")
+    try:
+        value = index(nbytes)
+    except TypeError:
+        raise TypeError(
+            f"nbytes must be an int (bytes) or None, got {type(nbytes).__name__}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"nbytes must be >= 0 (bytes) or None, got {value}")
+    with _lock:
+        _budget, _budget_set = value, True
+
+
+def device_budget() -> DeviceBudget:
+    """Return the device-memory budget, the bytes SmartArrays use of it, and what is resident.
+
+    Returns
+    -------
+    DeviceBudget
+        A named tuple ``(budget, used, resident)``: ``budget`` in bytes (None: unlimited),
+        ``used`` the bytes of the resident device copies, and ``resident`` one
+        ``(name, nbytes, kept)`` per resident copy, least recently used first, ``kept`` saying
+        why it may not be evicted now (``''`` if it may).
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = sa.SmartArray(np.zeros(4), name="a")
+    >>> d = a.gpu()  # resident, and kept while d lives (a device array handed out)
+    >>> [(r.name, r.nbytes) for r in sa.device_budget().resident if r.name == "a"]
+    [('a', 32)]
+    """
+    with _lock:
+        budget = _effective_budget()
+        pinned = _pinned()
+        entries = []
+        for buf in _buffers():
+            rec = buf.residency
+            entries.append((rec.tick, ResidentArray(buf.name, rec.nbytes, _kept(buf, pinned))))
+        entries.sort(key=lambda e: e[0])
+        return DeviceBudget(budget, _used, tuple(e[1] for e in entries))
+
+
+@contextlib.contextmanager
+def resident(*arrays: Any) -> Iterator[None]:
+    """Keep the device copies of ``arrays`` resident (never evicted) inside the block.
+
+    Use it for arrays a loop touches on every step, so that making room for others never
+    evicts them. Blocks nest; an array becomes evictable again when the last block keeping
+    it exits. It does not upload anything: the copies are allocated when first used.
+
+    Parameters
+    ----------
+    *arrays : SmartArray
+        The arrays (views keep their whole base buffer resident).
+
+    Raises
+    ------
+    TypeError
+        An argument is not a SmartArray (nothing is kept).
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = sa.SmartArray(np.zeros(4))
+    >>> with sa.resident(a):
+    ...     d = a.gpu()  # a kernel loop would go here
+    """
+    from .array import SmartArray
+
+    for i, a in enumerate(arrays):
+        if not isinstance(a, SmartArray):
+            raise TypeError(f"arrays[{i}] must be a SmartArray, got {type(a).__name__}")
+    recs = [record(a._buf) for a in arrays]
+    with _lock:
+        for rec in recs:
+            rec.keep += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            for rec in recs:
+                rec.keep -= 1
+
+
+# -- allocation and eviction ----------------------------------------------------------------
+
+
+def _buffers() -> list[Buffer]:
+    out = []
+    for ref in list(_resident.values()):
+        buf = ref()
+        if buf is not None and buf.residency is not None:
+            out.append(buf)
+    return out
+
+
+def _pinned() -> set[Residency]:
+    pinned: set[Residency] = set()
+    for launch in list(_launches.values()):
+        pinned |= launch.records
+    return pinned
+
+
+def _kept(buf: Buffer, pinned: set[Residency]) -> str:
+    """Why ``buf``'s device copy may not be evicted now ('' if it may)."""
+    rec = buf.residency
+    if rec is None:
+        return ""
+    if rec.keep:
+        return "kept resident (smartarray.resident)"
+    if rec.shared:
+        return rec.shared
+    if any(r() is not None for r in rec.handouts):
+        return "a device array from get('gpu') over it is still referenced"
+    if rec in pinned:
+        return "a launch being prepared or run uses it"
+    return ""
+
+
+def _dirty(buf: Buffer) -> bool:
+    """Whether some byte is current on the device only (it must be downloaded first)."""
+    state = buf.state
+    return bool(state.valid("gpu").difference(state.valid("host")))
+
+
+def _evict_one(buf: Buffer, reason: str, pinned: set[Residency]) -> int:
+    """Give back ``buf``'s device copy; return the device bytes freed (0: it stays)."""
+    if not buf.lock.acquire(blocking=False):  # in use by another thread now
+        _skipped[id(buf)] = "another thread holds its lock"
+        return 0
+    try:
+        rec = buf.residency
+        if buf.device_bytes is None or rec is None or _kept(buf, pinned):
+            return 0
+        # Queued device work uses it (stream order): wait for it, as a host read would.
+        buf.wait_for_device()
+        downloaded = 0
+        plan = buf.state.plan_read("host", 0, buf.nbytes)
+        if plan.copies:
+            downloaded = plan.nbytes
+            try:
+                buf.sync("host", 0, buf.nbytes, "eviction", 0)
+            except TransferGuardError:  # the guard refuses the download: this copy stays
+                _skipped[id(buf)] = "the transfer guard refuses its download"
+                return 0
+        nbytes = rec.nbytes
+        buf.drop_device()
+        _unregister(buf)
+        stats.evicted(buf.name, nbytes, downloaded, reason)
+        return nbytes
+    finally:
+        buf.lock.release()
+
+
+def _evict(need: int, exclude: Buffer, reason: str) -> int:
+    """Evict device copies (clean ones first, then least recently used) until ``need``
+    bytes are freed or nothing more may go; return the bytes freed."""
+    pinned = _pinned()
+    _skipped.clear()
+    candidates = [b for b in _buffers() if b is not exclude and not _kept(b, pinned)]
+    candidates.sort(key=lambda b: (_dirty(b), b.residency.tick))  # type: ignore[union-attr]
+    freed = 0
+    for buf in candidates:
+        if freed >= need:
+            break
+        freed += _evict_one(buf, reason, pinned)
+    if freed:
+        _sim.give_back_freed()  # numba defers frees: give the memory back now
+    return freed
+
+
+def _no_room(buf: Buffer, budget: int | None, cause: str) -> DeviceMemoryError:
+    pinned = _pinned()
+    listed = [
+        (
+            b.name,
+            b.residency.nbytes,  # type: ignore[union-attr]
+            _kept(b, pinned) or _skipped.get(id(b), "may be evicted"),
+        )
+        for b in _buffers()
+        if b is not buf
+    ]
+    shown = "; ".join(f"{n} ({size} B): {why}" for n, size, why in listed[:10]) or "nothing"
+    if len(listed) > 10:
+        shown += f"; and {len(listed) - 10} more"
+    limit = "no budget set" if budget is None else f"budget {budget} B"
+    return DeviceMemoryError(
+        f"the device copy of {buf.name} ({buf.nbytes} B) does not fit: {cause} ({limit}, "
+        f"{_used} B resident). Resident: {shown}. Raise the budget "
+        "(smartarray.set_device_budget), release arrays kept with smartarray.resident or "
+        "device arrays from get('gpu'), or use smaller arrays",
+        buf.name,
+        buf.nbytes,
+        budget,
+        listed,
+    )
+
+
+def allocate(buf: Buffer) -> Any:
+    """Allocate ``buf``'s device copy within the budget, evicting others if needed.
+
+    Called with ``buf``'s lock held. An allocation that fails with CUDA_ERROR_OUT_OF_MEMORY
+    evicts (at least ``buf.nbytes``) and is tried once more.
+
+    Raises
+    ------
+    DeviceMemoryError
+        Even eviction cannot make room; ``buf`` and everything current are unchanged (evicted
+        copies keep their data on the host).
+    """
+    nbytes = buf.nbytes
+    with _lock:
+        budget = _effective_budget()
+        if budget is not None and _used + nbytes > budget:
+            need = _used + nbytes - budget
+            if nbytes > budget:
+                raise _no_room(buf, budget, "it is larger than the budget")
+            _evict(need, buf, "budget")
+            if _used + nbytes > budget:
+                raise _no_room(buf, budget, "eviction cannot make room")
+        try:
+            dev = memory.device_array(nbytes, np.uint8)
+        except Exception as exc:
+            if not _sim.out_of_memory(exc):
+                raise
+            if not _evict(max(nbytes, 1), buf, "out of memory"):
+                raise _no_room(buf, budget, f"the device is out of memory: {exc}") from exc
+            try:
+                dev = memory.device_array(nbytes, np.uint8)
+            except Exception as again:
+                if _sim.out_of_memory(again):
+                    cause = f"the device is out of memory, even after eviction: {again}"
+                    raise _no_room(buf, budget, cause) from again
+                raise
+        _register(buf, nbytes)
+    return dev
