@@ -40,6 +40,7 @@ import numpy as np
 
 from . import _simulator as _sim
 from . import memory, stats
+from ._strict import state as _strict_state
 from .errors import DeviceMemoryError, TransferGuardError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,6 +118,8 @@ _default_known = False
 _used = 0
 _resident: dict[int, weakref.ref[Buffer]] = {}
 _ticks = itertools.count(1)
+# Where allocations never fail: the plain CUDA simulator (strict mode has finite memory).
+_PLAIN_SIMULATOR = _sim.SIMULATOR
 
 
 class _Launch:
@@ -171,6 +174,11 @@ def launched(buf: Buffer, retr: list[Any]) -> None:
     Pins it until the launch's callbacks ran (one callback, kept last in ``retr``), and marks
     it used now. Called at the end of each argument's preparation, the fast path included.
     """
+    if not _budget_set and _PLAIN_SIMULATOR and _strict_state._current is None:
+        # Nothing can evict here (no budget, and the plain simulator's allocations never
+        # fail): the launch fast path pays nothing for the budget. A budget set by another
+        # thread while this launch is prepared pins only the arguments prepared after it.
+        return
     rec = buf.residency
     if rec is None:  # pragma: no cover - a prepared argument has a device copy
         return
