@@ -13,9 +13,9 @@ test an argument that is not an ndarray against nine C types (``PyArray_Check``,
 ``__mro__``. With the twelve-class MRO a no-op ``njit`` call with one SmartArray took 1.14 x
 numba's floor for a non-ndarray argument (``benchmarks/bench_overhead.py``, median of five
 runs: 554 ns against 490 ns); with these four classes, 1.06 to 1.08 x over three such runs
-(527 ns against 488 ns). Every
-attribute is also in the first dictionary searched, which the dispatchers' ``_numba_type_``
-read needs (made with a new name string, it misses CPython's type attribute cache).
+(527 ns against 488 ns). Every attribute is also in the first dictionary searched, which the
+dispatchers' ``_numba_type_`` read needs (made with a new name string, it misses CPython's
+type attribute cache).
 
 What the mixins must do for the merge to mean what the class statement says:
 
