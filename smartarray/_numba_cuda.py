@@ -4,8 +4,9 @@ numba-cuda prepares every kernel argument that is an ``ArgHint`` by calling its
 ``to_device(retr, stream)``: the object returns what the kernel receives and appends zero-argument
 callbacks to ``retr``, which the dispatcher runs right after the launch (the simulator: after
 every block finished). SmartArray and the intent wrappers of :mod:`smartarray.hints` are
-``ArgHint`` subclasses through :class:`KernelArgument`; a SmartArray is an
-:class:`ArrayArgument`, the protocol the intent wrappers talk to.
+``ArgHint`` subclasses; a SmartArray is an :class:`ArrayArgument`, the protocol the intent
+wrappers talk to, and a direct subclass of it at run time (see :mod:`smartarray._mixins`: each
+class between an argument's type and ``object`` costs every njit call and launch a little).
 
 The simulator swaps ``numba.cuda.args`` for a module of its own, so ``ArgHint`` is imported here,
 after numba.cuda chose its target (any import of smartarray imports numba.cuda first).
@@ -33,7 +34,7 @@ from numba.cuda.args import ArgHint as _ArgHint
 from numba.cuda.args import In as _NumbaIn
 from numba.np import numpy_support
 
-__all__ = ["ArrayArgument", "KernelArgument", "element_type", "launch_argument"]
+__all__ = ["ArrayArgument", "element_type", "launch_argument"]
 
 
 def element_type(dtype: np.dtype) -> types.Type:
@@ -44,21 +45,13 @@ def element_type(dtype: np.dtype) -> types.Type:
         raise TypeError(f"Numba cannot compile for elements of dtype {dtype}: {exc}") from None
 
 
-class KernelArgument(_ArgHint):
-    """Base of the objects a kernel launch prepares through numba-cuda's ArgHint protocol.
-
-    Subclasses implement ``to_device(retr, stream=0)`` and ``_numba_type_``.
-    """
-
-    __slots__ = ()
-
-
-class ArrayArgument(KernelArgument):
+class ArrayArgument(_ArgHint):
     """An array the glue can hand to a kernel or an ``njit`` function with an intent.
 
     The protocol the intent wrappers (:mod:`smartarray.hints`) and the njit unbox hooks
     (:mod:`smartarray._numba_cpu`) talk to, so that the glue never imports the array layer.
-    ``intent`` is one of ``smartarray._engine``'s ``IN``, ``OUT``, ``INOUT``.
+    ``intent`` is one of ``smartarray._engine``'s ``IN``, ``OUT``, ``INOUT``. Subclasses
+    implement numba-cuda's ``to_device(retr, stream=0)`` and ``_numba_type_``.
     """
 
     __slots__ = ()

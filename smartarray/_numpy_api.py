@@ -22,6 +22,7 @@ from numpy.lib.array_utils import normalize_axis_index
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from ._engine import HOST, IN, INOUT
+from ._numba_cuda import ArrayArgument  # a SmartArray: not an instance of its mixins (_mixins)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
@@ -77,17 +78,17 @@ class NumPyMethods(NDArrayOperatorsMixin):
         outs = kwargs.get("out", ())
         if not isinstance(outs, tuple):
             outs = (outs,)
-        targets = [o for o in outs if isinstance(o, NumPyMethods)]
-        if method == "at" and isinstance(inputs[0], NumPyMethods):
+        targets = [o for o in outs if isinstance(o, ArrayArgument)]
+        if method == "at" and isinstance(inputs[0], ArrayArgument):
             targets.append(inputs[0])
         if method == "__call__" and ufunc.signature is None:
             _check_broadcast(inputs, outs, kwargs.get("where", True))  # before anything moves
-        arrays = [x for x in (*inputs, *outs) if isinstance(x, NumPyMethods)]
+        arrays = [x for x in (*inputs, *outs) if isinstance(x, ArrayArgument)]
         with locked(arrays):
             hosts: list[np.ndarray] = []
             ins = []
             for i, x in enumerate(inputs):
-                if isinstance(x, NumPyMethods):
+                if isinstance(x, ArrayArgument):
                     if method == "at" and i == 0:
                         x = x._host_rw(full=True)
                     else:
@@ -99,7 +100,7 @@ class NumPyMethods(NDArrayOperatorsMixin):
                 # With where=, unselected elements keep their old values: they must be current.
                 partial = kwargs.get("where", True) is not True
                 for o in outs:
-                    if isinstance(o, NumPyMethods):
+                    if isinstance(o, ArrayArgument):
                         o = o._host_rw(full=partial)
                         hosts.append(o)
                     new_outs.append(o)
@@ -117,16 +118,16 @@ class NumPyMethods(NDArrayOperatorsMixin):
                 return None
             if outs:
                 if len(outs) == 1:
-                    return outs[0] if isinstance(outs[0], NumPyMethods) else result
+                    return outs[0] if isinstance(outs[0], ArrayArgument) else result
                 return tuple(
-                    o if isinstance(o, NumPyMethods) else r
+                    o if isinstance(o, ArrayArgument) else r
                     for o, r in zip(outs, result, strict=True)
                 )
             return _smart()._wrap(result, tuple(hosts))
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         first = args[0] if args else None
-        if isinstance(first, NumPyMethods):
+        if isinstance(first, ArrayArgument):
             if func is np.reshape:
                 return _call_reshape(*args, **kwargs)
             if func is np.transpose:
@@ -144,7 +145,7 @@ class NumPyMethods(NDArrayOperatorsMixin):
         arrays: list[SmartArray] = []
         _collect(args, arrays)
         _collect(kwargs, arrays)
-        mutated = first if func in _MUTATING and isinstance(first, NumPyMethods) else None
+        mutated = first if func in _MUTATING and isinstance(first, ArrayArgument) else None
         full = True  # whether the old values of ``mutated`` are read (or kept): sync them
         if mutated is not None and func is np.copyto:
             src = args[1] if len(args) > 1 else kwargs.get("src")
@@ -384,7 +385,7 @@ def _call_reshape(a: SmartArray, *args: Any, **kwargs: Any) -> SmartArray:
 
 
 def _collect(obj: Any, found: list[SmartArray]) -> None:
-    if isinstance(obj, NumPyMethods):
+    if isinstance(obj, ArrayArgument):
         found.append(obj)
     elif isinstance(obj, (list, tuple)):
         for x in obj:
@@ -397,7 +398,7 @@ def _collect(obj: Any, found: list[SmartArray]) -> None:
 def _convert(
     obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None, full: bool = True
 ) -> Any:
-    if isinstance(obj, NumPyMethods):
+    if isinstance(obj, ArrayArgument):
         view = obj._host_rw(full=full) if obj is mutated else obj._host_ro()
         hosts.append(view)
         return view
@@ -412,7 +413,7 @@ def _convert(
 
 def _shape_of(x: Any) -> tuple[int, ...] | None:
     """The shape of an operand known without reading it, or None (NumPy will judge)."""
-    if isinstance(x, (NumPyMethods, np.ndarray, np.generic)):
+    if isinstance(x, (ArrayArgument, np.ndarray, np.generic)):
         return tuple(x.shape)
     if isinstance(x, (bool, int, float, complex)):
         return ()

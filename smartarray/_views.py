@@ -17,6 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ._engine import HOST, IN, OUT
+from ._numba_cuda import ArrayArgument  # a SmartArray: not an instance of its mixins (_mixins)
 from ._numpy_api import arrays_in as _arrays_in
 from ._numpy_api import locked as _locked
 
@@ -139,9 +140,9 @@ class ViewMethods:
 
     def _advanced(self, key: Any) -> tuple[np.ndarray, int, int]:
         """The touched offsets of an advanced index and their bounding byte interval."""
-        key = key._host_ro() if isinstance(key, ViewMethods) else key
+        key = key._host_ro() if isinstance(key, ArrayArgument) else key
         if isinstance(key, tuple):
-            key = tuple(k._host_ro() if isinstance(k, ViewMethods) else k for k in key)
+            key = tuple(k._host_ro() if isinstance(k, ArrayArgument) else k for k in key)
         touched = self._element_offsets()[key]
         if touched.size == 0:
             return touched, 0, 0
@@ -169,7 +170,7 @@ class ViewMethods:
 
     def __setitem__(self, key: Any, value: Any) -> None:
         with _locked(_arrays_in(self, key, value)):
-            if isinstance(value, ViewMethods):
+            if isinstance(value, ArrayArgument):
                 value = value._host_ro()
             if _is_basic_index(key) or isinstance(key, str):
                 target, _ = self._basic(key)

@@ -23,12 +23,12 @@ from numba.cuda import args as _numba_args
 from numba.cuda.typing.typeof import Purpose, typeof
 
 from ._engine import IN, INOUT, OUT
-from ._numba_cuda import ArrayArgument, KernelArgument
+from ._numba_cuda import ArrayArgument
 
 __all__ = ["In", "InOut", "Out"]
 
 
-class _Intent(KernelArgument):
+class _Intent(_numba_args.ArgHint):
     _numba_hint: type = _numba_args.InOut
     _njit_fast = None  # njit always goes through the hooks (see smartarray._numba_cpu)
 
