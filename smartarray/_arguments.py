@@ -111,7 +111,8 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
             if intent != IN:
                 retr.append(self._fast_check or self._make_fast_check())
             arg = _numba_cuda.launch_argument(devary, retr, stream)
-            _residency.launched(buf, retr)  # pinned until the launch ran; used now (LRU)
+            if _residency.pinning:  # an allocation may evict: pinned until the launch ran
+                _residency.launched(buf, retr)  # (and used now, for the LRU order)
             return arg
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
@@ -136,7 +137,8 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
                 # passed twice, or overlapping views, must not download the overlap twice).
                 writes = buf.launch_writes_for(retr)
                 retr.append(functools.partial(self._after_launch, writes))
-            _residency.launched(buf, retr)  # pinned until the launch ran (after its callbacks)
+            if _residency.pinning:
+                _residency.launched(buf, retr)  # pinned until the launch ran (its callbacks)
             return arg
 
     def _make_fast_check(self) -> Any:

@@ -118,8 +118,20 @@ _default_known = False
 _used = 0
 _resident: dict[int, weakref.ref[Buffer]] = {}
 _ticks = itertools.count(1)
-# Where allocations never fail: the plain CUDA simulator (strict mode has finite memory).
-_PLAIN_SIMULATOR = _sim.SIMULATOR
+#: Whether an allocation may evict, so launches pin their arguments (see :func:`launched`):
+#: a budget is set, or allocations can fail (a GPU, strict mode's finite memory). Only the
+#: plain simulator without a budget never evicts: its launch fast path pays nothing for the
+#: budget. Derived by :func:`_derive_pinning` on the two transitions that change it.
+pinning = True
+
+
+def _derive_pinning() -> None:
+    global pinning
+    pinning = _budget_set or not _sim.SIMULATOR or _strict_state.get() is not None
+
+
+_strict_state.on_change.append(_derive_pinning)
+_derive_pinning()
 
 
 class _Launch:
@@ -172,13 +184,9 @@ def launched(buf: Buffer, retr: list[Any]) -> None:
     """``buf`` is an argument of the launch whose post-launch callbacks are ``retr``.
 
     Pins it until the launch's callbacks ran (one callback, kept last in ``retr``), and marks
-    it used now. Called at the end of each argument's preparation, the fast path included.
+    it used now. Called at the end of each argument's preparation, the fast path included,
+    while :data:`pinning` says an allocation may evict.
     """
-    if not _budget_set and _PLAIN_SIMULATOR and _strict_state._current is None:
-        # Nothing can evict here (no budget, and the plain simulator's allocations never
-        # fail): the launch fast path pays nothing for the budget. A budget set by another
-        # thread while this launch is prepared pins only the arguments prepared after it.
-        return
     rec = buf.residency
     if rec is None:  # pragma: no cover - a prepared argument has a device copy
         return
@@ -316,6 +324,7 @@ def set_device_budget(nbytes: int | None) -> None:
     if nbytes is None:
         with _lock:
             _budget, _budget_set, _default_known = None, False, False
+            _derive_pinning()
         return
     if isinstance(nbytes, bool):
         raise TypeError("nbytes must be an int (bytes) or None, got a bool")
@@ -329,6 +338,7 @@ def set_device_budget(nbytes: int | None) -> None:
         raise ValueError(f"nbytes must be >= 0 (bytes) or None, got {value}")
     with _lock:
         _budget, _budget_set = value, True
+        _derive_pinning()
 
 
 def device_budget() -> DeviceBudget:

@@ -465,6 +465,27 @@ def test_strict_device_memory_out_of_memory_evicts_and_retries():
     assert t.evictions and {e.reason for e in t.evictions} == {"out of memory"}
 
 
+def test_strict_out_of_memory_never_evicts_the_launchs_own_arguments():
+    """No budget set, but strict mode's allocations can fail: a launch pins its arguments
+    there too, so the out-of-memory eviction while preparing the third argument takes the
+    dirty bystander, not the clean first argument (which would otherwise go first)."""
+    sa.set_device_budget(None)
+    _clear_others()
+    with strict(device_memory=3 * NB + 64):
+        x, y, z, other = arrays(4, prefix="p")
+        launch(k_add_one, other)  # dirty, resident
+        launch(k_sum_into, sa.In(x), sa.Out(sa.SmartArray(shape=1)))  # x clean, resident
+        gc.collect()
+        with sa.trace() as t:
+            launch(k_add3, sa.In(x), y, z)
+        assert [(e.array, e.reason) for e in t.evictions] == [("p3", "out of memory")]
+        ref_x = np.arange(N, dtype=np.float64)
+        ref_y = ref_x + 100 + 2
+        np.testing.assert_array_equal(np.asarray(z), ref_x + 200 + (ref_x + 1) + ref_y)
+        np.testing.assert_array_equal(np.asarray(y), ref_y)
+        np.testing.assert_array_equal(np.asarray(other), np.arange(N) + 301)
+
+
 def test_strict_out_of_memory_that_eviction_cannot_fix_is_a_clear_error():
     _clear_others()
     with strict(device_memory=NB) as state:

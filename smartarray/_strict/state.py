@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["StrictState", "current", "get"]
@@ -77,6 +78,12 @@ def get() -> StrictState | None:
     return _current
 
 
+#: Called after strict mode is turned on or off (layers above that derive state from it).
+on_change: list[Callable[[], None]] = []
+
+
 def set_current(st: Any) -> None:
     global _current
     _current = st
+    for listener in on_change:
+        listener()
