@@ -89,7 +89,6 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
 
     def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
         """Make the device copy current for a launch on ``stream``; record the write after it."""
-        self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         buf = self._buf
         queued = buf.stream
         devary = self._device_view  # read once: an eviction (another thread) clears it
@@ -114,6 +113,8 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
             if _residency.pinning:  # an allocation may evict: pinned until the launch ran
                 _residency.launched(buf, retr)  # (and used now, for the LRU order)
             return arg
+        # (The fast path needs no type check: it is open only to a view prepared here before.)
+        self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
         with buf.lock:
