@@ -146,7 +146,7 @@ class _Launch:
         # The id of the launch's ``retr`` only: ``retr`` holds ``done``; a reference back would
         # keep the launch's device arrays (numba's keep-alive lambdas) alive.
         self.retr = 0
-        self.records: set[Residency] = set()
+        self.records: list[Residency] = []  # (an argument passed twice is listed twice)
 
         def done() -> None:
             # The launch's last post-launch callback: its arguments may be evicted again.
@@ -196,17 +196,20 @@ def launched(buf: Buffer, retr: list[Any]) -> None:
     except AttributeError:
         launch = _local.launch = _launches[threading.get_ident()] = _Launch()
     key = id(retr)
+    done = launch.done
     if launch.retr != key:
         # A new launch in this thread: the previous one ran its callbacks, or failed before
         # running them (its arguments were pinned until now).
         launch.retr = key
         launch.records.clear()
-    launch.records.add(rec)
-    done = launch.done
-    if not retr or retr[-1] is not done:
-        if done in retr:
-            retr.remove(done)
         retr.append(done)
+    elif not retr or retr[-1] is not done:
+        if done in retr:  # a later argument appended its own callback: done goes last
+            retr.remove(done)
+        else:  # a new ``retr`` at the address of one whose launch failed: a new launch
+            launch.records.clear()
+        retr.append(done)
+    launch.records.append(rec)
 
 
 def cache_view(buf: Buffer, view: Any) -> None:
@@ -428,7 +431,7 @@ def _buffers() -> list[Buffer]:
 def _pinned() -> set[Residency]:
     pinned: set[Residency] = set()
     for launch in list(_launches.values()):
-        pinned |= launch.records
+        pinned.update(launch.records)
     return pinned
 
 

@@ -336,6 +336,30 @@ def test_a_launch_prepared_in_another_thread_keeps_its_arguments(budget):
         np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
 
 
+def test_a_launch_after_one_that_failed_before_its_callbacks_starts_afresh(budget):
+    """A launch that failed runs no post-launch callback: its arguments stay pinned until this
+    thread's next launch, which must start afresh even when its ``retr`` list reuses the
+    failed launch's address (CPython's free list makes that the usual case)."""
+    x, y = arrays(2, prefix="f")
+    budget(4 * NB)
+    launch(k_add_one, x)
+    launch(k_add_one, y)
+    failed: list = []
+    x.to_device(failed, 0)  # prepared; the launch "fails": no callback runs
+    address = id(failed)
+    del failed
+    retr: list = []
+    reused = id(retr) == address
+    y.to_device(retr, 0)
+    for callback in retr:
+        callback()
+    # Nothing stays pinned: x can be evicted again (the failed launch's pin is gone).
+    assert [r.kept for r in sa.device_budget().resident] == ["", ""]
+    np.testing.assert_array_equal(np.asarray(y), np.arange(N) + 100 + 1)
+    if not reused:
+        pytest.skip("retr did not reuse the failed list's address this time (checked anyway)")
+
+
 def test_a_launch_that_cannot_fit_its_arguments_fails_cleanly(budget):
     x, y, z = arrays(3)
     budget(2 * NB)
