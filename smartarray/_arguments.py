@@ -173,8 +173,14 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         try:
             with buf.lock:
                 buf.release(GPU, lo, hi, INOUT, writes=writes)
-                if buf.state.is_exclusive(GPU, lo, hi):  # and no held array is stale
-                    self._gpu_only_at = buf.state.version
+                state = buf.state
+                # Open the launch fast path (which refreshes no held host array) only if no
+                # held array shows these bytes: the refresh runs in the buffer's last
+                # callback, which may fail after this one and leave them stale.
+                if state.is_exclusive(GPU, lo, hi) and not buf.held.any_stale(
+                    state.valid(HOST), lo, hi
+                ):
+                    self._gpu_only_at = state.version
         except TransferError as exc:
             if retr is None:
                 raise

@@ -259,3 +259,31 @@ def test_next_launch_refreshes_a_held_array_left_stale_by_a_failure(monkeypatch)
     assert a.valid_at == ("gpu",)  # held is stale, and marked so
     add_one_to_both[1, 32](a, SmartArray(np.zeros(4)))  # current on the device only
     np.testing.assert_array_equal(held, np.full(4, 2.0))  # refreshed: no fast path skipped it
+
+
+def test_next_launch_refreshes_a_held_array_that_a_later_views_failed_refresh_left_stale(
+    monkeypatch,
+):
+    """Two views of one array in one launch: the first view's callback records its write, the
+    second's refreshes the held host array and fails. The first view must not then take the
+    launch fast path (which refreshes nothing): the held array shows its bytes, stale."""
+    a = SmartArray(np.zeros(8))
+    held = a.host()
+    first, second = a[:4], a[4:]
+    real = memory.copy_range
+
+    def no_download(d, *args, **kwargs):
+        if d == "d2h":
+            raise RuntimeError("injected copy fault")
+        return real(d, *args, **kwargs)
+
+    monkeypatch.setattr(memory, "copy_range", no_download)
+    with pytest.raises(sa.TransferError):
+        add_one_to_both[1, 32](first, second)
+    monkeypatch.undo()
+    with sa.trace() as t:
+        add_one_to_both[1, 32](first, SmartArray(np.zeros(4)))
+    np.testing.assert_array_equal(held[:4], [2, 2, 2, 2])  # refreshed after this launch
+    assert t.stats.d2h_bytes == 32
+    np.testing.assert_array_equal(np.asarray(a), [2, 2, 2, 2, 1, 1, 1, 1])
+    np.testing.assert_array_equal(held, [2, 2, 2, 2, 1, 1, 1, 1])  # the rest on the host read
