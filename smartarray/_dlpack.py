@@ -6,8 +6,11 @@ What ``a.__dlpack__(dl_device=(2, id))`` and ``a.cuda_view().__dlpack__(...)`` r
 - the device copy made current. ``stream`` is the consumer's stream (DLPack's convention: None
   or 1 the legacy default stream, 2 the per-thread default stream, a larger int a stream
   handle, -1 no synchronization): the buffer's pending device work is ordered before it with an
-  event (the host does not wait), stale bytes go up on it, and host access to the array waits
-  for it from then on (the consumer works there);
+  event (the host does not wait) and stale bytes go up on it. Host access to the array then
+  waits for the legacy default stream's work (a consumer there needs nothing more); a stream
+  handle is not kept (the consumer may destroy its stream): the consumer synchronizes its own
+  work before the host reads the array, as with ``__cuda_array_interface__``;
+- the device copy is never evicted from then on (the consumer holds its address);
 - a device write recorded, as ``__cuda_array_interface__`` records it: the consumer may write,
   and DLPack's legacy form cannot even say read-only. ``cuda_view(intent='in')`` shares
   read-only (the versioned form's ``DLPACK_FLAG_BITMASK_READ_ONLY``) and records nothing;
@@ -34,8 +37,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import cuda
 
+from . import _residency, _streams
 from . import _simulator as _sim
-from . import _streams
 from ._engine import GPU
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +62,8 @@ FLAG_READ_ONLY = 1 << 0
 FLAG_IS_COPIED = 1 << 1
 #: ``stream=-1``: the consumer asks the producer not to synchronize.
 NO_SYNC = -1
+#: ``stream=1``: the legacy default stream (also what ``stream=None`` means for CUDA).
+LEGACY_DEFAULT = 1
 
 # ``DLDataTypeCode`` by NumPy dtype kind: kDLInt, kDLUInt, kDLFloat, kDLComplex, kDLBool.
 _CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
@@ -164,6 +169,8 @@ def check_max_version(max_version: Any) -> bool:
     if max_version is None:
         return False
     try:
+        if not isinstance(max_version, tuple):  # NumPy, which builds the capsule, needs one
+            raise TypeError
         major, minor = max_version
         major = operator.index(major)
         operator.index(minor)
@@ -188,6 +195,8 @@ def _check_dtype(dtype: np.dtype) -> None:
         )
     if not dtype.isnative:
         raise BufferError(f"DLPack carries native byte order only, not dtype {dtype}")
+    if dtype.itemsize > {"f": 8, "c": 16}.get(dtype.kind, 8):
+        raise BufferError(f"DLPack (through NumPy) carries no extended precision: dtype {dtype}")
 
 
 def device_id(device_bytes: Any = None) -> int:
@@ -249,8 +258,8 @@ def export(
     if copy:
         a, flags = _copied(a), FLAG_IS_COPIED  # a fresh array nobody else writes
         readonly = False
-    pointer = _share(a, consumer, readonly)
-    return _capsule(a, pointer, max_version, flags)
+    pointer, memory = _share(a, consumer, value, readonly)
+    return _capsule(a, pointer, memory, max_version, flags)
 
 
 def _copied(a: SmartArray) -> SmartArray:
@@ -267,13 +276,23 @@ def _copied(a: SmartArray) -> SmartArray:
     return SmartArray(np.ascontiguousarray(a.copy_to_host()))
 
 
-def _share(a: SmartArray, consumer: Any, readonly: bool) -> int:
-    """Make ``a``'s device copy current for work on ``consumer``; its device address."""
+def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[int, Any]:
+    """Make ``a``'s device copy current for work on ``consumer`` (the stream DLPack's
+    ``value`` names); its device address and the device memory that holds it.
+
+    The copy stays resident for good (never evicted: the consumer holds the address for as
+    long as it likes, as for ``__cuda_array_interface__``). Host access waits for the
+    consumer's stream only where that stream outlives everything (``1``, the legacy default
+    stream); a stream handle is not kept (the consumer may destroy the stream): only the
+    copies made here are ordered before later work, and the consumer synchronizes its own
+    work before the host reads, as the CUDA Array Interface asks.
+    """
     from ._interop import _device_pointer
 
     buf = a._buf
     with buf.lock:
         dev = buf.ensure_device()
+        _residency.share(buf, "it was exported through DLPack")
         if consumer is None:  # stream=-1: the consumer orders its work itself
             buf.sync(GPU, a._lo, a._hi, "dlpack export")
         else:
@@ -283,19 +302,23 @@ def _share(a: SmartArray, consumer: Any, readonly: bool) -> int:
                 # device orders the two, the host does not wait.
                 _streams.order(buf.stream, consumer)
             buf.sync(GPU, a._lo, a._hi, "dlpack export", stream=consumer)  # stale bytes go up
-            buf.stream = target  # the consumer works there: host access waits for it
+            if value == LEGACY_DEFAULT or target is _streams.DEFAULT:
+                buf.stream = target  # the consumer works there: host access waits for it
+            else:
+                _streams.order(consumer, 0)  # what went up there, before the default stream
+                buf.stream = _streams.DEFAULT
         if not readonly:
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
             # from now on, and held host arrays are refreshed.
             a.mark_changed(GPU)
-    return _device_pointer(dev) + a._offset if a.size else 0
+    return (_device_pointer(dev) + a._offset if a.size else 0), dev
 
 
-def _capsule(a: SmartArray, pointer: int, max_version: Any, flags: int) -> Any:
-    """NumPy's DLPack capsule of a stand-in over ``pointer``, set to say CUDA."""
+def _capsule(a: SmartArray, pointer: int, memory: Any, max_version: Any, flags: int) -> Any:
+    """NumPy's DLPack capsule of a stand-in over ``pointer`` (in ``memory``), set to say CUDA."""
     owner = _Owner()
-    owner.array = a  # keeps the buffer, and so its device memory, alive
-    owner.memory = a._buf.device_bytes
+    owner.array = a  # keeps the buffer alive
+    owner.memory = memory  # and the very device memory shared (the buffer's may change)
     owner.__array_interface__ = {
         "shape": tuple(a.shape),
         "typestr": a.dtype.str,
@@ -317,4 +340,6 @@ def _capsule(a: SmartArray, pointer: int, max_version: Any, flags: int) -> Any:
     tensor = managed.dl_tensor
     tensor.device.device_type = KDL_CUDA
     tensor.device.device_id = device_id(owner.memory)
+    if not a.size:
+        tensor.data = None  # NumPy's stand-in for no elements is a host address
     return capsule

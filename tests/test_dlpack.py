@@ -435,18 +435,66 @@ def test_strict_mode_consumer_stream_sees_the_data_only_after_the_event():
         np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
 
 
-def test_strict_mode_host_reads_wait_for_the_consumer_stream():
+def test_strict_mode_host_reads_wait_for_a_legacy_default_stream_consumer():
     with strict(seed=5, per_thread_default_stream=True) as state:  # no implicit order
         a = sa.SmartArray(np.arange(N, dtype=np.float64))
-        consumer = cuda.stream()
-        t = Consumer(export(a, stream=consumer.handle))  # the upload goes on the consumer's
+        t = Consumer(export(a, stream=1))  # the upload goes on the legacy default stream
         data = t.data
-        consumer.add_callback(  # the consumer writes on its stream
+        cuda.legacy_default_stream().add_callback(  # the consumer writes on its stream
             lambda *args: ctypes.memmove(data, np.full(N, 7.0).ctypes.data, 8 * N)
         )
         assert state.pending() > 0
         np.testing.assert_array_equal(a.host(), np.full(N, 7.0))
         t.release()
+
+
+def test_strict_mode_a_consumer_stream_handle_is_not_kept():
+    """A stream handle may die with its owner (a CuPy or PyTorch stream): the array keeps no
+    reference to it. Its own upload is ordered before later work with an event; the
+    consumer's later work is the consumer's to synchronize, as with the CUDA Array Interface."""
+    with strict(seed=5, per_thread_default_stream=True) as state:
+        a = sa.SmartArray(np.arange(N, dtype=np.float64))
+        consumer = cuda.stream()
+        t = Consumer(export(a, stream=consumer.handle))  # the upload goes on the consumer's
+        assert a._buf.stream is _streams.DEFAULT  # not the consumer's handle
+        data = t.data
+        consumer.add_callback(lambda *args: ctypes.memmove(data, np.full(N, 7.0).ctypes.data, 48))
+        np.testing.assert_array_equal(a.host(), np.arange(N))  # the upload, not the consumer's
+        assert state.pending() > 0  # the consumer's work is its own to wait for
+        consumer.synchronize()
+        t.release()
+
+
+def test_an_exported_device_copy_is_never_evicted():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    t = Consumer(export(a, stream=1))
+    sa.set_device_budget(a.nbytes)
+    try:
+        b = sa.SmartArray(np.zeros(N))
+        with pytest.raises(sa.DeviceMemoryError, match="DLPack"):
+            b.get("gpu")  # would have to evict a, whose address the consumer holds
+        assert pointer(a._buf.device_bytes) == t.data
+    finally:
+        sa.set_device_budget(None)
+        t.release()
+
+
+def test_max_version_must_be_a_tuple_and_extended_precision_is_refused_before_moving():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    with pytest.raises(TypeError, match="max_version"):
+        export(a, max_version=[1, 0])
+    wide = sa.SmartArray(np.arange(3, dtype=np.longdouble))
+    if wide.dtype.itemsize > 8:
+        with pytest.raises(BufferError, match="extended precision"):
+            export(wide)
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+    assert a.valid_at == ("host",) and wide.valid_at == ("host",)
+
+
+def test_a_zero_size_export_carries_no_host_address():
+    t = Consumer(export(sa.SmartArray(np.zeros(0))))
+    assert t.data == 0 and t.device == (2, 0)
+    t.release()
 
 
 # -- with a GPU: CuPy, PyTorch, numba ---------------------------------------------------------

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from ._intervals import EMPTY_SET, IntervalSet, covers, runs_set, smallest_gaps
-
-if TYPE_CHECKING:  # pragma: no cover - the state that makes plans
-    from ._state import BufferState
 
 __all__ = [
     "EMPTY_PLAN",
@@ -94,7 +91,7 @@ class Plan:
         self,
         copies: tuple[Copy, ...] = (),
         new_valid: dict[str, IntervalSet] | None = None,
-        owner: BufferState | None = None,
+        owner: object = None,  # the BufferState that made it (compared by identity)
         version: int = -1,
         nbytes: int | None = None,
     ) -> None:
