@@ -107,40 +107,65 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
             # (reading a version number is atomic). A host read before the kernel runs (another
             # thread, a later argument's preparation) would make the host "current" with
             # pre-kernel values: a cached callback re-checks the version after the launch.
+            check = None
             if intent != IN:
-                retr.append(self._fast_check or self._make_fast_check())
+                check = self._fast_check or self._make_fast_check()
+                retr.append(check)
             arg = _numba_cuda.launch_argument(devary, retr, stream)
-            if _residency.pinning:  # an allocation may evict: pinned until the launch ran
-                _residency.launched(buf, retr)  # (and used now, for the LRU order)
-            return arg
+            if not _residency.pinning:
+                return arg
+            # An allocation may evict (another thread's): pinned first, then checked again.
+            # An eviction closes the fast path (under the lock) before it reads the pins, so
+            # either it sees this pin, or this check sees the fast path closed.
+            _residency.launched(buf, retr)
+            if self._device_view is devary and self._gpu_only_at == buf.state.version:
+                return arg
+            if check is not None:
+                retr.remove(check)  # evicted meanwhile: the slow path records the write
+        return self._prepare_launch_slow(retr, stream, intent)
+
+    def _prepare_launch_slow(self, retr: list[Any], stream: Any, intent: str) -> Any:
+        """:meth:`_prepare_launch` under the buffer's lock: what may move, moves."""
+        buf = self._buf
         # (The fast path needs no type check: it is open only to a view prepared here before.)
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
-        with buf.lock:
-            exclusive = buf.acquire(
-                GPU, self._lo, self._hi, intent, "device use", covers=self._covers(), launch=stream
-            )
-            devary = self._device_view
-            if devary is None:
-                devary = self._device_view = memory.device_view(
-                    buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+        _residency.preparing(retr)  # an allocation now keeps this launch's own pins
+        try:
+            with buf.lock:
+                exclusive = buf.acquire(
+                    GPU,
+                    self._lo,
+                    self._hi,
+                    intent,
+                    "device use",
+                    covers=self._covers(),
+                    launch=stream,
                 )
-                _residency.cache_view(buf, self)  # an eviction clears the cache
-            arg = _numba_cuda.launch_argument(devary, retr, stream)
-            if exclusive:
-                self._gpu_only_at = buf.state.version
-                if intent != IN:
-                    retr.append(self._fast_check or self._make_fast_check())
-            elif intent != IN:
-                # One record of the writes to this buffer per launch: its held host arrays
-                # are refreshed once, after the last argument's write is recorded (one array
-                # passed twice, or overlapping views, must not download the overlap twice).
-                writes = buf.launch_writes_for(retr)
-                retr.append(functools.partial(self._after_launch, writes))
-            if _residency.pinning:
-                _residency.launched(buf, retr)  # pinned until the launch ran (its callbacks)
-            return arg
+                devary = self._device_view
+                if devary is None:
+                    devary = self._device_view = memory.device_view(
+                        buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+                    )
+                    _residency.cache_view(buf, self)  # an eviction clears the cache
+                arg = _numba_cuda.launch_argument(devary, retr, stream)
+                if exclusive:
+                    self._gpu_only_at = buf.state.version
+                    if intent != IN:
+                        retr.append(self._fast_check or self._make_fast_check())
+                elif intent != IN:
+                    # One record of the writes to this buffer per launch: its held host arrays
+                    # are refreshed once, after the last argument's write is recorded (one
+                    # array passed twice, or overlapping views, must not download the overlap
+                    # twice).
+                    writes = buf.launch_writes_for(retr)
+                    retr.append(functools.partial(self._after_launch, writes))
+                if _residency.pinning:
+                    _residency.launched(buf, retr)  # pinned until the launch ran (callbacks)
+                return arg
+        finally:
+            _residency.preparing(None)
 
     def _make_fast_check(self) -> Any:
         """The post-launch check of the fast path, made once per view (cached in a slot, so a

@@ -41,7 +41,7 @@ import numpy as np
 from . import _simulator as _sim
 from . import memory, stats
 from ._strict import state as _strict_state
-from .errors import DeviceMemoryError, TransferGuardError
+from .errors import DeviceMemoryError, TransferError, TransferGuardError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._engine import Buffer
@@ -428,10 +428,26 @@ def _buffers() -> list[Buffer]:
     return out
 
 
+def preparing(retr: list[Any] | None) -> None:
+    """This thread prepares (under a buffer's lock) an argument of the launch of ``retr``
+    (None: no more). Its own pins count only then: a launch that failed ran no callback, and
+    its arguments must not stay pinned while the thread does something else."""
+    _local.preparing = 0 if retr is None else id(retr)
+
+
 def _pinned() -> set[Residency]:
+    """The records pinned by launches being prepared or run: the latest launch of every other
+    live thread, and this thread's while it prepares that launch."""
     pinned: set[Residency] = set()
-    for launch in list(_launches.values()):
-        pinned.update(launch.records)
+    me = threading.get_ident()
+    current = getattr(_local, "preparing", 0)
+    alive = {t.ident for t in threading.enumerate()}
+    for ident, launch in list(_launches.items()):
+        if ident == me:
+            if current and launch.retr == current:
+                pinned.update(launch.records)
+        elif ident in alive:
+            pinned.update(launch.records)
     return pinned
 
 
@@ -457,14 +473,22 @@ def _dirty(buf: Buffer) -> bool:
     return bool(state.valid("gpu").difference(state.valid("host")))
 
 
-def _evict_one(buf: Buffer, reason: str, pinned: set[Residency]) -> int:
+def _evict_one(buf: Buffer, reason: str) -> int:
     """Give back ``buf``'s device copy; return the device bytes freed (0: it stays)."""
     if not buf.lock.acquire(blocking=False):  # in use by another thread now
         _skipped[id(buf)] = "another thread holds its lock"
         return 0
     try:
         rec = buf.residency
-        if buf.device_bytes is None or rec is None or _kept(buf, pinned):
+        if buf.device_bytes is None or rec is None:
+            return 0
+        # Close the lock-free launch fast path first, then read the pins: a launch in another
+        # thread pins before it checks the fast path again, so either its pin is seen here or
+        # it finds the fast path closed and takes the slow path (which waits for this lock).
+        if rec.views:
+            for view in list(rec.views.values()):
+                view._gpu_only_at = -1
+        if _kept(buf, _pinned()):
             return 0
         # Queued device work uses it (stream order): wait for it, as a host read would.
         buf.wait_for_device()
@@ -476,6 +500,9 @@ def _evict_one(buf: Buffer, reason: str, pinned: set[Residency]) -> int:
                 buf.sync("host", 0, buf.nbytes, "eviction", 0)
             except TransferGuardError:  # the guard refuses the download: this copy stays
                 _skipped[id(buf)] = "the transfer guard refuses its download"
+                return 0
+            except TransferError as exc:  # the download failed: nothing changed, it stays
+                _skipped[id(buf)] = f"downloading it failed: {exc}"
                 return 0
         nbytes = rec.nbytes
         buf.drop_device()
@@ -494,12 +521,14 @@ def _evict(need: int, exclude: Buffer, reason: str) -> int:
     candidates = [b for b in _buffers() if b is not exclude and not _kept(b, pinned)]
     candidates.sort(key=lambda b: (_dirty(b), b.residency.tick))  # type: ignore[union-attr]
     freed = 0
-    for buf in candidates:
-        if freed >= need:
-            break
-        freed += _evict_one(buf, reason, pinned)
-    if freed:
-        _sim.give_back_freed()  # numba defers frees: give the memory back now
+    try:
+        for buf in candidates:
+            if freed >= need:
+                break
+            freed += _evict_one(buf, reason)
+    finally:
+        if freed:
+            _sim.give_back_freed()  # numba defers frees: give the memory back now
     return freed
 
 

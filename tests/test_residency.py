@@ -33,6 +33,11 @@ def k_add_one(x):
         x[i] += 1.0
 
 
+@cuda.jit(debug=True, opt=False)  # a GPU reports kernel exceptions with debug only
+def k_out_of_bounds(x):
+    x[x.size + 1000] = 1.0
+
+
 @cuda.jit
 def k_add3(x, y, z):
     i = cuda.grid(1)
@@ -358,6 +363,65 @@ def test_a_launch_after_one_that_failed_before_its_callbacks_starts_afresh(budge
     np.testing.assert_array_equal(np.asarray(y), np.arange(N) + 100 + 1)
     if not reused:
         pytest.skip("retr did not reuse the failed list's address this time (checked anyway)")
+
+
+def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(budget, monkeypatch):
+    """A loop of launches takes the lock-free fast path. Another thread's allocation evicts
+    the array while a launch is between its preparation and the kernel: either the eviction
+    sees the launch's pin, or the launch sees the fast path closed and prepares again under
+    the lock. The kernel's write is never lost."""
+    from smartarray import _numba_cuda
+
+    (a,) = arrays(1, prefix="t")
+    budget(NB)
+    launch(k_add_one, a)
+    launch(k_add_one, a)  # the fast path is open now
+    real = _numba_cuda.launch_argument
+    raced = []
+
+    def racing(devary, retr, stream):
+        if not raced:
+            raced.append(1)
+
+            def other():
+                sa.SmartArray(np.ones(N), name="t-other").gpu()
+
+            worker = threading.Thread(target=other)
+            worker.start()
+            worker.join()
+        return real(devary, retr, stream)
+
+    monkeypatch.setattr(_numba_cuda, "launch_argument", racing)
+    try:
+        launch(k_add_one, a)
+    except sa.DeviceMemoryError:
+        pass  # the other thread found a pinned: it could not make room (it raises there)
+    monkeypatch.undo()
+    filler = [np.full(N, -7.0) for _ in range(50)]  # freed memory reused would hide a loss
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 3.0)
+    del filler
+
+
+def test_a_failed_launch_does_not_keep_its_arguments_pinned(budget):
+    """A launch that raises runs no post-launch callback: its arguments must not stay pinned
+    once its thread does anything else (or has ended)."""
+    x, y = arrays(2, prefix="u")
+    budget(NB)
+
+    def fails():
+        with pytest.raises(Exception):  # noqa: B017 - the simulator's out-of-bounds error
+            k_out_of_bounds[1, 1](x)
+
+    worker = threading.Thread(target=fails)
+    worker.start()
+    worker.join()
+    assert [r.kept for r in sa.device_budget().resident] == [""]
+    y.gpu()  # evicts x: nobody launches with it any more
+    fails()  # the same in this thread
+    assert [r.kept for r in sa.device_budget().resident] == [""]
+    x.host()  # (x is current wherever the failed kernel could not write)
+    y.gpu()
+    assert resident_names() == {"u1"}
 
 
 def test_a_launch_that_cannot_fit_its_arguments_fails_cleanly(budget):
