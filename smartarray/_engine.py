@@ -305,20 +305,6 @@ class Buffer:
 
     # -- held host arrays ---------------------------------------------------------------------
 
-    def export_view(
-        self,
-        shape: tuple[int, ...],
-        dtype: np.dtype,
-        offset: int,
-        strides: tuple[int, ...],
-        lo: int,
-        hi: int,
-        readonly: bool,
-    ) -> np.ndarray:
-        """A host ndarray of these bytes handed out to the user, refreshed while it is held."""
-        host = self.ensure_host()
-        return self.held.view(host, shape, dtype, offset, strides, lo, hi, readonly)
-
     def refresh_exports(self, lo: int, hi: int) -> None:
         """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
         refreshed = 0

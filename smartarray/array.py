@@ -330,8 +330,16 @@ class SmartArray(
 
     def _export(self, readonly: bool) -> np.ndarray:
         """This view's host data as an ndarray handed out (tracked; no sync)."""
-        return self._buf.export_view(
-            self._shape, self._dtype, self._offset, self._strides, self._lo, self._hi, readonly
+        buf = self._buf
+        return buf.held.view(
+            buf.ensure_host(),
+            self._shape,
+            self._dtype,
+            self._offset,
+            self._strides,
+            self._lo,
+            self._hi,
+            readonly,
         )
 
     def _host_ro(self, reason: str = "host read") -> np.ndarray:
