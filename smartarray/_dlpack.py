@@ -292,7 +292,6 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
     buf = a._buf
     with buf.lock:
         dev = buf.ensure_device()
-        _residency.share(buf, "it was exported through DLPack")
         if consumer is None:  # stream=-1: the consumer orders its work itself
             buf.sync(GPU, a._lo, a._hi, "dlpack export")
         else:
@@ -307,6 +306,9 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
             else:
                 _streams.order(consumer, 0)  # what went up there, before the default stream
                 buf.stream = _streams.DEFAULT
+        # Held under this lock since before the copy was made current (an eviction needs the
+        # lock): from now on the consumer holds the address.
+        _residency.share(buf, "it was exported through DLPack")
         if not readonly:
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
             # from now on, and held host arrays are refreshed.

@@ -386,6 +386,8 @@ def test_the_transfer_guard_refuses_before_anything_is_recorded():
         with pytest.raises(sa.TransferGuardError):
             export(a)
     assert a.valid_at == ("host",) and moved()["h2d"] == 0
+    # Nothing was exported: the device copy may still be evicted.
+    assert [r.kept for r in sa.device_budget().resident if r.name == a.name] == [""]
 
 
 # -- streams ----------------------------------------------------------------------------------
