@@ -47,6 +47,18 @@ def fail_on_call(monkeypatch, n: int, direction: str | None = None) -> list[int]
     return calls
 
 
+def fail_every_download(monkeypatch) -> None:
+    """Make every device-to-host ``memory.copy_range`` fail (until ``monkeypatch.undo()``)."""
+    real = memory.copy_range
+
+    def no_download(d, *args, **kwargs):
+        if d == "d2h":
+            raise RuntimeError("injected copy fault")
+        return real(d, *args, **kwargs)
+
+    monkeypatch.setattr(memory, "copy_range", no_download)
+
+
 # --- njit: a later argument fails to unbox (D17) ---------------------------------------------
 
 
@@ -141,14 +153,7 @@ def test_failed_refreshes_of_two_arguments_raise_once_after_both_recorded(monkey
     a = SmartArray(np.zeros(4))
     b = SmartArray(np.zeros(4))
     held = (a.host(), b.host())
-    real = memory.copy_range
-
-    def no_download(d, *args, **kwargs):
-        if d == "d2h":
-            raise RuntimeError("injected copy fault")
-        return real(d, *args, **kwargs)
-
-    monkeypatch.setattr(memory, "copy_range", no_download)
+    fail_every_download(monkeypatch)
     with pytest.raises(sa.TransferError, match="2 held"):
         add_one_to_both[1, 32](a, b)
     monkeypatch.undo()
@@ -270,14 +275,7 @@ def test_next_launch_refreshes_a_held_array_that_a_later_views_failed_refresh_le
     a = SmartArray(np.zeros(8))
     held = a.host()
     first, second = a[:4], a[4:]
-    real = memory.copy_range
-
-    def no_download(d, *args, **kwargs):
-        if d == "d2h":
-            raise RuntimeError("injected copy fault")
-        return real(d, *args, **kwargs)
-
-    monkeypatch.setattr(memory, "copy_range", no_download)
+    fail_every_download(monkeypatch)
     with pytest.raises(sa.TransferError):
         add_one_to_both[1, 32](first, second)
     monkeypatch.undo()
