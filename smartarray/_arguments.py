@@ -267,10 +267,11 @@ _njit_owners: dict[int, weakref.ref[SmartArray]] = {}
 
 def register_njit_view(owner: SmartArray, view: np.ndarray) -> None:
     key = id(view)
+    owners = _njit_owners  # bound now: module globals are None at interpreter exit
 
-    def forget(ref: weakref.ref[SmartArray]) -> None:
-        if _njit_owners.get(key) is ref:
-            del _njit_owners[key]
+    def forget(ref: weakref.ref[SmartArray]) -> None:  # takes no lock (issue 25 E4, E5)
+        if owners.get(key) is ref:
+            del owners[key]
 
     _njit_owners[key] = weakref.ref(owner, forget)
 

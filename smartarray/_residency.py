@@ -40,6 +40,7 @@ import numpy as np
 
 from . import _simulator as _sim
 from . import memory, stats
+from ._deferred import DeferringLock
 from ._strict import state as _strict_state
 from .errors import DeviceMemoryError, TransferError, TransferGuardError
 
@@ -110,7 +111,7 @@ class DeviceBudget(NamedTuple):
     resident: tuple[ResidentArray, ...]
 
 
-_lock = threading.RLock()  # the registry; held while making room (evictions serialise)
+_lock = DeferringLock()  # the registry; held while making room (evictions serialise)
 _budget: int | None = None  # set by the user
 _budget_set = False  # whether the user set one (None then means: unlimited)
 _default: int | None = None  # the default on a GPU, computed at first use
@@ -247,14 +248,14 @@ def _register(buf: Buffer, nbytes: int) -> None:
     rec = record(buf)
     key = id(buf)
 
-    def gone(_: Any) -> None:  # the buffer died: its device memory goes with it
+    def release() -> None:  # the buffer died: its device memory goes with it
         global _used
-        with _lock:
-            if _resident.get(key) is ref:
-                del _resident[key]
-                _used -= nbytes
+        if _resident.get(key) is ref:
+            del _resident[key]
+            _used -= nbytes
 
-    ref = weakref.ref(buf, gone)
+    # The callback takes no lock: the next holder of the registry lock releases (issue 25 E4, E5).
+    ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))
     with _lock:
         _resident[key] = ref
         rec.nbytes = nbytes

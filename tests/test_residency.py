@@ -828,3 +828,76 @@ Budgeted.TestCase.settings = settings(
     max_examples=40 if not is_strict() else 20, stateful_step_count=25, deadline=None
 )
 TestBudgeted = Budgeted.TestCase
+
+
+# -- weakref callbacks take no lock (issue 25 E4, E5) ------------------------------------------
+
+_NJIT_THEN_GPU = """
+import numba, numpy as np, smartarray as sa
+
+@numba.njit
+def total(x):
+    return x.sum()
+
+a = sa.SmartArray(np.arange(10.0))
+total(a)
+d = a.gpu()
+"""
+
+
+def _readme_smartarray_snippet() -> str:
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    section = text.split("## SmartArray", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    return "import numpy as np, smartarray as sa\n" + block
+
+
+@pytest.mark.parametrize("program", ["njit_then_gpu", "readme_smartarray_snippet"])
+def test_a_program_ends_without_noise_on_stderr(program):
+    # A resident array collected at interpreter exit ran a weakref callback that took a module
+    # lock already torn down to None: "Exception ignored in ... gone ...".
+    code = _NJIT_THEN_GPU if program == "njit_then_gpu" else _readme_smartarray_snippet()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+
+
+def test_a_collected_resident_array_never_waits_for_the_registry_lock():
+    # E4: the callback of a collected resident array ran in whatever thread collected it and
+    # waited for the registry lock; that thread may hold a lock the lock's holder waits for
+    # (sa.stats() allocating under the stats lock, an eviction download counting its bytes).
+    a = sa.SmartArray(np.zeros(N), name="collected")
+    del a  # nothing else may hold it
+    gc.collect()
+    b = sa.SmartArray(np.zeros(N), name="collected")
+    b.gpu()
+    used = sa.device_budget().used
+    holding, release = threading.Event(), threading.Event()
+    collected = threading.Event()
+
+    def hold_the_registry_lock():
+        with _residency._lock:
+            holding.set()
+            release.wait(30)
+
+    def collect():
+        nonlocal b
+        b = None
+        gc.collect()
+        collected.set()
+
+    holder = threading.Thread(target=hold_the_registry_lock)
+    holder.start()
+    assert holding.wait(30)
+    collector = threading.Thread(target=collect)
+    collector.start()
+    try:
+        assert collected.wait(10), "collecting a resident array waited for the registry lock"
+    finally:
+        release.set()
+        holder.join(30)
+        collector.join(30)
+    assert sa.device_budget().used == used - NB  # its bytes are no longer counted
