@@ -4,9 +4,9 @@ The low-level primitives have the signatures of numba.cuda's reference pages; ev
 they move is counted (:func:`stats`, :func:`trace`).
 """
 
-import os as _os
+from ._environment import flag as _flag
 
-if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+if _flag("SMARTARRAY_STRICT"):
     # Strict mode runs on the CUDA simulator, which must be chosen before numba.cuda loads.
     from ._strict import select_simulator as _select_simulator
 
@@ -51,7 +51,7 @@ from .stats import (
     trace,
 )
 
-if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+if _flag("SMARTARRAY_STRICT"):
     from .testing import _enable_from_environment
 
     _enable_from_environment()

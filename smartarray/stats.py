@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import _frames, guard
+from . import _environment, _frames, guard
 
 __all__ = [
     "Trace",
@@ -465,7 +465,7 @@ def enable_nvtx(enabled: bool = True) -> bool:
     return was_on
 
 
-if os.environ.get("SMARTARRAY_NVTX", "").strip() not in ("", "0"):
+if _environment.flag("SMARTARRAY_NVTX"):
     try:
         enable_nvtx(True)
     except ImportError:  # pragma: no cover - the switch names an optional extra

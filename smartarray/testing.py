@@ -16,9 +16,9 @@ interleaving), or within a process with :func:`strict`.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
+from . import _environment
 from ._strict import disable as _disable
 from ._strict import enable as _enable
 from ._strict.launch import StrictModeError
@@ -29,11 +29,7 @@ __all__ = ["StrictModeError", "StrictState", "is_strict", "strict", "strict_stat
 
 
 def _env_seed() -> int:
-    raw = os.environ.get("SMARTARRAY_STRICT_SEED", "0")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"SMARTARRAY_STRICT_SEED must be an integer, got {raw!r}") from None
+    return _environment.integer("SMARTARRAY_STRICT_SEED", 0)
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
 
 #: Strict mode for the whole session (``SMARTARRAY_STRICT=1``): smartarray turns it on when it is
 #: imported, on the simulator.
-STRICT = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0")
+STRICT = os.environ.get("SMARTARRAY_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
 if STRICT:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 

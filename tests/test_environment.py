@@ -1,0 +1,68 @@
+"""The environment variables smartarray reads (smartarray._environment): booleans parsed
+strictly, integers refused when they are not, in the parser and at import (issue 25 E12)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from _targets import real_target_env
+
+from smartarray._environment import parse_flag
+
+ON = ["1", "true", "True", "YES", "on", " On "]
+OFF = ["", "0", "false", "FALSE", "no", "No", "off", " OFF "]
+
+
+@pytest.mark.parametrize("value", ON)
+def test_a_switch_is_on_for_the_words_that_say_on(value):
+    assert parse_flag("SMARTARRAY_STRICT", value) is True
+
+
+@pytest.mark.parametrize("value", OFF)
+def test_a_switch_is_off_for_the_words_that_say_off(value):
+    assert parse_flag("SMARTARRAY_STRICT", value) is False
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", "enabled", "-1", "tru"])
+def test_a_switch_refuses_what_is_neither(value):
+    with pytest.raises(ValueError, match=r"SMARTARRAY_STRICT must be a boolean: 1, true, yes, on"):
+        parse_flag("SMARTARRAY_STRICT", value)
+
+
+def _import_smartarray(env: dict[str, str], code: str = "") -> subprocess.CompletedProcess:
+    child = dict(real_target_env(), **env)
+
+    return subprocess.run(
+        [sys.executable, "-c", "import os, smartarray\n" + code],
+        env=child,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("value", ["false", "no", "OFF"])
+def test_strict_said_off_neither_turns_strict_mode_on_nor_forces_the_simulator(value):
+    code = (
+        "from smartarray.testing import is_strict\n"
+        "print(is_strict(), os.environ.get('NUMBA_ENABLE_CUDASIM'))\n"
+    )
+    out = _import_smartarray({"SMARTARRAY_STRICT": value}, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "None"]
+
+
+@pytest.mark.parametrize(
+    "name, value, accepted",
+    [
+        ("SMARTARRAY_STRICT", "maybe", "must be a boolean"),
+        ("SMARTARRAY_NVTX", "sometimes", "must be a boolean"),
+    ],
+)
+def test_import_refuses_a_switch_that_is_neither(name, value, accepted):
+    out = _import_smartarray({name: value})
+    assert out.returncode != 0
+    assert f"ValueError: environment variable {name} {accepted}" in out.stderr
+    assert repr(value) in out.stderr
