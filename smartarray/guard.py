@@ -65,13 +65,21 @@ def _check_mode(mode: Any, name: str = "mode") -> str:
 def _check_direction(direction: Any) -> tuple[str, ...]:
     if direction is None or direction == "all":
         return DIRECTIONS
-    items = (direction,) if isinstance(direction, str) else tuple(direction)
+    accepted = "'h2d', 'd2h', 'd2d', 'all' (or None) or a non-empty sequence of those"
+    if isinstance(direction, str):
+        items: tuple[Any, ...] = (direction,)
+    else:
+        try:
+            items = tuple(direction)
+        except TypeError:
+            raise TypeError(
+                f"direction must be {accepted}, got {type(direction).__name__}"
+            ) from None
+        if not items:  # would guard nothing, silently
+            raise ValueError(f"direction must be {accepted}, got an empty {direction!r}")
     for d in items:
         if d not in DIRECTIONS:
-            raise ValueError(
-                "direction must be 'h2d', 'd2h', 'd2d', 'all' (or None) or a sequence of "
-                f"those, got {direction!r}"
-            )
+            raise ValueError(f"direction must be {accepted}, got {direction!r}")
     return items
 
 

@@ -16,7 +16,9 @@ interleaving), or within a process with :func:`strict`.
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Iterator
+from typing import Any
 
 from . import _environment
 from ._strict import disable as _disable
@@ -30,6 +32,16 @@ __all__ = ["StrictModeError", "StrictState", "is_strict", "strict", "strict_stat
 
 def _env_seed() -> int:
     return _environment.integer("SMARTARRAY_STRICT_SEED", 0)
+
+
+def _integer(name: str, value: Any, accepted: str) -> int:
+    """``value`` as an int; a bool, a float or a string is refused (naming ``name``)."""
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be {accepted}, got a bool")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {accepted}, got {type(value).__name__}") from None
 
 
 @contextlib.contextmanager
@@ -63,6 +75,11 @@ def strict(
     ------
     RuntimeError
         numba.cuda is the real CUDA target, not the simulator.
+    TypeError
+        ``seed`` or ``device_memory`` is not an int (or None), ``per_thread_default_stream`` not
+        a bool (strict mode stays as it was).
+    ValueError
+        ``device_memory`` is negative.
 
     Notes
     -----
@@ -83,7 +100,17 @@ def strict(
     >>> pending, state.pending(), state.host_syncs
     (1, 0, 1)
     """
-    st = _enable(_env_seed() if seed is None else seed, device_memory, per_thread_default_stream)
+    seed = _env_seed() if seed is None else _integer("seed", seed, "an int (or None)")
+    if device_memory is not None:
+        device_memory = _integer("device_memory", device_memory, "an int of bytes >= 0 (or None)")
+        if device_memory < 0:
+            raise ValueError(f"device_memory must be an int of bytes >= 0, got {device_memory}")
+    if not isinstance(per_thread_default_stream, bool):
+        raise TypeError(
+            "per_thread_default_stream must be a bool, got "
+            f"{type(per_thread_default_stream).__name__}"
+        )
+    st = _enable(seed, device_memory, per_thread_default_stream)
     try:
         yield st
     finally:

@@ -189,11 +189,19 @@ def test_log_explicit_logs_explicit_transfers_too(caplog):
     [
         ({"mode": "never"}, "mode must be one of"),
         ({"mode": "disallow", "direction": "up"}, "direction must be"),
+        ({"mode": "disallow", "direction": []}, "direction must be .* non-empty sequence"),
+        ({"mode": "disallow", "direction": ()}, "direction must be .* non-empty sequence"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         with sa.transfer_guard(**kwargs):
+            pass  # pragma: no cover
+
+
+def test_a_direction_that_is_no_sequence_is_a_type_error():
+    with pytest.raises(TypeError, match="direction must be .* got int"):
+        with sa.transfer_guard("disallow", direction=5):
             pass  # pragma: no cover
 
 

@@ -17,7 +17,7 @@ import pytest
 from numba import cuda
 
 import smartarray as sa
-from smartarray.testing import StrictModeError, is_strict, strict
+from smartarray.testing import StrictModeError, is_strict, strict, strict_state
 
 STRICT_ENV = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0")
 strict_only = pytest.mark.skipif(not STRICT_ENV, reason="runs under SMARTARRAY_STRICT=1 only")
@@ -74,6 +74,38 @@ def test_context_manager_turns_strict_mode_on_and_off():
         assert type(cuda.stream()) is plain_stream
         d = cuda.to_device(np.arange(3.0))
         assert d.sum() == 3.0  # the plain simulator's forgiveness is back
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"seed": "x"}, TypeError, "seed must be an int .*got str"),
+        ({"seed": 1.5}, TypeError, "seed must be an int .*got float"),
+        ({"seed": True}, TypeError, "seed must be an int .*got a bool"),
+        ({"device_memory": 1.5}, TypeError, "device_memory must be an int of bytes .*got float"),
+        ({"device_memory": "1"}, TypeError, "device_memory must be an int of bytes .*got str"),
+        ({"device_memory": -1}, ValueError, "device_memory must be an int of bytes >= 0"),
+        ({"per_thread_default_stream": 1}, TypeError, "per_thread_default_stream must be a bool"),
+    ],
+)
+def test_bad_arguments_are_refused_and_change_nothing(kwargs, error, match):
+    was = is_strict()
+    state = strict_state()
+    with pytest.raises(error, match=match):
+        with strict(**kwargs):
+            pass  # pragma: no cover
+    assert is_strict() == was
+    assert strict_state() is state
+
+
+def test_a_seed_from_the_environment_that_is_no_integer_is_refused():
+    env = dict(os.environ, SMARTARRAY_STRICT="1", SMARTARRAY_STRICT_SEED="1.5")
+    code = "import smartarray"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode != 0
+    assert "SMARTARRAY_STRICT_SEED must be an integer, got '1.5'" in out.stderr
 
 
 def test_environment_variable_selects_the_simulator_and_strict_mode():
