@@ -249,9 +249,12 @@ def dlpack(
         from . import _dlpack
 
         return _dlpack.export(a, stream, max_version, kind[1], copy)
+    # The host export is NumPy's: its checks of ``copy``, ``dl_device`` and ``max_version`` run
+    # on an empty stand-in first, so a bad request fails as NumPy's does, before anything moves.
     # ``stream`` is the consumer's stream. The host copy is current when this returns (its
     # downloads waited for), so there is nothing to order on it: any value is accepted, as
     # cuda.core passes one for host memory too.
+    np.empty(0).__dlpack__(max_version=max_version, dl_device=kind, copy=copy)
     if copy:
         host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
     else:

@@ -385,6 +385,33 @@ def test_dlpack_device_and_cuda_requests():
     assert a.valid_at == ("host",)
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"copy": "yes"},
+        {"copy": "no"},
+        {"dl_device": (1, 7)},
+        {"dl_device": (1, 7), "copy": True},
+        {"max_version": "1.0"},
+        {"max_version": (1, 0), "copy": "true"},
+    ],
+)
+def test_a_bad_host_export_request_fails_as_numpy_fails_and_moves_nothing(kwargs):
+    # The host export is NumPy's ndarray.__dlpack__ of the host copy: the same errors, raised
+    # before anything moves (copy='yes' was taken for a snapshot, (1, 7) for CPU 0).
+    with pytest.raises(Exception) as numpy_error:
+        np.arange(N, dtype=np.float64).__dlpack__(**kwargs)
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    d = a.gpu()
+    a.gpu_changed()
+    with pytest.raises(type(numpy_error.value)) as error:
+        a.__dlpack__(**kwargs)
+    assert str(error.value) == str(numpy_error.value)
+    assert moved()["d2h"] == 0
+    assert a.valid_at == ("gpu",)
+    del d
+
+
 def test_from_an_object_that_speaks_dlpack_only():
     class DLPackOnly:
         def __init__(self, ary):
