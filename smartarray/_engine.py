@@ -84,6 +84,13 @@ class LaunchFailures:
         ) from first
 
 
+def _refused(plan: Plan) -> bool:
+    """Whether the guard refuses one of ``plan``'s copies made for a consolidation."""
+    return any(
+        guard.refuses("h2d" if c.target == GPU else "d2h", "consolidation") for c in plan.copies
+    )
+
+
 class Buffer:
     """The shared base buffer of a SmartArray and its views, and its coherence engine."""
 
@@ -210,9 +217,38 @@ class Buffer:
 
     def _consolidate(self) -> None:
         plan = self.state.plan_consolidate()
-        if plan.copies:
+        if plan.copies and guard.armed() and _refused(plan):
+            plan = self._consolidate_by_copying_out()
+        if plan.copies and guard.armed() and _refused(plan):
+            # Bookkeeping the user did not ask for, that no allowed way can do: never refused
+            # (issue 25 E11), so that the run cap holds.
+            with guard.bypassed():
+                self._copy(plan, "consolidation", self.stream)
+        elif plan.copies:
             self._copy(plan, "consolidation", self.stream)
         self.state.apply(plan)
+
+    def _consolidate_by_copying_out(self) -> Plan:
+        """Bring the valid sets within the cap copying only the ways the guard allows.
+
+        A location over the cap whose gaps would be filled the refused way has instead its
+        smallest runs current there only copied to the other location (the allowed way), which
+        makes them droppable for free. Returns the consolidation plan left to perform.
+        """
+        state = self.state
+        for loc in state.locations:
+            runs = state.valid(loc)
+            excess = len(runs) - state.max_runs
+            other = GPU if loc == HOST else HOST
+            if excess <= 0 or guard.refuses("h2d" if other == GPU else "d2h", "consolidation"):
+                continue
+            elsewhere = state.valid(other)
+            own = sorted((b - a, a, b) for a, b in runs if not elsewhere.contains(a, b))
+            for _, a, b in own[: max(0, excess - (len(runs) - len(own)))]:
+                plan = state.plan_read(other, a, b)
+                self._copy(plan, "consolidation", self.stream)
+                state.apply(plan)
+        return state.plan_consolidate()
 
     def _copy(self, plan: Plan, reason: str, stream: Any) -> None:
         """Perform the copies of a plan on ``stream``; TransferError if one fails."""

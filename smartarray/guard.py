@@ -116,6 +116,26 @@ def armed() -> bool:
     return bool(_open_blocks or _env_modes)
 
 
+@contextmanager
+def bypassed() -> Iterator[None]:
+    """No guard acts in this thread inside the block: bookkeeping copies the user did not ask
+    for, which must happen for the state's invariants (a consolidation no allowed way can do).
+    """
+    previous = getattr(_local, "modes", None)
+    _local.modes = {}
+    try:
+        yield
+    finally:
+        _local.modes = previous
+
+
+def refuses(direction: str, reason: str) -> bool:
+    """Whether :func:`check` would refuse a ``direction`` copy made for ``reason`` now."""
+    mode = _modes().get(direction, "allow")
+    explicit = reason in EXPLICIT_REASONS
+    return mode == "disallow_explicit" or (mode == "disallow" and not explicit)
+
+
 def check(direction: str, nbytes: int, reason: str, array: str) -> bool:
     """Apply the current thread's guard to a copy about to be issued.
 

@@ -259,3 +259,61 @@ def test_njit_argument_construction_and_device_element_access_are_guarded():
     with sa.transfer_guard("disallow_explicit"):
         with pytest.raises(sa.TransferGuardError, match="construction"):
             sa.SmartArray(np.zeros(3), where="gpu")
+
+
+# -- internal consolidation under a guard (issue 25 E11) ---------------------------------------
+
+
+@cuda.jit
+def _set_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 1.0
+
+
+def _slices_written(disallowed: str) -> sa.SmartArray:
+    """Nine disjoint slices written where the other copy is current, under a guard refusing
+    the direction that filling the other copy's gaps would take."""
+    a = sa.SmartArray(np.zeros(100), name="sliced")
+    if disallowed == "h2d":
+        a.gpu()
+        a.gpu_changed()  # current on the device only
+    with sa.trace() as t, sa.transfer_guard("disallow", direction=disallowed):
+        for k in range(9):
+            if disallowed == "d2h":
+                _set_one[1, 32](sa.Out(a[10 * k : 10 * k + 5]))
+            else:
+                a[10 * k : 10 * k + 5] = 1.0
+    assert not [e for e in t.events if e.direction == disallowed]
+    return a
+
+
+@pytest.mark.parametrize("disallowed", ["d2h", "h2d"])
+def test_consolidation_moves_nothing_the_guard_refuses_and_keeps_the_run_cap(disallowed):
+    a = _slices_written(disallowed)
+    state = a._buf.state
+    assert all(len(state.valid(loc)) <= state.max_runs for loc in state.locations)
+    expected = np.zeros(100)
+    for k in range(9):
+        expected[10 * k : 10 * k + 5] = 1.0
+    np.testing.assert_array_equal(a.host(), expected)
+    np.testing.assert_array_equal(a.gpu().copy_to_host(), expected)
+
+
+def test_a_consolidation_no_allowed_way_can_do_still_happens_and_keeps_the_run_cap():
+    # Both directions disallowed: consolidation is bookkeeping, not the user's transfer; it
+    # copies (counted, traced as 'consolidation') rather than leave the valid sets over the cap.
+    a = sa.SmartArray(np.zeros(100), name="both")
+    a.gpu()
+    expected = np.zeros(100)
+    with sa.trace() as t, sa.transfer_guard("disallow"):
+        for k in range(9):
+            _set_one[1, 32](sa.Out(a[10 * k : 10 * k + 5]))
+            a[10 * k + 5 : 10 * k + 8] = 2.0
+            expected[10 * k : 10 * k + 5] = 1.0
+            expected[10 * k + 5 : 10 * k + 8] = 2.0
+    assert {e.reason for e in t.events} <= {"consolidation"}
+    state = a._buf.state
+    assert all(len(state.valid(loc)) <= state.max_runs for loc in state.locations)
+    np.testing.assert_array_equal(a.host(), expected)
+    np.testing.assert_array_equal(a.gpu().copy_to_host(), expected)
