@@ -186,7 +186,10 @@ def transfer_guard(mode: str, direction: Any = "all") -> Iterator[None]:
 
     The setting holds in the current thread only and is restored on exit; blocks nest (the
     inner one wins for the directions it names). A refused transfer raises before it is
-    issued, so it moves nothing and leaves every copy's validity as it was.
+    issued, so it moves nothing and leaves every copy's validity as it was. One kind of copy
+    is never refused: a *consolidation* (keeping a copy's valid bytes to a few runs), which is
+    bookkeeping rather than a transfer you asked for; it copies only the ways the guard allows
+    when one exists, and is counted and traced with reason ``'consolidation'``.
 
     Parameters
     ----------
