@@ -11,6 +11,11 @@ if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
     from ._strict import select_simulator as _select_simulator
 
     _select_simulator()
+elif _os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0"):
+    # The fake CUDA driver must be loaded before numba.cuda picks its target and driver.
+    from ._fakegpu import enable as _enable_fake_gpu
+
+    _enable_fake_gpu()
 
 from ._interop import as_cuda_array, is_cuda_array
 from ._residency import device_budget, resident, set_device_budget

@@ -1,0 +1,1 @@
+"""Kernels of the fake CUDA driver (filled in below)."""
