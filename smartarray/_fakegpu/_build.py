@@ -53,7 +53,16 @@ def build() -> Path:
     # Compile to a temporary name and rename: two processes building at once both succeed.
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".so")
     os.close(fd)
-    cmd = [_compiler(), "-shared", "-fPIC", "-O1", "-Wl,-soname,libcuda.so.1", "-o", tmp, str(_SOURCE)]
+    cmd = [
+        _compiler(),
+        "-shared",
+        "-fPIC",
+        "-O1",
+        "-Wl,-soname,libcuda.so.1",
+        "-o",
+        tmp,
+        str(_SOURCE),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         os.unlink(tmp)

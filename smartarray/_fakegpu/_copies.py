@@ -129,7 +129,14 @@ class MemoryEntries:
 
     # copies ---------------------------------------------------------------------------------
     def _copy(
-        self, dst: int, src: int, n: int, stream: Stream, label: str, wait: bool, keep: object = None
+        self,
+        dst: int,
+        src: int,
+        n: int,
+        stream: Stream,
+        label: str,
+        wait: bool,
+        keep: object = None,
     ) -> None:
         """Queue a copy of ``n`` bytes; device ranges are checked now and again when it runs."""
         for ptr, what in ((dst, "destination"), (src, "source")):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import re
 import sys
 from collections.abc import Callable, Iterator
 
@@ -97,7 +98,9 @@ def _decode(ty: object, params: _Params) -> object:
     if isinstance(ty, types.EnumMember):
         return ty.instance_class(_decode(ty.dtype, params))
     if isinstance(ty, (types.NPDatetime, types.NPTimedelta)):
-        return np.int64(params.read(ctypes.c_int64)).view(ty.unit and f"{'M' if isinstance(ty, types.NPDatetime) else 'm'}8[{ty.unit}]")
+        return np.int64(params.read(ctypes.c_int64)).view(
+            ty.unit and f"{'M' if isinstance(ty, types.NPDatetime) else 'm'}8[{ty.unit}]"
+        )
     if isinstance(ty, types.Record):
         return ("record", ty, params.read(ctypes.c_uint64), (), (), ty.size)
     raise CudaError(CUDA_ERROR_INVALID_VALUE, f"fake GPU cannot decode kernel argument type {ty}")
@@ -110,8 +113,8 @@ def _materialise(driver: object, kernel: str, argname: str, value: object) -> ob
         from numba.np import numpy_support
 
         dtype = numpy_support.as_dtype(ty.dtype if kind == "array" else ty)
-        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides) if n)
-        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides) if n) + itemsize
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n)
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n) + itemsize
         empty = any(n == 0 for n in shape)
         if not empty:
             _check_range(driver, kernel, argname, data + lo, hi - lo)
@@ -120,7 +123,10 @@ def _materialise(driver: object, kernel: str, argname: str, value: object) -> ob
                     CUDA_ERROR_MISALIGNED_ADDRESS,
                     f"kernel {kernel}: argument {argname!r} data pointer {data:#x} is misaligned",
                 )
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
+        from numba.cuda.simulator.cudadrv.devicearray import (
+            FakeCUDAArray,
+            FakeWithinKernelCUDAArray,
+        )
 
         if empty:
             arr = np.empty(shape, dtype=dtype)
@@ -164,7 +170,9 @@ def _device_functions_swapped(fn: Callable[..., object]) -> Iterator[None]:
         globs.update(orig)
 
 
-def prepare(driver: object, name: str, params: int, grid: tuple, block: tuple, smem: int) -> Callable[[], None]:
+def prepare(
+    driver: object, name: str, params: int, grid: tuple, block: tuple, smem: int
+) -> Callable[[], None]:
     """Decode a launch now (CUDA copies ``kernelParams`` at launch); the returned call runs it."""
     kernel = _kernel_object(name)
     reader = _Params(params)
@@ -173,33 +181,42 @@ def prepare(driver: object, name: str, params: int, grid: tuple, block: tuple, s
     argnames += [f"#{i}" for i in range(len(argnames), len(decoded))]
 
     def run() -> None:
-        args = [_materialise(driver, name, a, v) for a, v in zip(argnames, decoded)]
+        args = [_materialise(driver, name, a, v) for a, v in zip(argnames, decoded, strict=False)]
         _execute(driver, kernel, name, args, grid, block, smem)
 
     return run
 
 
-def _execute(driver: object, kernel: object, name: str, args: list, grid: tuple, block: tuple, smem: int) -> None:
+def _execute(
+    driver: object, kernel: object, name: str, args: list, grid: tuple, block: tuple, smem: int
+) -> None:
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
     fn = kernel.py_func
     fake_module = simkernel.FakeCUDAModule(grid, block, smem)
-    with simkernel._push_kernel_context(fake_module), swapped_cuda_module(fn, fake_module), _device_functions_swapped(fn):
+    with (
+        simkernel._push_kernel_context(fake_module),
+        swapped_cuda_module(fn, fake_module),
+        _device_functions_swapped(fn),
+    ):
         for grid_point in np.ndindex(*grid[::-1]):
             manager = simkernel.BlockManager(fn, grid, block, kernel.debug)
             try:
                 manager.run(grid_point[::-1], *args)
             except IndexError as exc:
                 raise CudaError(
-                    CUDA_ERROR_ILLEGAL_ADDRESS, f"kernel {name}: out-of-bounds access: {exc}"
+                    CUDA_ERROR_ILLEGAL_ADDRESS,
+                    f"kernel {fn.__qualname__} ({name}): out-of-bounds access: {exc}",
                 ) from exc
             except Exception as exc:
                 if kernel.debug:
                     _report_exception(driver, kernel, name, exc)
                     return
                 # Without debug a GPU does not check: the faulting thread stops, others run on.
-                print(f"fakegpu: kernel {name}: unchecked exception ignored: {exc!r}", file=sys.stderr)
+                print(
+                    f"fakegpu: kernel {name}: unchecked exception ignored: {exc!r}", file=sys.stderr
+                )
 
 
 def _report_exception(driver: object, kernel: object, name: str, exc: Exception) -> None:
@@ -208,6 +225,14 @@ def _report_exception(driver: object, kernel: object, name: str, exc: Exception)
     code = next((c for c, (cls, *_rest) in exceptions.items() if isinstance(exc, cls)), None)
     if code is None:
         raise CudaError(CUDA_ERROR_LAUNCH_FAILED, f"kernel {name} raised {exc!r}") from exc
-    for (lib, gname), ptr in driver.globals.items():
-        if gname == f"{name}__errcode__":
-            ctypes.c_int.from_address(ptr).value = code
+    # The simulator's message starts "tid=[x, y, z] ctaid=[x, y, z]": numba-cuda reads both
+    # back from the kernel's globals to name the faulting thread.
+    found = re.match(r"tid=\[(\d+), (\d+), (\d+)\] ctaid=\[(\d+), (\d+), (\d+)\]", str(exc))
+    ids = [int(v) for v in found.groups()] if found else [0] * 6
+    values = {"errcode": code}
+    values.update({f"tid{a}": v for a, v in zip("xyz", ids[:3], strict=False)})
+    values.update({f"ctaid{a}": v for a, v in zip("xyz", ids[3:], strict=False)})
+    libs = [lib for (lib, gname) in driver.globals if gname == f"{name}__errcode__"]
+    for lib in libs:
+        for key, value in values.items():
+            ctypes.c_int.from_address(driver.global_address(lib, f"{name}__{key}__")).value = value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 
 from . import _kernels
 from ._errors import (
@@ -86,7 +87,9 @@ class ExecutionEntries:
         call = _HOST_FN(fn)
         self.queue.enqueue(self.queue.stream(stream), lambda: call(data), "host_fn")
 
-    def cuStreamAddCallback(self, stream: int | None, fn: int, data: int | None, flags: int) -> None:
+    def cuStreamAddCallback(
+        self, stream: int | None, fn: int, data: int | None, flags: int
+    ) -> None:
         call = _STREAM_CALLBACK(fn)
         handle = stream or 0
         self.queue.enqueue(self.queue.stream(stream), lambda: call(handle, 0, data), "callback")
@@ -181,14 +184,18 @@ class ExecutionEntries:
         text = ctypes.string_at(name).decode()
         if not text.endswith("__"):  # numba's exception globals; other globals are not modelled
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"global {text}")
-        key = (lib or 0, text)
+        if dptr:
+            _put(dptr, ctypes.c_uint64, self.global_address(lib or 0, text))
+        if nbytes:
+            _put(nbytes, ctypes.c_size_t, 4)
+
+    def global_address(self, lib: int, name: str) -> int:
+        """Device address of a module's 4-byte global ``name`` (zeroed when first asked)."""
+        key = (lib, name)
         if key not in self.globals:
             self.globals[key] = self.heap.alloc(4)
             ctypes.memset(self.globals[key], 0, 4)
-        if dptr:
-            _put(dptr, ctypes.c_uint64, self.globals[key])
-        if nbytes:
-            _put(nbytes, ctypes.c_size_t, 4)
+        return self.globals[key]
 
     def cuLibraryGetGlobal(self, dptr: int, nbytes: int, lib: int | None, name: int) -> None:
         self._global(dptr, nbytes, lib, name)
@@ -215,7 +222,9 @@ class ExecutionEntries:
     def cuKernelSetCacheConfig(self, kernel: int | None, config: int, dev: int) -> None:
         self._kernel_name(kernel)
 
-    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, p: int, f: int | None, block: int, smem: int) -> None:
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        self, p: int, f: int | None, block: int, smem: int
+    ) -> None:
         self._kernel_name(f)
         _put(p, ctypes.c_int, max(1, min(32, 2048 // max(block, 1))))
 
@@ -233,12 +242,22 @@ class ExecutionEntries:
         _put(block, ctypes.c_int, size)
 
     # launch ---------------------------------------------------------------------------------
-    def _launch(self, f: int | None, grid: tuple, block: tuple, smem: int, stream: int | None, params: int) -> None:
+    def _launch(
+        self, f: int | None, grid: tuple, block: tuple, smem: int, stream: int | None, params: int
+    ) -> None:
         name = self._kernel_name(f)
         s = self.queue.stream(stream)
         if 0 in grid or 0 in block or block[0] * block[1] * block[2] > 1024:
-            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"launch of {name} with grid {grid} block {block}")
+            raise CudaError(
+                CUDA_ERROR_INVALID_VALUE, f"launch of {name} with grid {grid} block {block}"
+            )
         run = _kernels.prepare(self, name, params, grid, block, smem)
+        # Who launched: the Python frames above this callback (tests check that numba-cuda's
+        # own _Kernel.launch called cuda.core's compiled launch, which called the driver).
+        frame, self.launch_stack = sys._getframe(1), []
+        while frame is not None:
+            self.launch_stack.append((frame.f_code.co_filename, frame.f_code.co_name))
+            frame = frame.f_back
         self.queue.enqueue(s, run, f"kernel {name}")
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) -> None:  # noqa: ANN001

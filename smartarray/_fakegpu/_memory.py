@@ -39,7 +39,7 @@ def _env_bytes(name: str, default: int) -> int:
 
 
 class DeviceHeap:
-    """First-fit allocator over one mapping (``SMARTARRAY_FAKE_GPU_MEMORY`` bytes, default 1 GiB)."""
+    """First-fit allocator over one mapping of ``SMARTARRAY_FAKE_GPU_MEMORY`` bytes (1 GiB)."""
 
     def __init__(self) -> None:
         self.size = _env_bytes("SMARTARRAY_FAKE_GPU_MEMORY", 1 << 30)

@@ -92,7 +92,9 @@ class Queue:
             return self._per_thread[key]
         found = self.streams.get(handle)
         if found is None or found.destroyed:
-            raise CudaError(CUDA_ERROR_INVALID_HANDLE, f"stream {handle:#x} was destroyed or never made")
+            raise CudaError(
+                CUDA_ERROR_INVALID_HANDLE, f"stream {handle:#x} was destroyed or never made"
+            )
         return found
 
     def create_stream(self, flags: int) -> Stream:
@@ -116,11 +118,15 @@ class Queue:
     def event(self, handle: int) -> Event:
         found = self.events.get(handle)
         if found is None:
-            raise CudaError(CUDA_ERROR_INVALID_HANDLE, f"event {handle:#x} was destroyed or never made")
+            raise CudaError(
+                CUDA_ERROR_INVALID_HANDLE, f"event {handle:#x} was destroyed or never made"
+            )
         return found
 
     # queueing -----------------------------------------------------------------------------
-    def enqueue(self, stream: Stream, fn: Callable[[], None], label: str, after: list[Op] = ()) -> Op:
+    def enqueue(
+        self, stream: Stream, fn: Callable[[], None], label: str, after: list[Op] = ()
+    ) -> Op:
         deps = [stream.last] if stream.last is not None else []
         if stream.legacy:
             deps += [s.last for s in self._all_streams() if s.blocking and not s.legacy and s.last]
@@ -133,7 +139,9 @@ class Queue:
         return op
 
     def _all_streams(self) -> list[Stream]:
-        return list({id(s): s for s in [*self.streams.values(), *self._per_thread.values()]}.values())
+        return list(
+            {id(s): s for s in [*self.streams.values(), *self._per_thread.values()]}.values()
+        )
 
     # running ------------------------------------------------------------------------------
     def run_until(self, targets: list[Op | None]) -> None:

@@ -37,8 +37,7 @@ def _declarations() -> tuple[dict[str, str], set[str]]:
 
     text = (Path(cuda.bindings.__file__).parent / "cydriver.pxd").read_text()
     decls = {
-        m.group(1): m.group(2)
-        for m in re.finditer(r"cdef CUresult (cu\w+)\((.*?)\) except", text)
+        m.group(1): m.group(2) for m in re.finditer(r"cdef CUresult (cu\w+)\((.*?)\) except", text)
     }
     handles = set(re.findall(r"ctypedef \w+\* (\w+)", text))
     handles |= set(re.findall(r"ctypedef void \(\*(\w+)\)", text))  # callbacks

@@ -15,21 +15,20 @@ import os
 import sys
 import threading
 import traceback
+from collections import Counter
 from collections.abc import Callable
 
+from ._copies import MemoryEntries
 from ._errors import (
     CUDA_ERROR_INVALID_CONTEXT,
     CUDA_ERROR_INVALID_DEVICE,
-    CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
-    CUDA_ERROR_NOT_FOUND,
     CUDA_ERROR_NOT_INITIALIZED,
     CUDA_ERROR_NOT_READY,
     CUDA_ERROR_UNKNOWN,
     CUDA_SUCCESS,
     CudaError,
 )
-from ._copies import MemoryEntries
 from ._launch import ExecutionEntries
 from ._memory import DeviceHeap, HostRegistry
 from ._queue import Queue
@@ -39,15 +38,72 @@ __all__ = ["FakeDriver"]
 
 DRIVER_VERSION = 13000
 _ATTRIBUTES = {  # CUdevice_attribute values of an H100-like device (others read 0)
-    1: 1024, 2: 1024, 3: 1024, 4: 64, 5: 2147483647, 6: 65535, 7: 65535, 8: 49152,
-    9: 65536, 10: 32, 11: 2147483647, 12: 65536, 13: 1755000, 14: 512, 15: 1, 16: 132,
-    17: 0, 18: 0, 19: 1, 20: 0, 30: 512, 31: 1, 33: 0, 34: 0, 35: 0, 36: 2619000,
-    37: 5120, 38: 52428800, 39: 2048, 40: 2, 41: 1, 50: 0, 75: 9, 76: 0, 78: 1, 79: 1,
-    80: 1, 81: 233472, 82: 65536, 83: 1, 84: 1, 85: 0, 86: 1, 87: 64, 88: 1, 89: 1,
-    90: 0, 91: 1, 95: 1, 96: 1, 97: 232448, 98: 1, 99: 1, 100: 1, 101: 1, 102: 1,
-    106: 32, 115: 1, 116: 1,
+    1: 1024,
+    2: 1024,
+    3: 1024,
+    4: 64,
+    5: 2147483647,
+    6: 65535,
+    7: 65535,
+    8: 49152,
+    9: 65536,
+    10: 32,
+    11: 2147483647,
+    12: 65536,
+    13: 1755000,
+    14: 512,
+    15: 1,
+    16: 132,
+    17: 0,
+    18: 0,
+    19: 1,
+    20: 0,
+    30: 512,
+    31: 1,
+    33: 0,
+    34: 0,
+    35: 0,
+    36: 2619000,
+    37: 5120,
+    38: 52428800,
+    39: 2048,
+    40: 2,
+    41: 1,
+    50: 0,
+    75: 9,
+    76: 0,
+    78: 1,
+    79: 1,
+    80: 1,
+    81: 233472,
+    82: 65536,
+    83: 1,
+    84: 1,
+    85: 0,
+    86: 1,
+    87: 64,
+    88: 1,
+    89: 1,
+    90: 0,
+    91: 1,
+    95: 1,
+    96: 1,
+    97: 232448,
+    98: 1,
+    99: 1,
+    100: 1,
+    101: 1,
+    102: 1,
+    106: 32,
+    115: 1,
+    116: 1,
 }
-_CU_MEMORYTYPE_HOST, _CU_MEMORYTYPE_DEVICE = 1, 2
+# Queries that still answer after a kernel fault (every other call returns the fault).
+_UNAFFECTED_BY_FAULTS = frozenset(
+    "cuGetErrorName cuGetErrorString cuCtxGetCurrent cuCtxSetCurrent cuCtxPushCurrent "
+    "cuCtxPopCurrent cuCtxGetDevice cuDriverGetVersion cuDeviceGet cuDeviceGetCount "
+    "cuDeviceGetAttribute cuDeviceGetName".split()
+)
 
 
 def _put(ptr: int, ctype: type, value: object) -> None:
@@ -76,7 +132,7 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
         self.kernels: dict[int, str] = {}  # CUkernel / CUfunction handle -> entry name
         self.globals: dict[tuple[int, str], int] = {}
         self.sticky: CudaError | None = None
-        self.calls: list[str] = []  # entry points called, in order (SMARTARRAY_FAKE_GPU_LOG)
+        self.calls: Counter[str] = Counter()  # how often each entry point was called
         self._log = os.environ.get("SMARTARRAY_FAKE_GPU_LOG", "") not in ("", "0")
         self._callbacks: dict[str, object] = {}
         self._strings: dict[int, ctypes.Array] = {}
@@ -103,11 +159,10 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
     def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
         def entry(*args: object) -> int:
             with self.lock:
-                if self._log:
-                    self.calls.append(name)
+                self.calls[name] += 1
                 if name != "cuInit" and not self.initialized and name != "cuDriverGetVersion":
                     return CUDA_ERROR_NOT_INITIALIZED
-                if self.sticky is not None and name not in ("cuGetErrorName", "cuGetErrorString"):
+                if self.sticky is not None and name not in _UNAFFECTED_BY_FAULTS:
                     return self.sticky.code
                 try:
                     impl(*args)

@@ -1,0 +1,221 @@
+"""The fake CUDA driver (``SMARTARRAY_FAKE_GPU=1``): numba-cuda's real target without a GPU.
+
+Each test runs a child process on the fake driver (this session runs on the simulator), which
+prints one JSON line with what it observed; the test asserts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests._targets import real_target_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_fake(code: str, *, seed: int = 0, check: bool = True) -> dict:
+    """Run ``code`` in a child on the fake driver; its last stdout line is JSON."""
+    env = real_target_env()
+    env.update(
+        SMARTARRAY_FAKE_GPU="1",
+        SMARTARRAY_FAKE_GPU_SEED=str(seed),
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+    )
+    prelude = "import json, numpy as np, smartarray as sa\nfrom numba import cuda\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    lines = done.stdout.strip().splitlines()
+    out = json.loads(lines[-1]) if lines else {}
+    out.update(_stderr=done.stderr, _returncode=done.returncode)
+    return out
+
+
+KERNEL = """
+@cuda.jit
+def scale(a, x):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = a[i] * x + i
+"""
+
+
+def test_the_real_stack_runs_over_the_fake_driver() -> None:
+    """numba-cuda's dispatcher and devicearray, cuda.core's launch and cuda-bindings all run."""
+    out = run_fake(
+        KERNEL
+        + """
+import sys
+from smartarray import _fakegpu
+d = cuda.to_device(np.arange(40.0))
+scale[2, 32](d, 2.0)  # compile and warm up outside the trace
+seen = set()
+def profile(frame, event, arg):
+    if event == "call":
+        seen.add(frame.f_code.co_filename.replace("\\\\", "/"))
+    elif event == "c_call":
+        seen.add("C:" + str(getattr(arg, "__module__", "") or getattr(type(arg), "__module__", "")))
+sys.setprofile(profile)
+scale[2, 32](d, 2.0)
+sys.setprofile(None)
+fake = _fakegpu.current()
+print(json.dumps({
+    "simulator": cuda.simulator_available() if hasattr(cuda, "simulator_available") else None,
+    "is_sim": type(cuda.get_current_device()).__module__,
+    "values": d.copy_to_host().tolist(),
+    "files": sorted(seen),
+    "calls": dict(fake.calls),
+    "stack": fake.launch_stack,
+    "launch_module": sys.modules["numba.cuda.dispatcher"].launch.__module__,
+}))
+"""
+    )
+    expected = ((np.arange(40.0) * 2 + np.arange(40)) * 2 + np.arange(40)).tolist()
+    assert out["values"] == expected
+    assert "simulator" not in out["is_sim"]
+    files = "\n".join(out["files"])
+    assert "numba_cuda/numba/cuda/dispatcher.py" in files  # _Kernel.launch
+    assert "numba_cuda/numba/cuda/cudadrv/devicearray.py" in files
+    # The frames above the driver: the fake driver's own callback wrapper, then numba-cuda's
+    # _Kernel.launch, which called cuda.core's compiled launch (no Python frame between).
+    callers = [(Path(f).name, fn) for f, fn in out["stack"] if "_fakegpu" not in f]
+    assert callers[0] == ("dispatcher.py", "launch")
+    assert any("numba_cuda/numba/cuda/dispatcher.py" in f for f, _ in out["stack"])
+    assert out["launch_module"] == "cuda.core._launcher"
+    assert out["calls"].get("cuLaunchKernelEx", 0) + out["calls"].get("cuLaunchKernel", 0) >= 2
+    assert out["calls"]["cuLibraryLoadData"] >= 1  # the cubin nvJitLink made was loaded
+
+
+import numpy as np  # noqa: E402
+
+
+def test_copies_streams_and_events_on_the_real_target() -> None:
+    out = run_fake(
+        """
+s = cuda.stream()
+h = cuda.pinned_array(8)
+h[:] = np.arange(8)
+d = cuda.to_device(h, stream=s)   # async from page-locked memory: reads h when it runs
+h[:] = -1                         # CUDA lets this race; the fake driver runs the copy late
+s.synchronize()
+raced = d.copy_to_host().tolist()
+e = cuda.event()
+d2 = cuda.to_device(np.arange(8.0) + 10)
+e.record()
+e.synchronize()
+print(json.dumps({"raced": raced, "d2": d2.copy_to_host().tolist(), "done": e.query()}))
+"""
+    )
+    assert out["raced"] == [-1.0] * 8  # the DMA read the host bytes when it ran
+    assert out["d2"] == (np.arange(8.0) + 10).tolist()
+    assert out["done"] is True
+
+
+def test_use_after_free_and_destroyed_streams_are_errors() -> None:
+    out = run_fake(
+        """
+from cuda.bindings import driver as drv
+cuda.current_context()  # numba-cuda initialises the driver and makes its context current
+_, dptr = drv.cuMemAlloc(32)
+drv.cuMemFree(dptr)
+host = np.empty(4)
+err, = drv.cuMemcpyDtoH(host.ctypes.data, dptr, 32)
+err2, h = drv.cuStreamCreate(0)
+err3, = drv.cuStreamDestroy(h)
+err4, = drv.cuStreamSynchronize(h)
+codes = {"after_free": err, "create": err2, "destroy": err3, "dead": err4}
+print(json.dumps({k: int(v) for k, v in codes.items()}))
+"""
+    )
+    assert out["after_free"] == 1  # CUDA_ERROR_INVALID_VALUE: freed memory is no longer mapped
+    assert (out["create"], out["destroy"]) == (0, 0)
+    assert out["dead"] == 400  # CUDA_ERROR_INVALID_HANDLE
+
+
+def test_an_out_of_bounds_access_faults_the_context_naming_the_kernel() -> None:
+    out = run_fake(
+        """
+from numba.cuda.cudadrv.driver import CudaAPIError
+@cuda.jit
+def unchecked(values):
+    i = cuda.grid(1)
+    values[i] = 1.0   # no bounds check: 64 threads, 10 elements
+d = cuda.to_device(np.zeros(10))
+unchecked[1, 64](d)
+codes = []
+for step in (cuda.synchronize, lambda: cuda.to_device(np.zeros(2))):
+    try:
+        step()
+        codes.append(0)
+    except CudaAPIError as exc:
+        codes.append(int(exc.code))
+print(json.dumps({"codes": codes}))
+"""
+    )
+    assert out["codes"] == [700, 700]  # CUDA_ERROR_ILLEGAL_ADDRESS, sticky as on a GPU
+    assert "kernel unchecked" in out["_stderr"] and "out of bounds" in out["_stderr"]
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_kernel_exception_is_reported_only_with_debug(debug: bool) -> None:
+    out = run_fake(
+        f"""
+@cuda.jit(debug={debug}, opt=False)
+def boom(values):
+    i = cuda.grid(1)
+    if i == 3:
+        raise ValueError("three")
+    values[i] = 1.0
+d = cuda.to_device(np.zeros(8))
+try:
+    boom[1, 8](d)
+    cuda.synchronize()
+    error = None
+except ValueError as exc:
+    error = str(exc)
+print(json.dumps({{"error": error, "values": d.copy_to_host().tolist()}}))
+"""
+    )
+    if debug:
+        assert "three" in out["error"] and "tid=[0, 0, 3]" in out["error"]
+    else:
+        assert out["error"] is None  # a GPU does not check without debug
+        assert out["values"][:3] == [1.0, 1.0, 1.0]
+
+
+def test_a_smartarray_through_a_kernel_moves_only_stale_bytes() -> None:
+    out = run_fake(
+        """
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
+a = sa.SmartArray(np.zeros(1000))
+add_one[8, 128](a)
+a[10:20] = 5.0
+with sa.trace() as t:
+    add_one[8, 128](a)
+values = np.asarray(a).tolist()
+print(json.dumps({"h2d": t.stats.h2d_bytes, "values": values}))
+"""
+    )
+    expected = np.full(1000, 2.0)
+    expected[10:20] = 6.0
+    assert out["values"] == expected.tolist()
+    assert out["h2d"] == 80
