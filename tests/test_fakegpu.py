@@ -20,14 +20,14 @@ from tests._targets import real_target_env
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_fake(code: str, *, seed: int = 0, check: bool = True) -> dict:
-    """Run ``code`` in a child on the fake driver; its last stdout line is JSON."""
+def run_fake(code: str, *, seed: int = 0, check: bool = True, simulator: bool = False) -> dict:
+    """Run ``code`` in a child on the fake driver (or the simulator); it prints JSON last."""
     env = real_target_env()
-    env.update(
-        SMARTARRAY_FAKE_GPU="1",
-        SMARTARRAY_FAKE_GPU_SEED=str(seed),
-        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
-    )
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    else:
+        env.update(SMARTARRAY_FAKE_GPU="1", SMARTARRAY_FAKE_GPU_SEED=str(seed))
     prelude = "import json, numpy as np, smartarray as sa\nfrom numba import cuda\n"
     done = subprocess.run(
         [sys.executable, "-c", prelude + textwrap.dedent(code)],
@@ -219,3 +219,37 @@ print(json.dumps({"h2d": t.stats.h2d_bytes, "values": values}))
     expected[10:20] = 6.0
     assert out["values"] == expected.tolist()
     assert out["h2d"] == 80
+
+
+DEMO_STRATEGIES = """
+from smartarray import _demo
+figures = {}
+for key in ("hand", "smartarray"):
+    with sa.trace() as t:
+        final = _demo.STRATEGIES[key][1](16, 6, 3)
+    figures[key] = [t.stats.h2d_bytes, t.stats.d2h_bytes, float(np.asarray(final).sum())]
+print(json.dumps(figures))
+"""
+
+
+def test_the_demo_strategies_move_the_same_bytes_as_on_the_simulator() -> None:
+    fake = run_fake(DEMO_STRATEGIES)
+    simulated = run_fake(DEMO_STRATEGIES, simulator=True)
+    for key in ("hand", "smartarray"):
+        assert fake[key][:2] == simulated[key][:2], key
+        assert fake[key][2] == pytest.approx(simulated[key][2])
+
+
+DEMO = "import runpy, sys; sys.argv = ['smartarray', 'demo', '--size', '16', '--steps', '6', '--every', '3', '--json']; runpy.run_module('smartarray', run_name='__main__')"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 finding 2; fixed on branch streams")
+def test_python_m_smartarray_demo_runs_on_the_real_target() -> None:
+    """The automatic-copy strategy forwards numba-cuda's cuda.core Stream to sa.to_device."""
+    code = DEMO.replace("; ", "\n") + "\n"
+    fake = run_fake(code, check=False)
+    assert fake["_returncode"] == 0, fake["_stderr"][-2000:]
+    simulated = run_fake(code, simulator=True)
+    for key, figures in simulated["strategies"].items():
+        got = fake["strategies"][key]
+        assert (got["h2d_bytes"], got["d2h_bytes"]) == (figures["h2d_bytes"], figures["d2h_bytes"])
