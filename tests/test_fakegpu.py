@@ -240,7 +240,11 @@ def test_the_demo_strategies_move_the_same_bytes_as_on_the_simulator() -> None:
         assert fake[key][2] == pytest.approx(simulated[key][2])
 
 
-DEMO = "import runpy, sys; sys.argv = ['smartarray', 'demo', '--size', '16', '--steps', '6', '--every', '3', '--json']; runpy.run_module('smartarray', run_name='__main__')"
+DEMO = (
+    "import runpy, sys; "
+    "sys.argv = ['smartarray', 'demo', '--size', '16', '--steps', '6', '--every', '3', '--json']; "
+    "runpy.run_module('smartarray', run_name='__main__')"
+)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 24 finding 2; fixed on branch streams")
@@ -253,3 +257,98 @@ def test_python_m_smartarray_demo_runs_on_the_real_target() -> None:
     for key, figures in simulated["strategies"].items():
         got = fake["strategies"][key]
         assert (got["h2d_bytes"], got["d2h_bytes"]) == (figures["h2d_bytes"], figures["d2h_bytes"])
+
+
+ADD_ONE = """
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 finding 1; fixed on branch streams")
+def test_a_host_read_after_the_launch_stream_was_destroyed() -> None:
+    """The buffer must wait on an event it owns, not on the (now dead) launch stream handle."""
+    out = run_fake(
+        ADD_ONE
+        + """
+from cuda.bindings import driver as drv
+cuda.current_context()
+_, handle = drv.cuStreamCreate(1)  # a non-blocking stream that a library owns (CuPy-like)
+a = sa.SmartArray(np.zeros(64))
+add_one[1, 64, cuda.external_stream(int(handle))](a)
+destroyed, = drv.cuStreamDestroy(handle)   # the owner drops its stream: legal in CUDA
+print(json.dumps({"destroyed": int(destroyed), "values": np.asarray(a).tolist()}))
+""",
+        check=False,
+    )
+    assert out.get("destroyed") == 0, out["_stderr"][-2000:]
+    assert out["values"] == [1.0] * 64
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 finding 2; fixed on branch streams")
+def test_a_hint_may_forward_numba_cudas_stream_to_smartarray() -> None:
+    """numba-cuda hands ArgHint.to_device a cuda.core Stream (sync(), __cuda_stream__)."""
+    out = run_fake(
+        ADD_ONE
+        + """
+from numba.cuda import args as numba_args
+class Forwarding(numba_args.ArgHint):
+    def __init__(self, value):
+        self.value = value
+    @property
+    def _numba_type_(self):
+        from numba import typeof
+        return typeof(self.value)
+    def to_device(self, retr, stream=0):
+        self.stream_type = type(stream).__module__ + "." + type(stream).__name__
+        dev = sa.to_device(self.value, stream=stream)
+        retr.append(lambda: dev.copy_to_host(self.value, stream=stream))
+        return dev
+host = np.zeros(8)
+hint = Forwarding(host)
+add_one[1, 8](hint)
+print(json.dumps({"values": host.tolist(), "stream": hint.stream_type}))
+""",
+        check=False,
+    )
+    assert out.get("values") == [1.0] * 8, out["_stderr"][-2000:]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 finding 3; fixed on branch exports")
+def test_a_cuda_array_interface_export_with_a_held_host_array() -> None:
+    """The consumer's writes must reach the host: the held range is stale once exported."""
+    out = run_fake(
+        ADD_ONE
+        + """
+a = sa.SmartArray(np.zeros(4))
+view = np.asarray(a)              # a held host array
+add_one[1, 32](cuda.as_cuda_array(a))
+cuda.synchronize()
+print(json.dumps({"read": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["read"] == [1.0] * 4
+
+
+@pytest.mark.xfail(strict=True, reason="issue 24 finding 7; fixed on branch streams")
+def test_sa_jit_with_a_page_locked_input_is_done_reading_it_when_the_launch_returns() -> None:
+    """``sa.jit`` makes it numba's ``In``: an async upload a host write right after races."""
+    out = run_fake(
+        """
+@sa.jit
+def copy(src, dst):
+    i = cuda.grid(1)
+    if i < src.size:
+        dst[i] = src[i]
+src = cuda.pinned_array(64)
+src[:] = np.arange(64)
+dst = sa.SmartArray(np.zeros(64))
+copy[1, 64](src, dst)
+src[:] = -1                       # plain cuda.jit (InOut) waited before returning
+print(json.dumps({"read": np.asarray(dst).tolist()}))
+"""
+    )
+    assert out["read"] == np.arange(64.0).tolist()

@@ -46,6 +46,37 @@ class MemoryEntries:
         self.heap.check(ptr, 0, "cuMemFreeAsync")
         self.queue.enqueue(self.queue.stream(stream), lambda: self.heap.free(ptr), "free")
 
+    # stream-ordered allocation (cuda.core's DeviceMemoryResource) --------------------------
+    def cuDeviceGetDefaultMemPool(self, p: int, dev: int) -> None:
+        self._device(dev)
+        _put(p, ctypes.c_void_p, self.mempool)
+
+    cuDeviceGetMemPool = cuDeviceGetDefaultMemPool
+
+    def _pool(self, pool: int | None) -> None:
+        if pool != self.mempool:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"memory pool {pool}")
+
+    def cuMemPoolGetAttribute(self, pool: int | None, attr: int, value: int) -> None:
+        self._pool(pool)
+        # 1-3 are int flags (reuse policies, on); the rest are 64-bit byte counts.
+        if attr <= 3:
+            _put(value, ctypes.c_int, 1)
+        else:
+            _put(value, ctypes.c_uint64, self.heap.used if attr >= 5 else 0)
+
+    def cuMemPoolSetAttribute(self, pool: int | None, attr: int, value: int) -> None:
+        self._pool(pool)
+
+    def cuMemPoolTrimTo(self, pool: int | None, keep: int) -> None:
+        self._pool(pool)
+
+    def cuMemAllocFromPoolAsync(
+        self, p: int, nbytes: int, pool: int | None, stream: int | None
+    ) -> None:
+        self._pool(pool)
+        self.cuMemAllocAsync(p, nbytes, stream)
+
     def cuMemGetInfo(self, free: int, total: int) -> None:
         _put(free, ctypes.c_size_t, self.heap.size - self.heap.used)
         _put(total, ctypes.c_size_t, self.heap.size)

@@ -65,6 +65,10 @@ class ExecutionEntries:
         s, e = self.queue.stream(stream), self.queue.event(event or 0)
         self.queue.enqueue(s, lambda: None, "wait_event", after=[e.op] if e.op else [])
 
+    def cuStreamIsCapturing(self, stream: int | None, p: int) -> None:
+        self.queue.stream(stream)
+        _put(p, ctypes.c_int, 0)  # CU_STREAM_CAPTURE_STATUS_NONE: graphs are not modelled
+
     def cuStreamGetFlags(self, stream: int | None, p: int) -> None:
         _put(p, ctypes.c_uint, self.queue.stream(stream).flags)
 

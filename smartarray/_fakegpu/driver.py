@@ -127,6 +127,7 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
         self.queue = Queue(lambda: next(self._handle_ids))
         self.initialized = False
         self.contexts = {d: next(self._handle_ids) for d in range(self.device_count)}
+        self.mempool = next(self._handle_ids)
         self._current = threading.local()
         self.libraries: dict[int, bytes] = {}
         self.kernels: dict[int, str] = {}  # CUkernel / CUfunction handle -> entry name
