@@ -6,16 +6,16 @@ they move is counted (:func:`stats`, :func:`trace`).
 
 import os as _os
 
-if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
-    # Strict mode runs on the CUDA simulator, which must be chosen before numba.cuda loads.
-    from ._strict import select_simulator as _select_simulator
-
-    _select_simulator()
-elif _os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0"):
+if _os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0"):
     # The fake CUDA driver must be loaded before numba.cuda picks its target and driver.
     from ._fakegpu import enable as _enable_fake_gpu
 
     _enable_fake_gpu()
+elif _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+    # Strict mode runs on the CUDA simulator, which must be chosen before numba.cuda loads.
+    from ._strict import select_simulator as _select_simulator
+
+    _select_simulator()
 
 from ._interop import as_cuda_array, is_cuda_array
 from ._residency import device_budget, resident, set_device_budget

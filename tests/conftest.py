@@ -32,12 +32,18 @@ def _cuda_driver_present() -> bool:
     return out.stdout.strip().endswith("True")
 
 
-if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
+#: The fake CUDA driver for the whole session (``SMARTARRAY_FAKE_GPU=1``): numba-cuda's real
+#: target over smartarray's fake ``libcuda.so.1``, loaded before numba.cuda is imported.
+FAKE_GPU = os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0")
+if FAKE_GPU:
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    import smartarray  # noqa: F401  (loads the fake driver first)
+elif "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 #: Strict mode for the whole session (``SMARTARRAY_STRICT=1``): smartarray turns it on when it is
 #: imported, on the simulator.
-STRICT = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0")
+STRICT = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0") and not FAKE_GPU
 if STRICT:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
@@ -98,6 +104,9 @@ def pytest_report_header(config):
         )
     if SIMULATOR:
         return "smartarray target: CUDA simulator (NUMBA_ENABLE_CUDASIM=1); gpu tests skipped"
+    if FAKE_GPU:
+        seed = os.environ.get("SMARTARRAY_FAKE_GPU_SEED", "0")
+        return f"smartarray target: numba-cuda's real target on the FAKE CUDA driver (seed {seed})"
     return "smartarray target: real CUDA GPU"
 
 

@@ -42,6 +42,11 @@ def enable() -> object:
     global _DRIVER
     if _DRIVER is not None:
         return _DRIVER
+    if os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+        raise RuntimeError(
+            "SMARTARRAY_FAKE_GPU and SMARTARRAY_STRICT exclude each other: strict mode runs on "
+            "the CUDA simulator, the fake driver under numba-cuda's real target; set one"
+        )
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
         raise RuntimeError(
             "SMARTARRAY_FAKE_GPU runs numba-cuda's real target; unset NUMBA_ENABLE_CUDASIM "
