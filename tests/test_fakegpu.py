@@ -352,3 +352,76 @@ print(json.dumps({"read": np.asarray(dst).tolist()}))
 """
     )
     assert out["read"] == np.arange(64.0).tolist()
+
+
+# The queue of the fake driver, in this process (pure Python: no driver is loaded) -----------
+
+
+def _queue(seed: int):
+    import itertools
+
+    from smartarray._fakegpu import _queue
+
+    os.environ["SMARTARRAY_FAKE_GPU_SEED"] = str(seed)
+    try:
+        ids = itertools.count(0x100, 0x10)
+        return _queue.Queue(lambda: next(ids))
+    finally:
+        del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+
+
+def test_queued_work_keeps_stream_and_event_order_in_every_seeded_order() -> None:
+    orders = set()
+    for seed in range(12):
+        q = _queue(seed)
+        a, b = q.create_stream(1), q.create_stream(1)  # two non-blocking streams
+        for i in range(3):
+            q.enqueue(a, lambda: None, f"a{i}")
+            q.enqueue(b, lambda: None, f"b{i}")
+        e = q.create_event(0)
+        e.op = q.enqueue(a, lambda: None, "record")
+        q.enqueue(b, lambda: None, "wait", after=[e.op])
+        q.enqueue(b, lambda: None, "b_after")
+        q.synchronize_all()
+        ran = q.ran  # labels in the order the work ran
+        assert [x for x in ran if x in ("a0", "a1", "a2", "record")] == ["a0", "a1", "a2", "record"]
+        assert [x for x in ran if x.startswith("b")] == ["b0", "b1", "b2", "b_after"]
+        assert ran.index("b_after") > ran.index("record")  # the event wait
+        orders.add(tuple(ran))
+    assert len(orders) > 1  # the seed changes the interleaving
+
+
+def test_waiting_for_one_stream_runs_only_what_it_needs() -> None:
+    q = _queue(0)
+    a, b = q.create_stream(1), q.create_stream(1)
+    ran: list[str] = []
+    q.enqueue(a, lambda: ran.append("a"), "a")
+    q.enqueue(b, lambda: ran.append("b"), "b")
+    q.synchronize(a)
+    assert ran == ["a"] and not q.idle(b)
+
+
+@pytest.mark.parametrize(("flags", "waits"), [(0, True), (1, False)])
+def test_the_legacy_default_stream_waits_only_for_blocking_streams(flags: int, waits: bool) -> None:
+    q = _queue(0)
+    s = q.create_stream(flags)
+    ran: list[str] = []
+    q.enqueue(s, lambda: ran.append("side"), "side")
+    q.enqueue(q.stream(0), lambda: ran.append("legacy"), "legacy")
+    q.synchronize(q.stream(0))
+    assert ran == (["side", "legacy"] if waits else ["legacy"])
+
+
+def test_a_destroyed_stream_handle_is_refused_but_its_work_still_runs() -> None:
+    from smartarray._fakegpu._errors import CudaError
+
+    q = _queue(0)
+    s = q.create_stream(0)
+    ran: list[str] = []
+    q.enqueue(s, lambda: ran.append("work"), "work")
+    q.destroy_stream(s.handle)
+    with pytest.raises(CudaError) as info:
+        q.stream(s.handle)
+    assert info.value.code == 400
+    q.synchronize_all()
+    assert ran == ["work"]
