@@ -38,6 +38,9 @@ FAKE_GPU = os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0")
 if FAKE_GPU:
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
     import smartarray  # noqa: F401  (loads the fake driver first)
+
+    # This process has it; child processes the tests start choose their own target.
+    del os.environ["SMARTARRAY_FAKE_GPU"]
 elif "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
@@ -89,6 +92,23 @@ def _strict_drain():
         state = strict_state()
         if state is not None:
             state.scheduler.run_all()
+
+
+@pytest.fixture(autouse=True)
+def _fake_gpu_fault_cleared():
+    """On the fake driver, a kernel fault is sticky as on a GPU: clear it after the test.
+
+    A GPU process would have to restart; the session goes on instead, so that the fault fails
+    only the test that caused it.
+    """
+    yield
+    if FAKE_GPU:
+        from smartarray import _fakegpu
+
+        fake = _fakegpu.current()
+        if fake is not None:
+            with fake.lock:
+                fake.clear_fault()
 
 
 def pytest_configure(config):

@@ -117,7 +117,8 @@ def _extras() -> set[str]:
 def _run(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
     env = dict(os.environ)
     env.update(extra_env or {})
-    env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    if env.get("SMARTARRAY_FAKE_GPU", "0") in ("", "0"):  # the fake driver runs the real target
+        env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
     # This checkout's smartarray, not whichever one the interpreter has installed.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = subprocess.run(

@@ -43,7 +43,8 @@ def _kernel_object(name: str) -> object:
         from numba.cuda.dispatcher import _Kernel
 
         for obj in gc.get_objects():
-            if isinstance(obj, _Kernel) and getattr(obj, "entry_name", None) == name:
+            # type(), not isinstance(): a dead weak proxy among the objects raises on isinstance.
+            if issubclass(type(obj), _Kernel) and getattr(obj, "entry_name", None) == name:
                 kernel = _found[name] = obj
                 break
     if kernel is None:

@@ -178,6 +178,19 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
 
         return entry
 
+    def clear_fault(self) -> CudaError | None:
+        """Forget a sticky kernel fault and drop the queued work; returns the fault.
+
+        On a GPU the process must start afresh; a test session calls this between tests so
+        that one test's fault does not fail every later one.
+        """
+        fault, self.sticky = self.sticky, None
+        if fault is not None:
+            for op in list(self.queue.ops):
+                op.done = True
+            self.queue.ops.clear()
+        return fault
+
     def _run(self, fn: Callable[[], None]) -> None:
         """Run queued work; a fault in a kernel or copy becomes sticky, as on a GPU."""
         try:
