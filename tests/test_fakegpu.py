@@ -425,3 +425,17 @@ def test_a_destroyed_stream_handle_is_refused_but_its_work_still_runs() -> None:
     assert info.value.code == 400
     q.synchronize_all()
     assert ran == ["work"]
+
+
+def test_polling_an_event_sees_it_pending_once_then_done() -> None:
+    out = run_fake(
+        """
+s = cuda.stream()
+d = cuda.to_device(np.zeros(4), stream=s)
+e = cuda.event()
+e.record(s)
+polls = [e.query() for _ in range(3)]
+print(json.dumps({"polls": polls}))
+"""
+    )
+    assert out["polls"] == [False, True, True]

@@ -57,9 +57,21 @@ class ExecutionEntries:
         s = self.queue.stream(stream)
         self._run(lambda: self.queue.synchronize(s))
 
-    def cuStreamQuery(self, stream: int | None) -> None:
-        if not self.queue.idle(self.queue.stream(stream)):
+    def _poll(self, op: object) -> None:
+        """A query of pending work: "not ready" once, then the work runs (a GPU gets there).
+
+        Answering "not ready" forever would hang a host that polls; answering "ready" at once
+        would hide a missing wait.
+        """
+        if op is None or op.done:
+            return
+        if not op.polled:
+            op.polled = True
             raise CudaError(CUDA_ERROR_NOT_READY, "work queued")
+        self._run(lambda: self.queue.run_until([op]))
+
+    def cuStreamQuery(self, stream: int | None) -> None:
+        self._poll(self.queue.stream(stream).last)
 
     def cuStreamWaitEvent(self, stream: int | None, event: int | None, flags: int) -> None:
         s, e = self.queue.stream(stream), self.queue.event(event or 0)
@@ -119,9 +131,7 @@ class ExecutionEntries:
         self._run(lambda: self.queue.run_until([e.op]))
 
     def cuEventQuery(self, event: int | None) -> None:
-        e = self.queue.event(event or 0)
-        if e.op is not None and not e.op.done:
-            raise CudaError(CUDA_ERROR_NOT_READY, "event pending")
+        self._poll(self.queue.event(event or 0).op)
 
     def cuEventElapsedTime(self, p: int, start: int | None, end: int | None) -> None:
         for h in (start, end):

@@ -30,7 +30,7 @@ CU_STREAM_NON_BLOCKING = 1
 class Op:
     """One piece of queued work."""
 
-    __slots__ = ("deps", "done", "fn", "label", "stream")
+    __slots__ = ("deps", "done", "fn", "label", "polled", "stream")
 
     def __init__(self, fn: Callable[[], None], stream: Stream, label: str, deps: list[Op]):
         self.fn = fn
@@ -38,6 +38,7 @@ class Op:
         self.label = label
         self.deps = deps
         self.done = False
+        self.polled = False  # a query already answered "not ready" about it
 
     def __repr__(self) -> str:
         return f"<Op {self.label} done={self.done}>"
