@@ -52,10 +52,10 @@ def enable() -> object:
             "SMARTARRAY_FAKE_GPU runs numba-cuda's real target; unset NUMBA_ENABLE_CUDASIM "
             "(and SMARTARRAY_STRICT, which uses the simulator)"
         )
-    if "numba.cuda.cudadrv.driver" in sys.modules:
+    if "numba.cuda.cudadrv.driver" in sys.modules or _driver_already_loaded():
         raise RuntimeError(
             "SMARTARRAY_FAKE_GPU must be set before numba.cuda is imported: set it in the "
-            "environment, or import smartarray first"
+            "environment and import smartarray first"
         )
     from . import _build
     from .driver import FakeDriver
@@ -73,6 +73,18 @@ def enable() -> object:
     os.environ.setdefault("NUMBA_CUDA_USE_NVIDIA_BINDING", "1")
     _DRIVER = fake
     return fake
+
+
+def _driver_already_loaded() -> bool:
+    """Whether the simulator was chosen or a ``libcuda.so.1`` is loaded already."""
+    numba_config = sys.modules.get("numba.core.config")
+    if getattr(numba_config, "ENABLE_CUDASIM", False):
+        return True  # numba.cuda chose the simulator at import
+    try:
+        ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD)
+    except OSError:
+        return False
+    return True
 
 
 def current() -> object | None:
