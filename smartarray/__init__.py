@@ -12,6 +12,7 @@ if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
 
     _select_simulator()
 
+from . import _no_device
 from ._interop import as_cuda_array, is_cuda_array
 from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
@@ -19,6 +20,7 @@ from .array import SmartArray
 from .errors import (
     CoherenceError,
     DeviceMemoryError,
+    NoDeviceError,
     PerformanceWarning,
     RegistrationError,
     SmartArrayError,
@@ -51,6 +53,9 @@ from .stats import (
     trace,
 )
 
+# Where numba.cuda finds no target, device work fails with a smartarray error naming the ways out.
+_no_device.install()
+
 if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
     from .testing import _enable_from_environment
 
@@ -61,6 +66,7 @@ __all__ = [
     "DeviceMemoryError",
     "In",
     "InOut",
+    "NoDeviceError",
     "Out",
     "PerformanceWarning",
     "RegistrationError",

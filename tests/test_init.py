@@ -9,6 +9,7 @@ PUBLIC = [
     "DeviceMemoryError",
     "In",
     "InOut",
+    "NoDeviceError",
     "Out",
     "PerformanceWarning",
     "RegistrationError",
