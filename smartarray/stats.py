@@ -259,7 +259,7 @@ class Trace:
 
         A copy is drawn in the lane of its destination (``d2h`` on the host lane, ``h2d``
         and ``d2d`` on the device lane), from when it was issued, coloured and labelled by
-        array and reason. Needs matplotlib (``pip install 'smartarray[plot]'``).
+        array and reason. Needs matplotlib (``pip install matplotlib``).
 
         Parameters
         ----------
@@ -434,7 +434,7 @@ def _describe(event: TransferEvent) -> str:
 def enable_nvtx(enabled: bool = True) -> bool:
     """Switch NVTX ranges around transfers on or off; return whether they were on.
 
-    With the ``nvtx`` package installed (``pip install smartarray[nvtx]``), each copy between
+    With the ``nvtx`` package installed (``pip install nvtx``), each copy between
     host and device is wrapped in an NVTX range named like
     ``"h2d 2048 B x (device use) step.py:42"``, so Nsight Systems shows which array moved,
     why, and from which line. The environment variable ``SMARTARRAY_NVTX=1`` switches them
