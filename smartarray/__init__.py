@@ -14,6 +14,7 @@ if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
 
 from . import _no_device
 from ._interop import as_cuda_array, is_cuda_array
+from ._like import empty_like, zeros_like
 from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
 from .array import SmartArray
@@ -84,6 +85,7 @@ __all__ = [
     "device_array",
     "device_array_like",
     "device_budget",
+    "empty_like",
     "enable_nvtx",
     "explain",
     "is_cuda_array",
@@ -102,4 +104,5 @@ __all__ = [
     "to_device",
     "trace",
     "transfer_guard",
+    "zeros_like",
 ]

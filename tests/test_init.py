@@ -27,6 +27,7 @@ PUBLIC = [
     "device_array",
     "device_array_like",
     "device_budget",
+    "empty_like",
     "enable_nvtx",
     "explain",
     "is_cuda_array",
@@ -45,6 +46,7 @@ PUBLIC = [
     "to_device",
     "trace",
     "transfer_guard",
+    "zeros_like",
 ]
 
 
