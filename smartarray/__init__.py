@@ -15,6 +15,7 @@ if _os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
 from . import _no_device
 from ._interop import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like
+from ._numba_transfers import count_all_transfers
 from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
 from .array import SmartArray
@@ -81,6 +82,7 @@ __all__ = [
     "TransferStats",
     "__version__",
     "as_cuda_array",
+    "count_all_transfers",
     "deregister",
     "device_array",
     "device_array_like",

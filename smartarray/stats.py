@@ -292,19 +292,47 @@ logger = logging.getLogger("smartarray")
 # NVTX ranges around transfers: off unless switched on (enable_nvtx or SMARTARRAY_NVTX=1) and
 # the ``nvtx`` package is importable.
 _nvtx: Any = None
+#: Whether numba.cuda's own copies are counted too (smartarray._numba_transfers switches it).
+_all_numba = False
+#: Per thread: how many of smartarray's own counted copies are under way (numba's copy
+#: functions they call must not count them a second time).
+_own = threading.local()
+
+
+def own_copies_under_way() -> bool:
+    """Whether this thread is inside a copy smartarray counts itself (see :func:`own_copy`)."""
+    return getattr(_own, "depth", 0) > 0
+
+
+@contextmanager
+def own_copy() -> Iterator[None]:
+    """Mark a copy smartarray counts itself, for a copy made without :func:`begin`."""
+    _own.depth = getattr(_own, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _own.depth -= 1
+
+
+def _leave(began: _Began | None) -> None:
+    if began is not None and began.own:
+        _own.depth -= 1
 
 
 class _Began:
     """What :func:`begin` hands :func:`record` for a copy someone listens to."""
 
-    __slots__ = ("time_ns", "file", "lineno", "log", "nvtx")
+    __slots__ = ("time_ns", "file", "lineno", "log", "nvtx", "own")
 
-    def __init__(self, time_ns: int, file: str, lineno: int, log: bool, nvtx: bool) -> None:
+    def __init__(
+        self, time_ns: int, file: str, lineno: int, log: bool, nvtx: bool, own: bool = False
+    ) -> None:
         self.time_ns = time_ns
         self.file = file
         self.lineno = lineno
         self.log = log
         self.nvtx = nvtx
+        self.own = own  # counted as one of smartarray's own copies (see own_copy)
 
 
 def _label(direction: str, nbytes: int, array: str, reason: str, file: str, lineno: int) -> str:
@@ -329,18 +357,23 @@ def begin(direction: str, nbytes: int, reason: str, array: str = "") -> _Began |
         The transfer guard refuses the copy; nothing was issued.
     """
     log = guard.armed() and guard.check(direction, nbytes, reason, array)
-    if not (log or _traces or _nvtx is not None or logger.isEnabledFor(logging.DEBUG)):
+    if not (
+        log or _traces or _nvtx is not None or _all_numba or logger.isEnabledFor(logging.DEBUG)
+    ):
         return None
     file, lineno = _frames.user_frame(1)
     pushed = False
     if _nvtx is not None:
         _nvtx.push_range(_label(direction, nbytes, array, reason, file, lineno))
         pushed = True
-    return _Began(time.perf_counter_ns(), file, lineno, log, pushed)
+    if _all_numba:
+        _own.depth = getattr(_own, "depth", 0) + 1  # until record() or abort()
+    return _Began(time.perf_counter_ns(), file, lineno, log, pushed, _all_numba)
 
 
 def abort(began: _Began | None) -> None:
     """End what :func:`begin` started for a copy that failed (nothing is counted)."""
+    _leave(began)
     if began is not None and began.nvtx and _nvtx is not None:
         _nvtx.pop_range()
 
@@ -377,6 +410,7 @@ def record(
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    _leave(began)
     end = time.perf_counter_ns() if began is not None or _traces else 0
     with _lock:
         _totals[f"{direction}_count"] += 1

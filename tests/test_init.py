@@ -23,6 +23,7 @@ PUBLIC = [
     "TransferStats",
     "__version__",
     "as_cuda_array",
+    "count_all_transfers",
     "deregister",
     "device_array",
     "device_array_like",
