@@ -79,12 +79,14 @@ def test_numba_device_array_copies_are_counted(all_numba):
         d2.copy_to_device(d)
         back = d2.copy_to_host()
     np.testing.assert_array_equal(back, host[::-1])
-    assert [(e.direction, e.nbytes, e.reason) for e in t.events] == [
-        ("h2d", 80, "numba to_device"),
-        ("h2d", 80, "numba copy_to_device"),
-        ("d2d", 80, "numba copy_to_device"),
-        ("d2h", 80, "numba copy_to_host"),
+    # (The reason names the wrapped function: the driver's on a GPU, the simulator's here.)
+    assert events(t) == [
+        ("h2d", 80, "numba.cuda"),
+        ("h2d", 80, "numba.cuda"),
+        ("d2d", 80, "numba.cuda"),
+        ("d2h", 80, "numba.cuda"),
     ]
+    assert all(e.reason.startswith("numba ") for e in t.events)
 
 
 def _smartarray_copies() -> list[tuple[str, int, bool]]:
