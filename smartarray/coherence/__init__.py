@@ -65,16 +65,31 @@ When the cap holds before each operation (the caller runs ``plan_consolidate`` r
   cap, i.e. at most ``len(locations) * n / max_runs`` bytes in all.
 """
 
+from ._cost import (
+    DEFAULT_TRANSFER_COST,
+    NVLINK_C2C,
+    PCIE5_X16,
+    TransferCost,
+    set_transfer_cost,
+    transfer_cost,
+)
 from ._intervals import IntervalSet
 from ._plan import EMPTY_PLAN, Copy, Plan, StalePlanError
-from ._state import DEFAULT_MAX_RUNS, BufferState
+from ._state import DEFAULT_MAX_RUNS, SCATTER_RUNS, BufferState
 
 __all__ = [
     "DEFAULT_MAX_RUNS",
+    "DEFAULT_TRANSFER_COST",
     "EMPTY_PLAN",
+    "NVLINK_C2C",
+    "PCIE5_X16",
+    "SCATTER_RUNS",
     "BufferState",
     "Copy",
     "IntervalSet",
     "Plan",
     "StalePlanError",
+    "TransferCost",
+    "set_transfer_cost",
+    "transfer_cost",
 ]

@@ -10,6 +10,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from operator import index
 
+from ._cost import TransferCost, _checked, _current
 from ._intervals import (
     EMPTY_SET,
     IntervalSet,
@@ -17,9 +18,18 @@ from ._intervals import (
     with_span,
     without_span,
 )
-from ._plan import EMPTY_PLAN, Copy, Plan, StalePlanError, consolidated, sourced
+from ._plan import (
+    EMPTY_PLAN,
+    Copy,
+    Plan,
+    StalePlanError,
+    consolidated,
+    merged_copies,
+    new_copy,
+    sourced,
+)
 
-__all__ = ["DEFAULT_MAX_RUNS", "BufferState"]
+__all__ = ["DEFAULT_MAX_RUNS", "SCATTER_RUNS", "BufferState"]
 
 DEFAULT_MAX_RUNS = 8
 """Default cap on the number of runs in each location's valid set.
@@ -31,6 +41,14 @@ slow-path operation works on at most nine runs, and one sync issues at most nine
 than one larger copy). The price, when the cap does coalesce, is at most ``nbytes / 8`` extra
 bytes per location and operation (see the docstring of :mod:`smartarray.coherence`). The fast
 path is a bisection, so the cap barely affects it.
+"""
+
+SCATTER_RUNS = 3
+"""Runs in a location's valid set from which a read counts as one of a scattered series.
+
+Reads that leave a location with this many separate runs have each paid a copy's latency; from
+here the planner weighs copying the whole span they touch (see :meth:`BufferState.plan_read`).
+Two or fewer runs (a halo at each end, one window) are common exact patterns, left alone.
 """
 
 
@@ -48,6 +66,9 @@ class BufferState:
         name: the buffer is current only there.
     max_runs : int, default DEFAULT_MAX_RUNS
         Cap on the number of runs of each location's valid set (at least 1).
+    cost : TransferCost or None, default None
+        The transfer cost model that decides when to coalesce copies; ``None`` follows the
+        process-wide model (:func:`~smartarray.coherence.transfer_cost`) at each decision.
 
     Raises
     ------
@@ -55,7 +76,8 @@ class BufferState:
         If ``nbytes`` is negative, ``locations`` is empty or repeats a name, ``valid_at`` is not
         one of ``locations``, or ``max_runs < 1``.
     TypeError
-        If ``nbytes`` or ``max_runs`` is not an integer, or a location is not a str.
+        If ``nbytes`` or ``max_runs`` is not an integer, a location is not a str, or ``cost``
+        is not a :class:`~smartarray.coherence.TransferCost` or None.
 
     Notes
     -----
@@ -81,7 +103,7 @@ class BufferState:
     IntervalSet([])
     """
 
-    __slots__ = ("_nbytes", "_locations", "_valid", "_max_runs", "_version")
+    __slots__ = ("_nbytes", "_locations", "_valid", "_max_runs", "_version", "_cost", "_scatter")
 
     def __init__(
         self,
@@ -89,6 +111,7 @@ class BufferState:
         locations: Iterable[str] = ("host", "gpu"),
         valid_at: str | None = None,
         max_runs: int = DEFAULT_MAX_RUNS,
+        cost: TransferCost | None = None,
     ) -> None:
         try:
             nbytes = index(nbytes)
@@ -116,6 +139,8 @@ class BufferState:
             raise TypeError(f"max_runs must be an integer, got {max_runs!r}") from None
         if max_runs < 1:
             raise ValueError(f"max_runs must be >= 1, got {max_runs}")
+        if cost is not None:
+            cost = _checked(cost)
         whole = IntervalSet.span(0, nbytes)
         self._nbytes = nbytes
         self._locations = locs
@@ -124,6 +149,10 @@ class BufferState:
             loc: whole if valid_at is None or loc == valid_at else EMPTY_SET for loc in locs
         }
         self._version = 0
+        self._cost = cost
+        # per location that was read scattered: (copies paid, span start, span stop) of the
+        # span copy that ended the series; a hint for the next time it is stale, not validity
+        self._scatter: dict[str, tuple[int, int, int]] = {}
 
     # -- properties ------------------------------------------------------------------------
 
@@ -141,6 +170,11 @@ class BufferState:
     def max_runs(self) -> int:
         """int: the cap on the number of runs of each location's valid set."""
         return self._max_runs
+
+    @property
+    def cost(self) -> TransferCost:
+        """TransferCost: the cost model this state plans with (its own, or the process's)."""
+        return self._cost or _current[0]
 
     @property
     def version(self) -> int:
@@ -323,6 +357,11 @@ class BufferState:
         return self._plan_read_slow(where, valid, start, stop)
 
     def _plan_read_slow(self, where: str, valid: IntervalSet, start: int, stop: int) -> Plan:
+        cost = self._cost or _current[0]
+        if len(valid) >= SCATTER_RUNS or where in self._scatter:
+            plan = self._plan_span(where, valid, start, stop, cost)
+            if plan is not None:
+                return plan
         final = with_span(valid, start, stop)
         need = valid.gaps(start, stop)  # the stale bytes of the interval
         excess = len(final) - self._max_runs
@@ -331,7 +370,57 @@ class BufferState:
             final = final.union(fill)
             need = need.union(fill)
         copies = sourced(self._locations, where, need, self._valid)
-        return Plan(tuple(copies), {where: final}, self, self._version, need.total)
+        if len(copies) > 1:
+            copies = merged_copies(copies, self._valid, cost.break_even_bytes)
+            nbytes = sum(c.stop - c.start for c in copies)
+        else:
+            nbytes = need.total
+        return Plan(tuple(copies), {where: final}, self, self._version, nbytes)
+
+    def _plan_span(
+        self, where: str, valid: IntervalSet, start: int, stop: int, cost: TransferCost
+    ) -> Plan | None:
+        """One copy of the span a scattered series of reads touches, when the cost model
+        says it is worth it; None otherwise (plan the read exactly).
+
+        A series: ``where`` already holds ``r >= SCATTER_RUNS`` runs, each of which paid a
+        copy's latency. Copying the span from the first to the last byte touched (this read
+        included) in one copy is chosen when its transfer takes no longer than those ``r``
+        latencies (ski rental: stop paying per piece once the pieces cost what the whole does),
+        and the span is widened within that budget. The span is remembered: the next time
+        ``where`` goes stale, its first read copies it at once if that still costs no more than
+        the ``r`` copies the series paid.
+        """
+        runs = len(valid)
+        n = self._nbytes
+        if runs >= SCATTER_RUNS:
+            paid = runs
+            lo = valid._starts[0] if valid._starts[0] < start else start
+            hi = valid._stops[-1] if valid._stops[-1] > stop else stop
+        else:
+            paid, lo, hi = self._scatter[where]
+            lo = lo if lo < start else start
+            hi = hi if hi > stop else stop
+        budget = paid * cost.break_even_bytes
+        if hi - lo > budget:
+            return None
+        slack = budget - (hi - lo)  # widen within the budget: the series' next reads are free
+        grow_lo = min(lo, slack // 2)
+        grow_hi = min(n - hi, slack - grow_lo)
+        lo, hi = lo - grow_lo, hi + grow_hi
+        lo = max(0, lo - (slack - grow_lo - grow_hi))
+        final = with_span(valid, lo, hi)
+        if len(final) > self._max_runs:
+            return None
+        for source in self._locations:
+            if source != where and self._valid[source].contains(lo, hi):
+                break
+        else:  # no single source holds the span: copy the pieces
+            return None
+        if runs >= SCATTER_RUNS:
+            self._scatter[where] = (paid, lo, hi)
+        copy = new_copy(Copy, (source, where, lo, hi))
+        return Plan((copy,), {where: final}, self, self._version, hi - lo)
 
     def plan_consolidate(self) -> Plan:
         """Plan bringing every location's valid set back within :attr:`max_runs` runs.
