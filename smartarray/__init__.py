@@ -16,6 +16,7 @@ from ._interop import as_cuda_array, is_cuda_array
 from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
 from .array import SmartArray
+from .coherence import NVLINK_C2C, PCIE5_X16, TransferCost, set_transfer_cost, transfer_cost
 from .errors import (
     CoherenceError,
     DeviceMemoryError,
@@ -61,13 +62,16 @@ __all__ = [
     "DeviceMemoryError",
     "In",
     "InOut",
+    "NVLINK_C2C",
     "Out",
+    "PCIE5_X16",
     "PerformanceWarning",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",
     "SmartArrayWarning",
     "Trace",
+    "TransferCost",
     "TransferError",
     "TransferEvent",
     "TransferGuardError",
@@ -91,9 +95,11 @@ __all__ = [
     "reset_stats",
     "resident",
     "set_device_budget",
+    "set_transfer_cost",
     "stats",
     "stream",
     "to_device",
     "trace",
+    "transfer_cost",
     "transfer_guard",
 ]
