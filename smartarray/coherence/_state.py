@@ -325,6 +325,9 @@ class BufferState:
         copy. If installing the read would leave ``where`` with more than :attr:`max_runs` runs,
         the plan also copies the smallest gaps of ``where``'s valid set (stale there, valid
         elsewhere) until it is within the cap; see :mod:`smartarray.coherence` for the bound.
+        The state's transfer cost model (:attr:`cost`) may merge copies across short gaps valid
+        at both ends, and copy the whole span of a scattered series of reads in one copy (see
+        "The transfer cost model" in :mod:`smartarray.coherence`).
 
         Fast path: when the interval is already valid this returns the shared
         :data:`EMPTY_PLAN` in O(log max_runs) time without allocating.
