@@ -635,7 +635,9 @@ def test_eviction_flushes_numba_cudas_deferred_frees():
 
 M = 4  # arrays
 # Few distinct bounds: valid sets stay within the fragmentation cap (DEFAULT_MAX_RUNS), so the
-# bytes moved are exactly the stale ones (no consolidation copies).
+# bytes moved are exactly the stale ones (no consolidation copies), under a transfer cost model
+# whose latency is worth no bytes (no cost-based coalescing: tests/test_coherence.py has that).
+EXACT = sa.TransferCost(latency_s=1e-12, bandwidth_Bps=1e9)
 slices = st.sampled_from(
     [slice(0, N), slice(0, 8), slice(5, 27), slice(8, 20), slice(20, N), slice(13, 14)]
 )
@@ -658,10 +660,13 @@ class Budgeted(RuleBasedStateMachine):
         self.gpu_valid = [np.zeros(N, bool) for _ in range(M)]
         self.budget = _kept_bytes() + 3 * NB
         sa.set_device_budget(self.budget)
+        self.previous_cost = sa.set_transfer_cost(EXACT)
         self.views = {}
 
     def teardown(self):
         sa.set_device_budget(None)
+        if hasattr(self, "previous_cost"):
+            sa.set_transfer_cost(self.previous_cost)
 
     def view(self, k, sl):
         key = (k, sl.start, sl.stop)

@@ -117,7 +117,8 @@ NVLINK_C2C = TransferCost(latency_s=3e-6, bandwidth_Bps=400e9)
 DEFAULT_TRANSFER_COST = PCIE5_X16
 """The process-wide cost model until :func:`set_transfer_cost` changes it."""
 
-_current = [DEFAULT_TRANSFER_COST]  # a one-element list: read without a lock, set atomically
+# [model, its break-even bytes]: read without a lock by the planner, replaced in one assignment
+_current: list = [DEFAULT_TRANSFER_COST, DEFAULT_TRANSFER_COST.break_even_bytes]
 
 
 def transfer_cost() -> TransferCost:
@@ -158,5 +159,5 @@ def set_transfer_cost(cost: TransferCost | None) -> TransferCost:
     """
     new = DEFAULT_TRANSFER_COST if cost is None else _checked(cost)
     previous = _current[0]
-    _current[0] = new
+    _current[:] = [new, new.break_even_bytes]
     return previous

@@ -103,7 +103,16 @@ class BufferState:
     IntervalSet([])
     """
 
-    __slots__ = ("_nbytes", "_locations", "_valid", "_max_runs", "_version", "_cost", "_scatter")
+    __slots__ = (
+        "_nbytes",
+        "_locations",
+        "_valid",
+        "_max_runs",
+        "_version",
+        "_cost",
+        "_break_even",
+        "_scatter",
+    )
 
     def __init__(
         self,
@@ -150,6 +159,7 @@ class BufferState:
         }
         self._version = 0
         self._cost = cost
+        self._break_even = -1 if cost is None else cost.break_even_bytes  # -1: the process's
         # per location that was read scattered: (copies paid, span start, span stop) of the
         # span copy that ended the series; a hint for the next time it is stale, not validity
         self._scatter: dict[str, tuple[int, int, int]] = {}
@@ -360,9 +370,11 @@ class BufferState:
         return self._plan_read_slow(where, valid, start, stop)
 
     def _plan_read_slow(self, where: str, valid: IntervalSet, start: int, stop: int) -> Plan:
-        cost = self._cost or _current[0]
-        if len(valid) >= SCATTER_RUNS or where in self._scatter:
-            plan = self._plan_span(where, valid, start, stop, cost)
+        break_even = self._break_even  # bytes worth one copy's latency; 0: exact copies
+        if break_even < 0:
+            break_even = _current[1]
+        if break_even and (len(valid) >= SCATTER_RUNS or where in self._scatter):
+            plan = self._plan_span(where, valid, start, stop, break_even)
             if plan is not None:
                 return plan
         final = with_span(valid, start, stop)
@@ -373,15 +385,16 @@ class BufferState:
             final = final.union(fill)
             need = need.union(fill)
         copies = sourced(self._locations, where, need, self._valid)
-        if len(copies) > 1:
-            copies = merged_copies(copies, self._valid, cost.break_even_bytes)
-            nbytes = sum(c.stop - c.start for c in copies)
-        else:
-            nbytes = need.total
+        nbytes = need.total
+        if break_even and len(copies) > 1:
+            merged = merged_copies(copies, self._valid, break_even)
+            if len(merged) < len(copies):
+                copies = merged
+                nbytes = sum(c.stop - c.start for c in copies)
         return Plan(tuple(copies), {where: final}, self, self._version, nbytes)
 
     def _plan_span(
-        self, where: str, valid: IntervalSet, start: int, stop: int, cost: TransferCost
+        self, where: str, valid: IntervalSet, start: int, stop: int, break_even: int
     ) -> Plan | None:
         """One copy of the span a scattered series of reads touches, when the cost model
         says it is worth it; None otherwise (plan the read exactly).
@@ -390,9 +403,9 @@ class BufferState:
         copy's latency. Copying the span from the first to the last byte touched (this read
         included) in one copy is chosen when its transfer takes no longer than those ``r``
         latencies (ski rental: stop paying per piece once the pieces cost what the whole does),
-        and the span is widened within that budget. The span is remembered: the next time
-        ``where`` goes stale, its first read copies it at once if that still costs no more than
-        the ``r`` copies the series paid.
+        i.e. spans at most ``r * break_even`` bytes, and the span is widened within that
+        budget. The span is remembered: the next time ``where`` goes stale, its first read
+        copies it at once if that still costs no more than the ``r`` copies the series paid.
         """
         runs = len(valid)
         n = self._nbytes
@@ -404,7 +417,7 @@ class BufferState:
             paid, lo, hi = self._scatter[where]
             lo = lo if lo < start else start
             hi = hi if hi > stop else stop
-        budget = paid * cost.break_even_bytes
+        budget = paid * break_even
         if hi - lo > budget:
             return None
         slack = budget - (hi - lo)  # widen within the budget: the series' next reads are free
