@@ -114,7 +114,7 @@ def _one(variant: str, preset: str, params: FragParams) -> dict[str, Any]:
             return sum(_modelled(cost, row["copies"], row["bytes"]) for row in rows)
         return sum(_modelled(cost, *row[key]) for row in rows)
 
-    figures: dict[str, Any] = {"variant": variant, "preset": preset, "results_agree": agree}
+    figures: dict[str, Any] = {"variant": variant, "preset": preset, "results_agree": bool(agree)}
     for span, rows in (("first", rounds[:1]), ("total", rounds)):
         figure = {
             key: {

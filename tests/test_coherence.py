@@ -776,25 +776,43 @@ def _per_byte(break_even: int) -> TransferCost:
 
 @pytest.mark.parametrize("gap", [1, 100, 4096])
 def test_two_pieces_of_a_read_are_one_copy_when_the_gap_costs_less_than_a_latency(gap):
-    n = 3 * gap + 300
-    lo, hi = gap + 100, 2 * gap + 100  # valid at the gpu already: the gap between the pieces
+    # the gpu holds the gap and, far away, two more runs (so its reads count as scattered,
+    # and the span of them all is far too large to copy whole)
+    n = 1000 * gap + 1000
+    lo, hi = gap + 100, 2 * gap + 100
+    far = [(n - 40, n - 30), (n - 20, n - 10)]
     for break_even, copies in ((gap + 1, 1), (gap, 2)):
         s = BufferState(n, valid_at="host", cost=_per_byte(break_even))
-        s.apply(s.plan_read("gpu", lo, hi))
-        plan = s.plan_read("gpu")
+        for a, b in [(lo, hi), *far]:
+            s.apply(s.plan_read("gpu", a, b))
+        assert len(s.valid("gpu")) == SCATTER_RUNS
+        plan = s.plan_read("gpu", 0, 3 * gap + 200)
         assert len(plan.copies) == copies, (break_even, plan)
-        assert plan.nbytes == (n if copies == 1 else n - gap)
+        assert plan.nbytes == (3 * gap + 200 if copies == 1 else 2 * gap + 200)
         assert all(c.source == "host" for c in plan.copies)
         s.apply(plan)
-        assert s.is_valid("gpu") and s.is_valid("host")
+        assert s.valid("gpu") == IntervalSet([(0, 3 * gap + 200), *far])
+        assert s.is_valid("host")
+
+
+def test_a_plain_sync_copies_exactly_its_stale_bytes():
+    """Fewer than SCATTER_RUNS runs: no merging across valid bytes, whatever the cost model."""
+    s = BufferState(1000, valid_at="host", cost=PCIE5_X16)
+    s.apply(s.plan_read("gpu", 100, 200))
+    plan = s.plan_read("gpu")
+    assert [(c.start, c.stop) for c in plan.copies] == [(0, 100), (200, 1000)]
+    assert plan.nbytes == 900
 
 
 def test_merged_copies_only_span_bytes_valid_at_source_and_target():
     # three locations: the gap is valid at the target but not at the source of the pieces
-    s = BufferState(300, ("host", "gpu", "gpu1"), valid_at="host", cost=_per_byte(1000))
+    n = 10_000
+    s = BufferState(n, ("host", "gpu", "gpu1"), valid_at="host", cost=_per_byte(1000))
     s.apply(s.plan_read("gpu1", 100, 200))
     s.mark_changed("gpu1", 100, 200)  # now current at gpu1 only
-    plan = s.plan_read("gpu")
+    for a, b in ((n - 40, n - 30), (n - 20, n - 10)):  # scattered runs far away
+        s.apply(s.plan_read("gpu", a, b))
+    plan = s.plan_read("gpu", 0, 300)
     assert [(c.source, c.start, c.stop) for c in plan.copies] == [
         ("host", 0, 100),
         ("gpu1", 100, 200),

@@ -61,10 +61,11 @@ Each state plans with a :class:`TransferCost` (its own, or the process-wide one:
 bandwidth_Bps``. It decides two things in :meth:`BufferState.plan_read`, both conservative
 (only bytes copied become valid, every copy reads bytes valid at its source):
 
-* merging: two copies of one plan from the same source become one when the bytes between them
-  number fewer than :attr:`TransferCost.break_even_bytes` and are valid at both the source and
-  the target. The merged copy rewrites those target bytes with the value they already hold,
-  so no valid set changes (this is the one case where a copy lands on valid bytes);
+* merging: once the target holds ``SCATTER_RUNS`` runs or more, two copies of one plan from
+  the same source become one when the bytes between them number fewer than
+  :attr:`TransferCost.break_even_bytes` and are valid at both the source and the target. The
+  merged copy rewrites those target bytes with the value they already hold, so no valid set
+  changes (this and the span copy below are the only copies that land on valid bytes);
 * scattered reads (ski rental): when the target already holds ``r >= SCATTER_RUNS`` runs (each
   paid a copy's latency), the read copies, in one copy from one source, the span from the first
   to the last byte touched, widened up to ``r * break_even_bytes``, if that span's transfer

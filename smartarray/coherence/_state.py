@@ -386,7 +386,8 @@ class BufferState:
             need = need.union(fill)
         copies = sourced(self._locations, where, need, self._valid)
         nbytes = need.total
-        if break_even and len(copies) > 1:
+        if break_even and len(copies) > 1 and len(valid) >= SCATTER_RUNS:
+            # only once reads scatter: a plain sync keeps moving exactly its stale bytes
             merged = merged_copies(copies, self._valid, break_even)
             if len(merged) < len(copies):
                 copies = merged
