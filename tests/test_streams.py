@@ -22,6 +22,7 @@ from _targets import real_target_env
 from numba import cuda
 
 import smartarray as sa
+from smartarray.testing import is_strict, strict
 
 
 class Log(list):
@@ -271,3 +272,176 @@ def test_the_lock_free_fast_path_serves_each_launch_configurations_stream_wrappe
     assert len(calls) == 1  # the first launch uploads; the others take the fast path
     assert log == []
     np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
+
+
+# --- issue 24: streams as numba-cuda's real launch hands them, and streams that die ---------
+
+strict_only = pytest.mark.skipif(not is_strict(), reason="runs under SMARTARRAY_STRICT=1 only")
+
+
+@cuda.jit
+def _add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+class ForwardsTheLaunchStream(cuda.In):
+    """A user hint that hands the launch's stream on to smartarray's public API, as the demo's
+    automatic-copy strategy and the benchmark workloads do."""
+
+    def __init__(self, value, api):
+        super().__init__(value)
+        self.api = api
+
+    def to_device(self, retr, stream=0):
+        return self.api(self.value, retr, stream)
+
+
+def _via_to_device(host, retr, stream):
+    dev = sa.to_device(host, stream=stream)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+def _via_device_array(host, retr, stream):
+    dev = sa.device_array(host.shape, host.dtype, stream=stream)
+    dev.copy_to_device(host, stream=stream)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+def _via_device_array_like(host, retr, stream):
+    dev = sa.device_array_like(host, stream=stream)
+    sa.to_device(host, stream=stream, to=dev)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+def _via_smartarray_copy(host, retr, stream):
+    a = sa.SmartArray(np.zeros_like(host))
+    a.copy_to_device(sa.to_device(host), stream=stream)
+    dev = a.gpu()
+    retr.append(lambda: host.__setitem__(..., a.copy_to_host()))
+    return dev
+
+
+def _via_mapped_array(host, retr, stream):
+    dev = sa.mapped_array(host.shape, host.dtype, stream=stream)
+    dev.copy_to_device(host, stream=stream)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+@strict_only
+@pytest.mark.parametrize(
+    "api",
+    [
+        _via_to_device,
+        _via_device_array,
+        _via_device_array_like,
+        _via_smartarray_copy,
+        _via_mapped_array,
+    ],
+)
+@pytest.mark.parametrize("on_stream", [False, True])
+def test_public_apis_accept_the_stream_a_launch_hands_to_device(api, on_stream):
+    # numba-cuda hands ArgHint.to_device a cuda.core Stream (sync(), __cuda_stream__, no
+    # synchronize()), the default stream included; every API that takes a stream accepts it.
+    with strict(seed=3):
+        s = sa.stream() if on_stream else 0
+        host = np.arange(8.0)
+        _add_one[1, 8, s](ForwardsTheLaunchStream(host, api))
+        cuda.synchronize()
+        np.testing.assert_array_equal(host, np.arange(8.0) + 1)
+
+
+@strict_only
+def test_the_demos_automatic_copy_strategy_runs_in_strict_mode():
+    from smartarray import _demo
+
+    with strict(seed=1):
+        auto = _demo.run_auto(8, 3, 3)
+        ours = _demo.run_smartarray(8, 3, 3)
+    np.testing.assert_allclose(auto, ours)
+
+
+def _stand_in_core_stream():
+    """cuda.core's Stream surface, exactly: handle, __cuda_stream__(), sync(); no
+    synchronize() (the simulator ignores streams, so any handle does)."""
+
+    class Stream:
+        handle = 0
+
+        def __cuda_stream__(self):
+            return (0, 0)
+
+        def sync(self):
+            pass
+
+    return Stream()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: sa.to_device(np.arange(3.0), stream=s),
+        lambda s: sa.device_array(3, stream=s),
+        lambda s: sa.device_array_like(np.arange(3.0), stream=s),
+        lambda s: sa.to_device(np.arange(3.0)).copy_to_host(stream=s),
+        lambda s: sa.SmartArray(np.zeros(3)).copy_to_device(sa.to_device(np.ones(3)), stream=s),
+    ],
+)
+def test_an_object_with_cuda_stream_is_a_stream(call):
+    call(_stand_in_core_stream())  # no TypeError
+
+
+def _the_launch_stream_died(a, use):
+    s = cuda.stream()
+    _add_one[1, 8, s](a)
+    del s  # the user's stream goes; only the launch configuration's non-owning wrapper knew it
+    import gc
+
+    gc.collect()
+    use(a)
+
+
+def _host_read(a):
+    np.testing.assert_array_equal(np.asarray(a), np.ones(8))
+
+
+def _launch_elsewhere(a):
+    other = cuda.stream()
+    _add_one[1, 8, other](a)
+    other.synchronize()
+    np.testing.assert_array_equal(a.host(), np.full(8, 2.0))
+
+
+def _host_write(a):
+    a[0] = 7.0
+    np.testing.assert_array_equal(np.asarray(a), [7.0] + [1.0] * 7)
+
+
+def _eviction(a):
+    b = sa.SmartArray(np.zeros(8))
+    b.gpu()  # the budget holds one: a's device copy is evicted (downloaded first)
+    np.testing.assert_array_equal(np.asarray(a), np.ones(8))
+
+
+def _interface(a):
+    cai = a.__cuda_array_interface__
+    assert cai["stream"] is None or cai["stream"] in (1, 2) or cai["stream"] > 2
+    np.testing.assert_array_equal(a.host(), np.ones(8))
+
+
+@strict_only
+@pytest.mark.parametrize("use", [_host_read, _launch_elsewhere, _host_write, _eviction, _interface])
+def test_a_buffer_never_waits_on_a_destroyed_launch_stream(use):
+    for seed in range(4):
+        with strict(seed=seed):
+            sa.set_device_budget(64)
+            try:
+                a = sa.SmartArray(np.zeros(8))
+                _the_launch_stream_died(a, use)
+            finally:
+                sa.set_device_budget(None)

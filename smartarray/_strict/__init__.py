@@ -64,7 +64,11 @@ def _install() -> None:
         # (a new one for a handle no stream has), as numba wraps a CUstream on a GPU.
         scheduler = _state.current().scheduler
         found = scheduler.streams.get(int(ptr))
-        return found if found is not None else StrictStream(scheduler, handle=int(ptr))
+        # A handle no strict stream has is another library's stream: modelled non-blocking
+        # (CuPy's, PyTorch's and JAX's side streams are), so nothing orders it with stream 0.
+        if found is not None:
+            return found
+        return StrictStream(scheduler, handle=int(ptr), nonblocking=True)
 
     def synchronize() -> None:
         _state.current().scheduler.host_wait_all()

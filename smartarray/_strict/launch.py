@@ -23,6 +23,7 @@ from numba.cuda.simulator.kernelapi import FakeCUDAModule, swapped_cuda_module
 
 from . import state as _state
 from .devmem import byte_extent, pointer
+from .scheduler import StrictModeError, core_stream
 
 __all__ = ["StrictLaunch", "StrictModeError", "kernel_getitem"]
 
@@ -30,10 +31,6 @@ try:
     from numba.cuda.errors import normalize_kernel_dimensions
 except ImportError:  # pragma: no cover - older numba-cuda
     from numba.cuda.simulator.kernel import normalize_kernel_dimensions
-
-
-class StrictModeError(RuntimeError):
-    """Strict mode found what a GPU would report as a crash (bad pointer, illegal access)."""
 
 
 def _param_names(fn: Any, n: int) -> list[str]:
@@ -120,13 +117,17 @@ _RAISE = dis.opmap["RAISE_VARARGS"]
 
 
 class StrictLaunch:
-    """``kernel[griddim, blockdim, stream, sharedmem]``: a configured launch."""
+    """``kernel[griddim, blockdim, stream, sharedmem]``: a configured launch (numba-cuda's
+    ``_LaunchConfiguration``)."""
 
     def __init__(self, kernel: Any, griddim: Any, blockdim: Any, stream: Any, sharedmem: Any):
         self.dispatcher = kernel
         self.griddim = griddim
         self.blockdim = blockdim
-        self.stream = stream
+        # As numba-cuda's _LaunchConfiguration: the launch stream as a new, non-owning
+        # cuda.core-like Stream per configuration (``sync()``, no ``synchronize()``); every
+        # argument's ``to_device`` receives it, and it does not keep the user's stream alive.
+        self.stream = core_stream(_state.current().scheduler, stream)
         self.sharedmem = sharedmem
 
     def __call__(self, *args: Any) -> None:
