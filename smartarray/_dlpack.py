@@ -299,13 +299,16 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
             if buf.stream != 0 and not _streams.same(buf.stream, target):
                 # Pending device work on this buffer goes before the consumer's: an event, the
                 # device orders the two, the host does not wait.
-                _streams.order(buf.stream, consumer)
+                buf.order_before(consumer)
             buf.sync(GPU, a._lo, a._hi, "dlpack export", stream=consumer)  # stale bytes go up
             if value == LEGACY_DEFAULT or target is _streams.DEFAULT:
-                buf.stream = target  # the consumer works there: host access waits for it
+                # The consumer works there, later: host access waits for that stream (which
+                # is never destroyed), not for an event recorded now.
+                buf.stream = target
+                buf.done_for = None
             else:
                 _streams.order(consumer, 0)  # what went up there, before the default stream
-                buf.stream = _streams.DEFAULT
+                buf.queued(0)
         # Held under this lock since before the copy was made current (an eviction needs the
         # lock): from now on the consumer holds the address.
         _residency.share(buf, "it was exported through DLPack")

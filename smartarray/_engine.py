@@ -97,6 +97,8 @@ class Buffer:
         "pinned",
         "stream",
         "fast_views",
+        "done",
+        "done_for",
         "launch_writes",
         "name",
         "perf",
@@ -121,6 +123,15 @@ class Buffer:
         # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
         # stream, which is never assumed to order itself before other streams' work.
         self.stream: Any = 0
+        # What host waits and cross-stream ordering use instead of that stream: an event this
+        # buffer owns, recorded on it right after the work was queued (``queued``). The stream
+        # object is kept only to compare streams: on a GPU it is the non-owning cuda.core
+        # wrapper numba-cuda made for one launch, and the user's stream may be destroyed
+        # (collected) long before this buffer is read; waiting on its handle then is undefined
+        # behaviour. ``done_for`` is the ``stream`` the event captured (``None``: not recorded
+        # for the current stream yet, as between a launch's preparation and its callbacks).
+        self.done: Any = None
+        self.done_for: Any = None
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
@@ -179,8 +190,46 @@ class Buffer:
     def wait_for_device(self) -> None:
         """Block until the latest device work on this buffer (on its stream) finished."""
         if self.stream != 0:
-            _streams.synchronize(self.stream)  # numba's, cuda.core's or the default stream
+            if self.done_for is self.stream:
+                self.done.synchronize()  # the buffer's own event: its stream may be gone
+            else:
+                # Recorded nowhere yet: a launch being prepared or queued, whose stream is
+                # alive (this thread is launching on it), or a launch that failed.
+                _streams.synchronize(self.stream)
             self.stream = 0  # nothing of this buffer is queued any more
+            self.done_for = None
+
+    def queued(self, stream: Any) -> None:
+        """Device work on this buffer was just queued on ``stream`` (0: the default stream).
+
+        Records the buffer's own event there, which host waits and cross-stream ordering use;
+        the stream itself is kept only for same-stream comparisons. A launch calls this from
+        its post-launch callbacks, right after the kernel was queued.
+        """
+        pending = _streams.pending(stream)
+        event = self.done
+        if event is None:
+            event = self.done = _streams.new_event()
+        event.record(_streams.native(pending))
+        self.stream = pending
+        self.done_for = pending
+
+    def launched(self, stream: Any) -> None:
+        """A launch's post-launch callback: the kernel using this buffer is queued on
+        ``stream`` (alive now: it was just launched on); see :meth:`queued`."""
+        with self.lock:
+            self.queued(stream)
+
+    def order_before(self, after: Any) -> None:
+        """Make work queued later on ``after`` wait for this buffer's queued device work.
+
+        On the device, with an event (the host does not wait); with the buffer's own event
+        once recorded, so the stream of that work need not be alive any more.
+        """
+        if self.done_for is self.stream:
+            self.done.wait(_streams.native(after))
+        else:
+            _streams.order(self.stream, after)
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -211,8 +260,24 @@ class Buffer:
     def _consolidate(self) -> None:
         plan = self.state.plan_consolidate()
         if plan.copies:
-            self._copy(plan, "consolidation", self.stream)
+            self._copy(plan, "consolidation", self._unnamed_stream())
         self.state.apply(plan)
+
+    def _unnamed_stream(self) -> Any:
+        """The stream for copies that name none, ordered after the buffer's device work.
+
+        The stream of that work while it is known alive (a launch being prepared on it);
+        once the buffer's event is recorded (that stream may be gone), smartarray's own copy
+        stream, made to wait for the event on the device (no host wait), which then holds
+        the buffer's latest work.
+        """
+        if self.stream == 0 or self.done_for is not self.stream:
+            return self.stream
+        stream = _streams.copy_stream()
+        self.done.wait(stream)
+        self.stream = stream  # never destroyed: waited on by its handle
+        self.done_for = None
+        return stream
 
     def _copy(self, plan: Plan, reason: str, stream: Any) -> None:
         """Perform the copies of a plan on ``stream``; TransferError if one fails."""
@@ -241,10 +306,11 @@ class Buffer:
                 # (a synchronous download waited for the default stream's earlier work)
                 if stream is self.stream:
                     self.stream = 0
+                    self.done_for = None
             if uploads and native == 0 and self.stream == 0:
                 # A synchronous upload from pageable memory returns once the bytes are staged:
                 # the DMA may still run on the default stream. Launches elsewhere order after it.
-                self.stream = _streams.DEFAULT
+                self.queued(0)
         except Exception as exc:
             raise TransferError(
                 f"copying to the host or device copy failed ({reason}): {exc}"
@@ -262,7 +328,7 @@ class Buffer:
             plan = self.state.plan_read(where, lo, hi)
             if not plan.copies:
                 return
-            self._copy(plan, reason, self.stream if stream is None else stream)
+            self._copy(plan, reason, self._unnamed_stream() if stream is None else stream)
             self.state.apply(plan)
 
     def changed(self, where: str, lo: int, hi: int) -> None:
@@ -368,8 +434,9 @@ class Buffer:
             # Work on this buffer is queued on another stream (the default stream included):
             # order it before this launch on the device, with an event. No host wait; host
             # reads then wait for this launch's stream, which waited for it.
-            _streams.order(self.stream, launch_stream)
+            self.order_before(launch_stream)
             self.stream = launch_stream
+            self.done_for = None  # recorded by the launch's callback (queued)
         state = self.state
         # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
         # that failed: this launch must then refresh them, so it takes no fast path.)
@@ -377,6 +444,7 @@ class Buffer:
             # Current on the device only (a loop of launches): nothing to upload, and a write
             # by the kernel changes nothing unless the host reads in between.
             self.stream = launch_stream
+            self.done_for = None
             return True
         record = intent != IN
         if record and self.held and guard.armed():
@@ -403,6 +471,7 @@ class Buffer:
             # host arrays.
             self.record_where_valid(GPU, lo, hi)
         self.stream = launch_stream  # host reads of this buffer wait for this stream
+        self.done_for = None  # until the launch's callback records the buffer's event there
         return False
 
     def release(

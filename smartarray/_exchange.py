@@ -95,7 +95,7 @@ class ExchangeMethods:
         with buf.lock:
             if buf.stream != 0 and not _streams.same(buf.stream, copy_stream):
                 # Earlier device work on this buffer must not overtake: ordered on the device.
-                _streams.order(buf.stream, copy_stream)
+                buf.order_before(copy_stream)
             dev = memory.device_view(
                 buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
             )
@@ -107,7 +107,7 @@ class ExchangeMethods:
                 if buf.state.is_valid(HOST, self._lo, self._hi):
                     buf.mark(HOST, self._lo, self._hi)
                 raise TransferError(f"copy_to_device failed: {exc}") from exc
-            buf.stream = copy_stream  # host reads of this buffer wait for this stream
+            buf.queued(copy_stream)  # host reads of this buffer wait for this copy
             self._changed(GPU, self._lo, self._hi)
 
     # -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) --------

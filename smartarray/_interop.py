@@ -75,7 +75,7 @@ def order_before_default(a: SmartArray) -> None:
     with a._buf.lock:
         pending = _pending_stream(a)
         if pending != 0 and pending is not _streams.DEFAULT:
-            _streams.order(pending, 0)
+            a._buf.order_before(0)
 
 
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
@@ -105,7 +105,14 @@ def _interface_stream(a: SmartArray) -> int | None:
         # The simulator's streams have no handle a consumer could wait for: wait here.
         _wait_for_device(a)
         return None
-    if pending is _streams.DEFAULT:
+    buf = a._buf
+    if buf.done_for is pending:
+        # Never a handle nothing vouches for (the launch's stream may be destroyed by now, and
+        # with per-thread default streams "the default stream" is the launching thread's):
+        # the legacy default stream, made to wait for the buffer's own event (no host wait).
+        from numba import cuda
+
+        buf.done.wait(cuda.legacy_default_stream())
         return 1  # the legacy default stream, as the interface spells it
     handle = getattr(pending, "handle", None)
     handle = getattr(handle, "value", handle)  # numba's ctypes handle
@@ -416,7 +423,7 @@ def init_from_device(
         if exc.__class__.__name__ == "TransferGuardError":
             raise
         raise TransferError(f"copying the device object failed: {exc}") from exc
-    self._buf.stream = _streams.DEFAULT  # a device-to-device copy may still run when it returns
+    self._buf.queued(0)  # a device-to-device copy may still run when it returns
     self.mark_changed(GPU)
 
 

@@ -26,7 +26,16 @@ from numba import cuda
 
 from . import _simulator as _sim
 
-__all__ = ["DEFAULT", "native", "order", "pending", "same", "synchronize"]
+__all__ = [
+    "DEFAULT",
+    "copy_stream",
+    "native",
+    "new_event",
+    "order",
+    "pending",
+    "same",
+    "synchronize",
+]
 
 
 class _DefaultStream:
@@ -115,7 +124,29 @@ def synchronize(stream: Any) -> None:
     sync()
 
 
-def _event() -> Any:
+# smartarray's own stream for copies that follow device work whose stream may be gone: made on
+# first need, for the strict session it was made in (strict mode's streams belong to one).
+_copy_stream: list[Any] = [None, None]
+
+
+def copy_stream() -> Any:
+    """A stream smartarray owns (never destroyed), for copies ordered after a buffer's event.
+
+    Not the default stream: a copy there would wait for every blocking stream's work (the
+    legacy default stream), or for the calling thread's only (per-thread default streams).
+    """
+    from ._strict import state as _strict_state
+
+    session = _strict_state.get()
+    owner, stream = _copy_stream
+    if stream is None or owner is not session:
+        stream = cuda.stream()
+        _copy_stream[:] = [session, stream]
+    return stream
+
+
+def new_event() -> Any:
+    """A new event for ordering and host waits (no timing data)."""
     return _sim.event()  # (the simulator's Event takes no arguments)
 
 
@@ -125,6 +156,6 @@ def order(before: Any, after: Any) -> None:
     An event recorded on ``before`` that ``after`` waits for: the device orders the two, the
     host does not block.
     """
-    event = _event()
+    event = new_event()
     event.record(native(before))
     event.wait(native(after))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _numba_cpu, _perf, _residency, _streams, guard, memory
+from . import _numba_cpu, _perf, _residency, guard, memory
 from ._arguments import ArgumentMethods
 from ._checks import _check_array_dtype, _check_shape
 from ._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT
@@ -235,7 +235,7 @@ class SmartArray(
                 memory.copy_range("h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc())
             except Exception as exc:
                 raise TransferError(f"uploading the initial data failed: {exc}") from exc
-            buf.stream = _streams.DEFAULT  # a staged synchronous upload: see SmartArray._copy
+            buf.queued(0)  # a staged synchronous upload: see Buffer._copy
             if adopt:
                 buf.state.apply(buf.state.plan_read(GPU, 0, ary.nbytes))
 

@@ -394,10 +394,16 @@ def test_the_transfer_guard_refuses_before_anything_is_recorded():
 
 
 def test_pending_work_is_ordered_before_the_consumer_stream_without_a_host_wait(monkeypatch):
+    from smartarray._engine import Buffer
+    from smartarray._strict.scheduler import StrictEvent
+
     ordered, waited = [], []
-    real_order = _streams.order
-    monkeypatch.setattr(_streams, "order", lambda b, c: (ordered.append((b, c)), real_order(b, c)))
+    real_order = Buffer.order_before
+    monkeypatch.setattr(
+        Buffer, "order_before", lambda buf, c: (ordered.append((buf.stream, c)), real_order(buf, c))
+    )
     monkeypatch.setattr(_streams, "synchronize", lambda s: waited.append(s))
+    monkeypatch.setattr(StrictEvent, "synchronize", lambda e: waited.append(e))
     with strict(seed=1):  # launches on their stream (the plain simulator's use 0)
         a = sa.SmartArray(np.arange(N, dtype=np.float64))
         producer = cuda.stream()

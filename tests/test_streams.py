@@ -26,7 +26,13 @@ from smartarray.testing import is_strict, strict
 
 
 class Log(list):
-    """Host waits (``('sync', name)``) and event operations, in order."""
+    """Host waits (``('sync', name)``, ``('event sync', name)``) and cross-stream orderings
+    (``('record', name), ('wait', name)``), in order. Events recorded only to be waited on
+    later (a buffer's own event, after each piece of its device work) go to ``records``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list = []
 
 
 class NumbaStream:
@@ -56,17 +62,23 @@ class CoreStream:
 
 
 class Event:
+    """An event that logs what it captured: ``wait`` and ``synchronize`` name the stream of the
+    latest ``record`` (the work they wait for)."""
+
     def __init__(self, log: Log) -> None:
         self.log = log
+        self.on = None
 
     def record(self, stream: object = 0) -> None:
-        self.log.append(("record", getattr(stream, "name", stream)))
+        self.on = getattr(stream, "name", stream)
+        self.log.records.append(self.on)
 
     def wait(self, stream: object = 0) -> None:
+        self.log.append(("record", self.on))  # what the wait captured
         self.log.append(("wait", getattr(stream, "name", stream)))
 
     def synchronize(self) -> None:
-        self.log.append(("event sync",))
+        self.log.append(("event sync", self.on))
 
 
 @pytest.fixture
@@ -75,6 +87,11 @@ def log(monkeypatch: pytest.MonkeyPatch) -> Log:
     log = Log()
     monkeypatch.setattr(cuda, "event", lambda *args, **kwargs: Event(log))
     monkeypatch.setattr(cuda, "default_stream", lambda: NumbaStream(log, "default", 0))
+    # smartarray's own copy stream (copies after a buffer's event), made afresh for each test.
+    from smartarray import _streams
+
+    monkeypatch.setattr(cuda, "stream", lambda: NumbaStream(log, "copy", 0x9000))
+    monkeypatch.setattr(_streams, "_copy_stream", [None, None])
     return log
 
 
@@ -96,11 +113,11 @@ def test_a_writable_host_array_waits_for_an_upload_from_it_in_flight(log, method
     launch(sa.In(a), s)  # an asynchronous upload from the pinned host copy, on s
     assert a.is_valid("host") and log == []
     host = a.get("host") if method == "get" else a.host()  # nothing to copy, but the DMA
-    assert log == [("sync", "s")]  # reading this memory must be done before it is written
+    assert log == [("event sync", "s")]  # reading this memory must be done before it is written
     host[0] = 5.0
     a.host_changed()
     a.host()
-    assert log == [("sync", "s")]  # waited once
+    assert log == [("event sync", "s")]  # waited once
     np.testing.assert_array_equal(np.asarray(a), [5.0, 1, 2, 3, 4, 5, 6, 7])
 
 
@@ -125,7 +142,9 @@ def test_default_stream_work_is_ordered_before_a_launch_on_another_stream(log):
     # none), and no host wait.
     assert log == [("record", 0), ("wait", "s")]
     np.asarray(a)
-    assert log[2:] == [("sync", "s")]  # the host read waits for s, the stream of the latest work
+    # The host read waits for s, the stream of the latest work: through the buffer's event
+    # (s may be gone by now), which smartarray's copy stream waits for before the download.
+    assert log[2:] == [("record", "s"), ("wait", "copy"), ("sync", "copy")]
 
 
 def test_default_stream_launch_as_the_dispatcher_passes_it(log):
@@ -134,7 +153,7 @@ def test_default_stream_launch_as_the_dispatcher_passes_it(log):
     default = CoreStream(log, "core default", 0)
     launch(sa.In(a), default)  # an asynchronous upload from pinned memory on the default stream
     a[0] = 1.0  # a host write must wait for it
-    assert log == [("sync", "core default")]
+    assert log == [("event sync", "core default")]
     log.clear()
     launch(a, CoreStream(log, "core default again", 0))  # another launch configuration
     launch(a, NumbaStream(log, "s", 0x1000))
@@ -148,10 +167,10 @@ def test_user_streams_are_ordered_on_the_device_and_the_host_waits_for_the_last_
     launch(a, s2)
     assert log == [("record", "s1"), ("wait", "s2")]  # no host wait between the launches
     np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
-    assert log[2:] == [("sync", "s2")]
+    assert log[2:] == [("record", "s2"), ("wait", "copy"), ("sync", "copy")]
 
 
-def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_event(log):
+def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_ordering(log):
     a = sa.SmartArray(np.zeros(8))
     b = sa.SmartArray(np.zeros(8))
     for i in range(5):
@@ -159,11 +178,14 @@ def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_event(log):
         launch(a, CoreStream(log, f"config {i}", 0x3000))
         launch(sa.In(b), CoreStream(log, f"config {i}", 0x3000))
     assert log == []
+    # Each buffer records its own event after each launch (what host reads wait on: the
+    # stream may be destroyed before then), and nothing else.
+    assert log.records == [f"config {i}" for i in range(5) for _ in "ab"]
     s = NumbaStream(log, "s", 0x4000)
     for _ in range(5):
         launch(a, s)
-    # One switch, one event, recorded on the wrapper the buffer kept: the same CUstream.
-    assert log == [("record", "config 0"), ("wait", "s")]
+    # One switch, one wait, on the event recorded after the latest launch on the old stream.
+    assert log == [("record", "config 4"), ("wait", "s")]
 
 
 def test_host_reads_wait_for_their_own_buffers_stream_only(log):
@@ -171,11 +193,12 @@ def test_host_reads_wait_for_their_own_buffers_stream_only(log):
     launch(a, NumbaStream(log, "s1", 0x1000))
     launch(b, CoreStream(log, "s2", 0x2000))
     np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
-    assert log == [("sync", "s1")]
+    read_a = [("record", "s1"), ("wait", "copy"), ("sync", "copy")]
+    assert log == read_a  # s2's work is not waited for
     np.testing.assert_array_equal(np.asarray(b), np.ones(8))
-    assert log == [("sync", "s1"), ("sync", "s2")]  # cuda.core's Stream waited with sync()
+    assert log == read_a + [("record", "s2"), ("wait", "copy"), ("sync", "copy")]
     np.asarray(a), np.asarray(b)
-    assert len(log) == 2  # nothing queued any more
+    assert len(log) == 6  # nothing queued any more
 
 
 def test_explicit_upload_on_the_default_stream_is_ordered_before_a_launch_elsewhere(log):
@@ -322,7 +345,7 @@ def _via_smartarray_copy(host, retr, stream):
     a = sa.SmartArray(np.zeros_like(host))
     a.copy_to_device(sa.to_device(host), stream=stream)
     dev = a.gpu()
-    retr.append(lambda: host.__setitem__(..., a.copy_to_host()))
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))  # after the kernel
     return dev
 
 
