@@ -377,7 +377,9 @@ class SmartArray(
         numpy.ndarray or device array
             A writable view of that copy. After writing through it, call
             :meth:`mark_changed` with the same ``where``. A host array stays current: it is
-            refreshed as soon as the device copy is marked changed.
+            refreshed as soon as the device copy is marked changed. A device array may be
+            used on any stream: device work still queued on this array's memory (uploads,
+            kernels, on any stream) has finished when it is returned.
         """
         where = _check_where(where)
         if where == GPU:
@@ -390,6 +392,10 @@ class SmartArray(
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
             if where == HOST:
                 return self._export(readonly=False)
+            # The caller may use the device array on any stream: device work still queued on
+            # this buffer (an upload, a kernel, on another stream) must be done first, or a
+            # late upload overwrites what the caller's kernel writes.
+            self._buf.wait_for_device()
             dev = memory.device_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )

@@ -468,3 +468,40 @@ def test_a_buffer_never_waits_on_a_destroyed_launch_stream(use):
                 _the_launch_stream_died(a, use)
             finally:
                 sa.set_device_budget(None)
+
+
+# --- issue 25 E3: a device hand-out is ordered after the buffer's queued work ----------------
+
+
+@cuda.jit
+def _read_only(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i]
+
+
+@cuda.jit
+def _fill_five(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 5.0
+
+
+@strict_only
+@pytest.mark.parametrize("hand_out", ["gpu", "get"])
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_device_hand_out_is_not_overwritten_by_an_upload_queued_on_another_stream(
+    hand_out, pinned
+):
+    for seed in range(4):
+        with strict(seed=seed):
+            a = sa.SmartArray(np.arange(8.0), pinned=pinned)
+            s1, s2 = cuda.stream(), cuda.stream()
+            out = cuda.device_array(8)
+            _read_only[1, 8, s1](sa.In(a), out)  # a's upload is queued on s1
+            view = a[2:4]
+            v = view.gpu() if hand_out == "gpu" else view.get("gpu")
+            _fill_five[1, 2, s2](v)  # the user's kernel on a second stream
+            s2.synchronize()
+            view.gpu_changed()
+            np.testing.assert_array_equal(a.host(), [0, 1, 5, 5, 4, 5, 6, 7])
