@@ -307,6 +307,15 @@ class Buffer:
                 if stream is self.stream:
                     self.stream = 0
                     self.done_for = None
+            if uploads and native != 0 and self.held:
+                # From page-locked memory (pinned=True, or an adopted ndarray that may be) the
+                # DMA reads the host bytes when it runs, after this call returns: an array the
+                # user held since before and writes next would change what the device gets.
+                # Wait for it here, before the launch returns.
+                for c in plan.copies:
+                    if c.target == GPU and self.held.any_writable(c.start, c.stop):
+                        _streams.synchronize(stream)  # (the stream is alive: in use now)
+                        break
             if uploads and native == 0 and self.stream == 0:
                 # A synchronous upload from pageable memory returns once the bytes are staged:
                 # the DMA may still run on the default stream. Launches elsewhere order after it.

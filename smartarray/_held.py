@@ -115,3 +115,17 @@ class HeldHostArrays:
             if a < b and ref() is not None and not host_valid.contains(a, b):
                 return True
         return False
+
+    def any_writable(self, lo: int, hi: int) -> bool:
+        """Whether a held array the user may write through shows bytes of ``[lo, hi)``."""
+        for ref, elo, ehi in self._entries:
+            if max(lo, elo) < min(hi, ehi):
+                held = ref()
+                if held is None:
+                    continue
+                if isinstance(held, _Holder):
+                    if not held.__array_interface__["data"][1]:  # (pointer, read-only)
+                        return True
+                elif getattr(getattr(held, "flags", None), "writeable", True):
+                    return True  # an adopted ndarray the user keeps
+        return False

@@ -139,8 +139,10 @@ class Consumer:
         self.released = False
 
     def values(self) -> np.ndarray:
-        """The elements the tensor describes (the device address is host memory here)."""
+        """The elements the tensor describes (the device address is host memory here), once
+        the device work queued for the consumer (its upload, on a stream) has run."""
         assert memory.SIMULATOR
+        cuda.synchronize()
         itemsize = self.dtype.itemsize
         strides = None if self.strides is None else tuple(s * itemsize for s in self.strides)
         holder = type("H", (), {})()

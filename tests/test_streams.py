@@ -201,13 +201,18 @@ def test_host_reads_wait_for_their_own_buffers_stream_only(log):
     assert len(log) == 6  # nothing queued any more
 
 
-def test_explicit_upload_on_the_default_stream_is_ordered_before_a_launch_elsewhere(log):
+def test_explicit_upload_on_the_default_stream_is_done_before_the_device_array_is_handed_out(
+    log,
+):
     # A synchronous upload from pageable memory returns once staged; the DMA may still run on
-    # the default stream while a non-blocking stream's kernel starts.
+    # the default stream while a non-blocking stream's kernel starts. get('gpu') hands out the
+    # device array for any stream: it waits for that DMA (issue 25 E3), so a launch on
+    # another stream after it needs no ordering.
     a = sa.SmartArray(np.arange(8.0))
     a.get("gpu")
+    assert log == [("event sync", 0)]
     launch(sa.In(a), NumbaStream(log, "s", 0x1000))
-    assert log == [("record", 0), ("wait", "s")]
+    assert log == [("event sync", 0)]
 
 
 def test_construction_on_the_device_is_ordered_before_a_launch_elsewhere(log):
@@ -505,3 +510,35 @@ def test_a_device_hand_out_is_not_overwritten_by_an_upload_queued_on_another_str
             s2.synchronize()
             view.gpu_changed()
             np.testing.assert_array_equal(a.host(), [0, 1, 5, 5, 4, 5, 6, 7])
+
+
+# --- issue 24 finding 5: a held host array written after a launch -----------------------------
+
+
+@strict_only
+@pytest.mark.parametrize("on_stream", [False, True])
+@pytest.mark.parametrize("hold", ["host", "adopted"])
+def test_a_held_host_array_written_after_a_launch_does_not_change_what_the_kernel_read(
+    on_stream, hold
+):
+    # The launch uploads from page-locked memory: the DMA reads it when it runs (on a GPU,
+    # cuMemcpyHtoDAsync, even on the default stream: numba-cuda hands to_device a cuda.core
+    # Stream). A write through an array the user held since before the launch must not reach
+    # the kernel.
+    for seed in range(4):
+        with strict(seed=seed):
+            if hold == "adopted":
+                x = sa.pinned_array(8)
+                x[:] = np.arange(8.0)
+                a = sa.SmartArray(x, copy=False)
+                h = x
+            else:
+                a = sa.SmartArray(np.arange(8.0), pinned=True)
+                h = a.host()
+            s = cuda.stream() if on_stream else 0
+            out = cuda.device_array(8)
+            _read_only[1, 8, s](sa.In(a), out)  # read only: nothing refreshes h after it
+            h[0] = 100.0  # right after the launch returned
+            a.host_changed()
+            np.testing.assert_array_equal(out.copy_to_host(), np.arange(8.0))
+            assert a.host()[0] == 100.0
