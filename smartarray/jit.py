@@ -93,9 +93,32 @@ def _hint(a: Any, thr: float, kernel: bool) -> Any:
         hint = _InferredIn.__new__(_InferredIn)  # (In's checks: ``a`` is a SmartArray)
         hint.value = a
         return hint
-    if kind == 2 and kernel and a.ndim > 0 and _read_only(a, thr):
+    if kind == 2 and kernel and a.ndim > 0 and _read_only(a, thr) and not _maybe_page_locked(a):
         return _numba_args.In(a)
     return None
+
+
+def _maybe_page_locked(a: np.ndarray) -> bool:
+    """Whether ``a``'s memory may be page-locked (pinned, mapped or registered).
+
+    numba's ``In`` uploads with ``cuMemcpyHtoDAsync`` even on stream 0: from page-locked
+    memory the DMA reads the host bytes when it runs, so a host write right after the launch
+    would reach the kernel. Such arrays keep numba's default (``InOut``, which waits). Memory
+    NumPy does not own (a CUDA host allocation, a foreign buffer) may be page-locked.
+    """
+    from ._strict import state as _strict_state
+
+    strict = _strict_state.get()
+    if strict is not None:
+        return strict.is_page_locked(a)
+    owner = a
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    if not isinstance(owner, np.ndarray):
+        return True
+    from . import memory
+
+    return memory.is_registered(a) or memory.is_registered(owner)
 
 
 def _hinted_args(plan: tuple[tuple[int, str, float], ...], args: tuple, kernel: bool) -> tuple:

@@ -17,6 +17,7 @@ from numba.cuda import args as numba_args
 
 import smartarray as sa
 from smartarray.jit import _hinted_args, _InferredIn, _plan
+from smartarray.testing import is_strict, strict
 
 
 def _accumulate(out, x, y):  # pragma: no cover - runs as a kernel
@@ -264,3 +265,36 @@ def test_inferred_in_keeps_the_bare_type():
     a = sa.SmartArray(np.zeros(4))
     assert _InferredIn(a)._numba_type_ is a._numba_type_
     assert sa.In(a)._numba_type_ is not a._numba_type_
+
+
+# --- issue 24 finding 7: page-locked plain ndarrays are not made asynchronous ---------------
+
+
+@sa.jit
+def _copy_in(out, x):  # pragma: no cover - runs as a kernel
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i]
+
+
+@pytest.mark.skipif(not is_strict(), reason="runs under SMARTARRAY_STRICT=1 only")
+@pytest.mark.parametrize("make", ["pinned_array", "registered"])
+def test_a_host_write_after_a_launch_does_not_reach_a_page_locked_input(make):
+    # numba's In uploads with cuMemcpyHtoDAsync even on stream 0: from page-locked memory the
+    # DMA reads the host bytes when it runs. Plain cuda.jit (InOut) waits for the launch; so
+    # must smartarray.jit, where the array is never written.
+    for seed in range(3):
+        with strict(seed=seed):
+            if make == "registered":
+                x = np.arange(8.0)
+                registration = sa.register(x)
+            else:
+                x = getattr(sa, make)(8)
+                x[:] = np.arange(8.0)
+                registration = None
+            out = cuda.device_array(8)
+            _copy_in[1, 8](out, x)
+            x[0] = 100.0  # right after the launch returned
+            np.testing.assert_array_equal(out.copy_to_host(), np.arange(8.0))
+            if registration is not None:
+                sa.deregister(x)
