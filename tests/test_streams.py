@@ -542,3 +542,54 @@ def test_a_held_host_array_written_after_a_launch_does_not_change_what_the_kerne
             a.host_changed()
             np.testing.assert_array_equal(out.copy_to_host(), np.arange(8.0))
             assert a.host()[0] == 100.0
+
+
+# --- issue 24 finding 6: per-thread default streams -----------------------------------------
+
+
+@strict_only
+@pytest.mark.parametrize("read", ["asarray", "host", "launch_elsewhere"])
+def test_another_threads_host_read_waits_for_work_on_the_first_threads_default_stream(read):
+    # With per-thread default streams, stream 0 (handle 0, and 2) is the calling thread's own
+    # stream: thread B must wait for thread A's work on A's stream, not on B's own.
+    import threading
+
+    def reader(a, read, seen):  # thread B
+        if read == "asarray":
+            seen.append(np.asarray(a).copy())
+        elif read == "host":
+            seen.append(a.host().copy())
+        else:
+            s = cuda.stream()
+            _add_one[1, 8, s](a)
+            s.synchronize()
+            seen.append(np.asarray(a) - 1.0)
+
+    for seed in range(4):
+        with strict(seed=seed, per_thread_default_stream=True):
+            a = sa.SmartArray(np.zeros(8))
+            a.gpu()
+            worker = threading.Thread(target=_add_one[1, 8], args=(a,))  # A, on stream 0
+            worker.start()
+            worker.join()
+            seen: list = []
+            other = threading.Thread(target=reader, args=(a, read, seen))
+            other.start()
+            other.join()
+            np.testing.assert_array_equal(seen[0], np.ones(8))
+
+
+@strict_only
+def test_per_thread_default_streams_are_distinct_per_thread_in_strict_mode():
+    import threading
+
+    with strict(per_thread_default_stream=True) as state:
+        d = cuda.to_device(np.zeros(4))
+        worker = threading.Thread(target=lambda: _add_one[1, 4](d))
+        worker.start()
+        worker.join()
+        assert state.pending() == 1
+        cuda.default_stream().synchronize()  # this thread's own stream: nothing of the worker's
+        assert state.pending() == 1
+        cuda.legacy_default_stream().synchronize()
+        assert state.pending() == 0

@@ -59,6 +59,12 @@ def _install() -> None:
     def default_stream() -> StrictStream:
         return _state.current().default_stream
 
+    def legacy_default_stream() -> StrictStream:
+        return _state.current().legacy_default_stream
+
+    def per_thread_default_stream() -> StrictStream:
+        return _state.current().per_thread_default_stream
+
     def external_stream(ptr: int) -> StrictStream:
         # Another library's stream, named by its handle: strict mode's stream of that handle
         # (a new one for a handle no stream has), as numba wraps a CUstream on a GPU.
@@ -79,8 +85,8 @@ def _install() -> None:
     functions = {
         "stream": stream,
         "default_stream": default_stream,
-        "legacy_default_stream": default_stream,
-        "per_thread_default_stream": default_stream,
+        "legacy_default_stream": legacy_default_stream,
+        "per_thread_default_stream": per_thread_default_stream,
         "external_stream": external_stream,
         "synchronize": synchronize,
         "event": event,

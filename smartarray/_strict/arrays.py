@@ -16,7 +16,6 @@ from numba.cuda.simulator.cudadrv import devicearray as _sim
 
 from . import state as _state
 from .devmem import byte_extent, in_kernel, is_page_locked, pointer
-from .scheduler import DEFAULT
 
 __all__ = ["PATCHES"]
 
@@ -131,7 +130,7 @@ def _setitem(self: Any, idx: Any, val: Any) -> None:
     else:
         staged = np.array(val, copy=True)
         op = sch.enqueue(self.stream, lambda: dst.__setitem__(idx, staged), "setitem")
-    if sch.key(self.stream) is DEFAULT:
+    if sch.is_default_key(sch.key(self.stream)):
         sch.count_host_sync()
         sch.run_until([op])
 

@@ -76,7 +76,10 @@ class StrictStream:
     ) -> None:
         self._scheduler = scheduler
         self.is_default = default
-        self.handle = 0 if default else (handle or next(self._ids))
+        # A default stream's handle says which: 0 the default stream (the legacy one, or the
+        # calling thread's with per-thread default streams), 1 the legacy default stream,
+        # 2 the calling thread's per-thread default stream.
+        self.handle = handle if default else (handle or next(self._ids))
         if not default:
             scheduler.streams[self.handle] = self  # for external_stream(handle)
             if nonblocking:
@@ -107,7 +110,8 @@ class StrictStream:
 
     def __repr__(self) -> str:
         if self.is_default:
-            return "<strict legacy default stream>"
+            which = ("default", "legacy default", "per-thread default")[self.handle]
+            return f"<strict {which} stream>"
         return f"<strict stream {self.handle}>"
 
 
@@ -208,6 +212,8 @@ class Scheduler:
         self._seq = itertools.count()
         # Host threads share the queues (a GPU's queues are shared by every host thread).
         self.lock = threading.RLock()
+        self._thread = threading.local()
+        self._threads = itertools.count(1)
 
     # -- queueing --------------------------------------------------------------------------
 
@@ -220,11 +226,11 @@ class Scheduler:
         """
         cls = stream.__class__
         if cls is StrictStream:
-            return DEFAULT if stream.is_default else stream.handle
+            return self._default_key(stream.handle) if stream.is_default else stream.handle
         if cls is StrictCoreStream:
             handle = stream.handle
             if handle in (0, 1, 2):
-                return DEFAULT
+                return self._default_key(handle)
             if self.streams.get(handle) is None:
                 raise StrictModeError(
                     f"stream handle {handle:#x} was used after its stream was destroyed (the "
@@ -232,7 +238,24 @@ class Scheduler:
                     "behaviour): keep an event recorded on it, not its handle"
                 )
             return handle
+        return self._default_key(0)
+
+    def _default_key(self, handle: int) -> Any:
+        """The queue of default-stream handle 0, 1 or 2: the legacy default stream's, or the
+        calling thread's own per-thread default stream's (handle 2, and 0 when per-thread
+        default streams are on), a distinct stream for each host thread."""
+        if handle == 2 or (handle == 0 and self.per_thread):
+            key = getattr(self._thread, "key", None)
+            if key is None:
+                # Numbered per thread, never reused (thread idents are, once a thread ended).
+                key = self._thread.key = ("per-thread default stream", next(self._threads))
+            return key
         return DEFAULT
+
+    @staticmethod
+    def is_default_key(key: Any) -> bool:
+        """Whether ``key`` is the queue of a default stream (legacy or per-thread)."""
+        return key is DEFAULT or key.__class__ is tuple
 
     def enqueue(
         self, stream: Any, fn: Callable[[], None], label: str, deps: list[Op] | None = None
