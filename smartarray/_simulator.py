@@ -208,11 +208,26 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
 def out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is numba's ``CudaAPIError`` for CUDA_ERROR_OUT_OF_MEMORY.
+    """Whether ``exc`` says the device is out of memory (eviction may make room).
 
-    A GPU raises it from ``cuMemAlloc``; strict mode raises the simulator's class with the same
-    ``code`` past its ``device_memory``.
+    numba's own allocator raises ``CudaAPIError`` with CUDA_ERROR_OUT_OF_MEMORY from
+    ``cuMemAlloc`` (strict mode raises the simulator's class with the same ``code`` past its
+    ``device_memory``). An allocator plugin (numba's EMM interface) raises its own error: RMM's
+    ``rmm::out_of_memory`` reaches Python as ``MemoryError("std::bad_alloc: out_of_memory:
+    ...")``, CuPy's as ``OutOfMemoryError`` (a ``MemoryError``). A ``MemoryError`` that does
+    not say so (a host allocation) is not taken for one, nor smartarray's own errors.
     """
+    if isinstance(exc, MemoryError):
+        from .errors import SmartArrayError
+
+        if isinstance(exc, SmartArrayError):
+            return False
+        text = str(exc).lower()
+        return (
+            type(exc).__name__ == "OutOfMemoryError"
+            or "out_of_memory" in text
+            or "out of memory" in text
+        )
     code = getattr(exc, "code", None)
     if code is None or type(exc).__name__ != "CudaAPIError":
         return False

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _residency, memory
+from smartarray import _residency, _simulator, memory
 from smartarray.testing import is_strict, strict
 
 N = 32  # elements of each test array
@@ -598,6 +598,58 @@ def test_numba_out_of_memory_error_of_a_gpu_is_recognised():
         "assert not _simulator.out_of_memory(MemoryError())\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
+
+
+# RMM's numba plugin (RMMNumbaManager) allocates an rmm.DeviceBuffer: its C++ rmm::out_of_memory
+# (a std::bad_alloc) reaches Python as MemoryError("std::bad_alloc: out_of_memory: ..."), and
+# CuPy's allocator raises cupy.cuda.memory.OutOfMemoryError (a MemoryError).
+RMM_OUT_OF_MEMORY = MemoryError(
+    "std::bad_alloc: out_of_memory: CUDA error at: rmm/mr/device/cuda_memory_resource.hpp:60: "
+    "cudaErrorMemoryAllocation out of memory"
+)
+
+
+class OutOfMemoryError(MemoryError):
+    """CuPy's name for it."""
+
+
+@pytest.mark.parametrize(
+    "error", [RMM_OUT_OF_MEMORY, OutOfMemoryError("Out of memory allocating 512 bytes")]
+)
+def test_an_allocator_plugins_out_of_memory_evicts_and_retries(monkeypatch, error):
+    sa.set_device_budget(None)
+    _clear_others()
+    other, a = arrays(2, prefix="plugin")
+    launch(k_add_one, other)  # resident, dirty: the eviction downloads it
+    real = memory.device_array
+    failures = []
+
+    def plugin_device_array(*args, **kwargs):  # the plugin runs out once
+        if not failures:
+            failures.append(1)
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(memory, "device_array", plugin_device_array)
+    with sa.trace() as t:
+        launch(k_add_one, a)
+    assert failures and [(e.array, e.reason) for e in t.evictions] == [("plugin0", "out of memory")]
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 100 + 1)
+    np.testing.assert_array_equal(np.asarray(other), np.arange(N) + 1)
+
+
+def test_a_memory_error_that_does_not_say_out_of_device_memory_is_not_evicted_for(monkeypatch):
+    sa.set_device_budget(None)
+    _clear_others()
+    other, a = arrays(2, prefix="host-oom")
+    launch(k_add_one, other)
+    monkeypatch.setattr(
+        memory, "device_array", lambda *args, **kwargs: (_ for _ in ()).throw(MemoryError())
+    )
+    with sa.trace() as t, pytest.raises(MemoryError):
+        launch(k_add_one, a)
+    assert not t.evictions
+    assert not _simulator.out_of_memory(sa.DeviceMemoryError("the device is out of memory"))
 
 
 def test_eviction_flushes_numba_cudas_deferred_frees():
