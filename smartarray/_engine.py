@@ -273,6 +273,12 @@ class Buffer:
         """
         if self.stream == 0 or self.done_for is not self.stream:
             return self.stream
+        if self.stream is _streams.DEFAULT:
+            # The default stream is never destroyed; but with per-thread default streams it
+            # is the calling thread's own, and the work may be another thread's: this
+            # thread's default stream waits for the buffer's event first.
+            self.done.wait(0)
+            return _streams.DEFAULT
         stream = _streams.copy_stream()
         self.done.wait(stream)
         self.stream = stream  # never destroyed: waited on by its handle
@@ -316,7 +322,7 @@ class Buffer:
                     if c.target == GPU and self.held.any_writable(c.start, c.stop):
                         _streams.synchronize(stream)  # (the stream is alive: in use now)
                         break
-            if uploads and native == 0 and self.stream == 0:
+            if uploads and native == 0 and (self.stream == 0 or self.stream is _streams.DEFAULT):
                 # A synchronous upload from pageable memory returns once the bytes are staged:
                 # the DMA may still run on the default stream. Launches elsewhere order after it.
                 self.queued(0)

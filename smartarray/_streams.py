@@ -64,8 +64,15 @@ def _is_zero(stream: Any) -> bool:
 
 
 def pending(stream: Any) -> Any:
-    """What a buffer records for device work queued on ``stream``: the object, or DEFAULT for 0."""
-    return DEFAULT if _is_zero(stream) else stream
+    """What a buffer records for device work queued on ``stream``: the object, or DEFAULT for
+    the default stream (0, or a stream object of handle 0: what numba-cuda's dispatcher hands
+    ``to_device`` for a default-stream launch, a new cuda.core wrapper per configuration)."""
+    if _is_zero(stream):
+        return DEFAULT
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None and not protocol()[1]:
+        return DEFAULT
+    return stream
 
 
 def native(stream: Any) -> Any:
