@@ -593,3 +593,85 @@ def test_per_thread_default_streams_are_distinct_per_thread_in_strict_mode():
         assert state.pending() == 1
         cuda.legacy_default_stream().synchronize()
         assert state.pending() == 0
+
+
+# --- with a GPU: findings 1 and 5 on hardware -------------------------------------------------
+
+
+@cuda.jit
+def _spin(iterations):
+    # Keeps its stream busy for a while (~iterations microseconds), so that work queued after
+    # it on the same stream is still pending when the host goes on.
+    for _ in range(iterations):
+        cuda.nanosleep(1000)
+
+
+@pytest.mark.gpu
+def test_gpu_host_read_after_the_launch_stream_was_destroyed():
+    # CuPy destroys its stream when the object is collected; numba's external_stream wrapper
+    # (kept in the launch-configuration cache) does not own it, nor does the cuda.core Stream
+    # the dispatcher handed to_device. The host read must wait on smartarray's own event.
+    import gc
+
+    cp = pytest.importorskip("cupy")
+    a = sa.SmartArray(np.zeros(1024, dtype=np.float64))
+    side = cp.cuda.Stream(non_blocking=True)
+    s = cuda.external_stream(side.ptr)
+    _spin[1, 1, s](50_000)  # ~50 ms
+    _add_one[4, 256, s](a)
+    del s, side
+    gc.collect()  # the CUstream is destroyed; its queued work still runs
+    replacements = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]  # may reuse the handle
+    cai = a.__cuda_array_interface__
+    assert cai["stream"] == 1  # never the dead handle: the legacy stream, ordered after it
+    np.testing.assert_array_equal(a.host(), np.ones(1024))
+    b = sa.SmartArray(np.zeros(1024, dtype=np.float64))
+    other = cp.cuda.Stream(non_blocking=True)
+    side2 = cp.cuda.Stream(non_blocking=True)
+    s2 = cuda.external_stream(side2.ptr)
+    _spin[1, 1, s2](50_000)
+    _add_one[4, 256, s2](b)
+    del s2, side2
+    gc.collect()
+    _add_one[4, 256, cuda.external_stream(other.ptr)](b)  # ordered after it on the device
+    other.synchronize()
+    np.testing.assert_array_equal(b.host(), np.full(1024, 2.0))
+    del replacements
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("on_stream", [False, True])
+def test_gpu_a_held_host_array_written_after_a_launch_does_not_change_what_the_kernel_read(
+    on_stream,
+):
+    # The upload from the pinned host copy is queued behind a busy kernel: without a wait
+    # before the launch returns, the write below would reach the kernel.
+    a = sa.SmartArray(np.arange(1024, dtype=np.float64), pinned=True)
+    h = a.host()  # held since before the launch, writable
+    s = cuda.stream() if on_stream else 0
+    out = cuda.device_array(1024)
+    _spin[1, 1, s](50_000)
+    _read_only[4, 256, s](sa.In(a), out)
+    h[:] = -1.0  # right after the launch returned
+    a.host_changed()
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(1024))
+    np.testing.assert_array_equal(a.host(), np.full(1024, -1.0))
+
+
+@pytest.mark.gpu
+def test_gpu_smartarray_jit_does_not_make_a_pinned_input_asynchronous():
+    x = cuda.pinned_array(1024)
+    x[:] = np.arange(1024.0)
+    out = cuda.device_array(1024)
+    _spin[1, 1](50_000)  # the default stream is busy: an asynchronous upload waits behind it
+    _jit_copy_in[4, 256](out, x)
+    x[:] = -1.0  # right after the launch returned
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(1024.0))
+
+
+@sa.jit
+def _jit_copy_in(out, x):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i]
