@@ -283,6 +283,39 @@ def test_the_streams_numba_cudas_real_dispatcher_passes_are_recognised():
     }
 
 
+REAL_ACCEPTANCE = """
+import warnings
+warnings.simplefilter("ignore")
+from cuda.bindings import driver as binding
+from numba import cuda
+from numba.cuda.cudadrv import driver
+from smartarray import _checks, _streams
+
+@cuda.jit
+def kernel(x):
+    pass
+
+user = driver.Stream(binding.CUstream(0x1000))
+for given in (kernel[1, 32].stream, kernel[1, 32, user].stream):  # what to_device receives
+    assert _checks._check_stream(given) is given  # no TypeError, taken as it is
+assert _streams.pending(kernel[1, 32].stream) is _streams.DEFAULT  # handle 0: the default
+assert _streams.pending(kernel[1, 32, user].stream) is not _streams.DEFAULT
+print("OK")
+"""
+
+
+def test_the_launch_stream_numba_cudas_real_dispatcher_hands_to_device_is_accepted():
+    # Real numba-cuda (no simulator), no GPU needed: finding 2 of issue 24.
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_ACCEPTANCE],
+        env=real_target_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
 def test_the_lock_free_fast_path_serves_each_launch_configurations_stream_wrapper(log, monkeypatch):
     # On a GPU every launch configuration wraps the same CUstream in a new cuda.core Stream:
     # a loop of launches on an array current on the device only must still take the fast path
