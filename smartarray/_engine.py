@@ -450,16 +450,14 @@ class Buffer:
             # order it before this launch on the device, with an event. No host wait; host
             # reads then wait for this launch's stream, which waited for it.
             self.order_before(launch_stream)
-            self.stream = launch_stream
-            self.done_for = None  # recorded by the launch's callback (queued)
+            self.queued(launch_stream)  # (again by the launch's callback, after the kernel)
         state = self.state
         # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
         # that failed: this launch must then refresh them, so it takes no fast path.)
         if state.is_exclusive(GPU, lo, hi) and not self.held.any_stale(state.valid(HOST), lo, hi):
             # Current on the device only (a loop of launches): nothing to upload, and a write
             # by the kernel changes nothing unless the host reads in between.
-            self.stream = launch_stream
-            self.done_for = None
+            self.queued(launch_stream)
             return True
         record = intent != IN
         if record and self.held and guard.armed():
@@ -485,8 +483,11 @@ class Buffer:
             # The release after the launch records the whole write again and refreshes held
             # host arrays.
             self.record_where_valid(GPU, lo, hi)
-        self.stream = launch_stream  # host reads of this buffer wait for this stream
-        self.done_for = None  # until the launch's callback records the buffer's event there
+        # The buffer's event is recorded on the launch's stream now (it captures this
+        # preparation's uploads; a launch that fails later runs no callback and must leave
+        # nothing that waits on its stream's handle), and again by the launch's callback,
+        # right after the kernel was queued (Buffer.launched).
+        self.queued(launch_stream)
         return False
 
     def release(

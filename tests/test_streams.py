@@ -179,8 +179,10 @@ def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_ordering(log):
         launch(sa.In(b), CoreStream(log, f"config {i}", 0x3000))
     assert log == []
     # Each buffer records its own event after each launch (what host reads wait on: the
-    # stream may be destroyed before then), and nothing else.
-    assert log.records == [f"config {i}" for i in range(5) for _ in "ab"]
+    # stream may be destroyed before then), and nothing else; a launch that prepares the
+    # buffer under its lock (the first ones, and b's: current on both copies) also records it
+    # when prepared (a launch that then fails leaves no stream handle to wait on).
+    assert log.records == ["config 0"] * 4 + [f"config {i}" for i in range(1, 5) for _ in "abb"]
     s = NumbaStream(log, "s", 0x4000)
     for _ in range(5):
         launch(a, s)
@@ -506,6 +508,37 @@ def test_a_buffer_never_waits_on_a_destroyed_launch_stream(use):
                 _the_launch_stream_died(a, use)
             finally:
                 sa.set_device_budget(None)
+
+
+@cuda.jit
+def _add_one_to_first(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+class FailsToPrepare(cuda.In):
+    """An argument whose preparation fails after the earlier arguments' (no callbacks run)."""
+
+    def to_device(self, retr, stream=0):
+        raise RuntimeError("this argument cannot be prepared")
+
+
+@strict_only
+def test_a_launch_that_failed_after_preparing_an_argument_leaves_no_dead_stream_to_wait_on():
+    for seed in range(3):
+        with strict(seed=seed):
+            a = sa.SmartArray(np.arange(8.0))
+            s = cuda.stream()
+            with pytest.raises(RuntimeError, match="cannot be prepared"):
+                _add_one_to_first[1, 8, s](a, FailsToPrepare(np.zeros(8)))
+            del s
+            import gc
+
+            gc.collect()
+            np.testing.assert_array_equal(np.asarray(a), np.arange(8.0))  # no kernel ran
+            a[0] = 5.0
+            np.testing.assert_array_equal(a.host()[:2], [5.0, 1.0])
 
 
 # --- issue 25 E3: a device hand-out is ordered after the buffer's queued work ----------------
