@@ -228,6 +228,25 @@ def n_reshape(x):
     e += 1.0
 
 
+def n_list_copy(x, y):
+    l2 = [x].copy()  # a shallow copy: its item is still x
+    l2[0][0] = 3.0
+    return y[0]
+
+
+def n_dict_copy(x, y):
+    d2 = {0: x}.copy()
+    d2[0][0] = 3.0
+    return y[0]
+
+
+def n_array_copy(x, y):
+    c = x.copy()  # the receiver is an array: the copy is new memory
+    c[0] = 1.0
+    s = y[1:].copy()
+    s[0] = 2.0
+
+
 n_recursive_j = numba.njit(n_recursive)
 
 CUDA_CORPUS = [
@@ -264,6 +283,9 @@ CPU_CORPUS = [
     (n_closure, {"x": "w"}),
     (n_varargs, {"arrays": "w"}),
     (n_reshape, {"x": "w"}),
+    (n_list_copy, {"x": "w", "y": 1}),
+    (n_dict_copy, {"x": "w", "y": 1}),
+    (n_array_copy, {"x": "r", "y": "r"}),
 ]
 
 

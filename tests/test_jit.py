@@ -188,6 +188,28 @@ def test_njit_read_only_smartarray_keeps_its_device_copy():
     assert not x.is_valid("gpu")  # plain njit records a host write
 
 
+def _write_through_list_copy(x):
+    l2 = [x].copy()  # a shallow copy of a list: its item is x itself
+    l2[0][0] = 3.0
+
+
+def _write_through_dict_copy(x):
+    d2 = {0: x}.copy()
+    d2[0][0] = 3.0
+
+
+@pytest.mark.parametrize("fn", [_write_through_list_copy, _write_through_dict_copy])
+def test_njit_write_through_a_copied_container_reaches_both_copies(fn):
+    x = sa.SmartArray(np.zeros(4))
+    x.get("gpu")  # current in both places
+    sa.njit(fn)(x)
+    assert np.asarray(x)[0] == 3.0
+    # the device copy must not be declared current with the old value
+    assert x.get("gpu").copy_to_host()[0] == 3.0
+    numba.njit(fn)(plain := np.zeros(4))
+    assert plain[0] == 3.0
+
+
 def test_njit_keywords_and_decorator_forms():
     x = sa.SmartArray(np.arange(3.0))
     x.get("gpu")

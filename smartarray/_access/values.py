@@ -81,6 +81,7 @@ class _Values:
         self.kinds: dict[str, Any] = {}
         self.events: list[tuple[int, Write]] = []
         self.returns: dict[int, int] = {}
+        self._array_values: set[str] | None = None  # see ``_Transfer.is_array_value``
 
     # -- helpers --------------------------------------------------------------------------------
 
