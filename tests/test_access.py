@@ -341,6 +341,88 @@ def test_dispatchers_and_cache():
         analyse(42)
 
 
+# -- rebinding what the analysis resolved -----------------------------------------------------
+
+
+class _Helpers:
+    helper = dev_read
+
+
+def _closure_kernel():
+    helper = dev_read
+
+    def kern(a, b):
+        helper(a, 0)
+        b[0] = 1.0
+
+    def rebind(new):
+        nonlocal helper
+        helper = new
+
+    return kern, rebind
+
+
+def _global_kernel(body: str):
+    ns = {"cuda": cuda, "helper": dev_read, "Helpers": _Helpers}
+    exec(f"def kern(a, b):\n    {body}\n    b[0] = 1.0\n", ns)
+
+    def rebind(new):
+        ns["helper"] = new
+
+    return ns["kern"], rebind
+
+
+def _attribute_kernel():
+    kern, _ = _global_kernel("Helpers.helper(a, 0)")
+
+    def rebind(new):
+        _Helpers.helper = new
+
+    return kern, rebind
+
+
+@pytest.mark.parametrize(
+    ("make", "on_cuda", "reader", "writer"),
+    [
+        (lambda: _global_kernel("helper(a, 0)"), True, dev_read, dev_write),
+        (lambda: _global_kernel("helper(a)"), False, njit_read, njit_write),
+        (_closure_kernel, True, dev_read, dev_write),
+        (_attribute_kernel, True, dev_read, dev_write),
+    ],
+    ids=["global-device-function", "global-njit-helper", "closure-cell", "class-attribute"],
+)
+def test_rebinding_a_helper_redoes_the_analysis(make, on_cuda, reader, writer):
+    kern, rebind = make()
+    try:
+        rebind(reader)
+        assert analyse(kern, cuda=on_cuda).params[0].threshold == NEVER
+        rebind(writer)
+        assert analyse(kern, cuda=on_cuda).params[0].threshold < 1
+        # Numba keeps code compiled with the old helper: what it ran may still run, so the
+        # analysis only ever adds writes.
+        rebind(reader)
+        assert analyse(kern, cuda=on_cuda).params[0].threshold < 1
+        assert analyse(kern, cuda=on_cuda).params[1].threshold < 1
+    finally:
+        _Helpers.helper = dev_read
+
+
+def _rebinding_nested():
+    ns = {"cuda": cuda, "inner": dev_read}
+    exec("def middle(a, i):\n    inner(a, i)\n", ns)
+    middle = cuda.jit(device=True)(ns["middle"])
+    ns2 = {"middle": middle}
+    exec("def kern(a):\n    middle(a, 0)\n", ns2)
+    return ns2["kern"], ns
+
+
+def test_rebinding_a_helpers_helper_redoes_the_analysis():
+    kern, ns = _rebinding_nested()
+    assert analyse(kern, cuda=True).params[0].threshold == NEVER
+    ns["inner"] = dev_write
+    assert analyse(kern, cuda=True).params[0].threshold < 1
+
+
 # -- soundness: generated kernels ---------------------------------------------------------------
 
 STATEMENTS = [
