@@ -240,6 +240,13 @@ def n_dict_copy(x, y):
     return y[0]
 
 
+def n_record_field_named_shape(x, y):
+    x[0].shape[0] = 5.0  # a record field named "shape": a nested array inside x
+    n = y.size
+    n += 1  # an array's size is a plain value
+    return y.shape[0] + n
+
+
 def n_array_copy(x, y):
     c = x.copy()  # the receiver is an array: the copy is new memory
     c[0] = 1.0
@@ -286,6 +293,7 @@ CPU_CORPUS = [
     (n_list_copy, {"x": "w", "y": 1}),
     (n_dict_copy, {"x": "w", "y": 1}),
     (n_array_copy, {"x": "r", "y": "r"}),
+    (n_record_field_named_shape, {"x": "w", "y": "r"}),
 ]
 
 
@@ -322,6 +330,15 @@ def test_reasons_name_the_line_and_the_code():
     assert "read only for arrays of 1 to 1 dimension" in (
         analyse(k_element_update, cuda=True).params[0].describe()
     )
+
+
+def test_record_field_named_like_an_array_attribute_is_written():
+    dt = np.dtype([("shape", np.float64, (3,)), ("v", np.float64)])
+    x = sa.SmartArray(np.zeros(2, dtype=dt))
+    x.get("gpu")  # current in both places
+    sa.njit(n_record_field_named_shape)(x, np.zeros(3))
+    assert np.asarray(x)[0]["shape"][0] == 5.0
+    assert x.get("gpu").copy_to_host()[0]["shape"][0] == 5.0
 
 
 def test_read_only_for_depends_on_rank_and_record_fields():

@@ -70,7 +70,14 @@ class _Transfer(_Values):
             return _shift(self.alias_of_var(value.value), self.removal(value.index))
         if op == "getattr":
             if value.attr in _VALUE_ATTRS:
-                return {}
+                # An array's shape, size, ... are plain values; but a record may have a field
+                # of that name (``x[i].shape`` is then a nested array inside ``x``): an
+                # element (level >= 1) or a value of unknown rank keeps its alias.
+                return {
+                    p: lvl
+                    for p, lvl in self.alias_of_var(value.value).items()
+                    if lvl >= 1 or lvl <= NEG
+                }
             if value.attr in _SAME_RANK_ATTRS:
                 return dict(self.alias_of_var(value.value))
             return _shift(self.alias_of_var(value.value), NEG)
