@@ -153,13 +153,18 @@ def _new(base: type, dispatcher: Any, plan: Any = None, deps: Any = None) -> Any
 
 
 def _get_plan(cls: Any) -> Any:
-    """The class's plan, (re)computed when missing or when a binding it depends on changed."""
-    plan = cls._plan
+    """The class's plan, (re)computed when missing or when a binding it depends on changed.
+
+    Plans only grow more conservative (each analysis is merged with the earlier ones), so a
+    racing thread is safe as long as it never uses a plan older than the bindings it checked:
+    the plan is stored before its bindings, and read after them.
+    """
     deps = cls._deps
-    if plan is None or deps is None or not deps.current():
-        plan, cls._deps = _plan_and_deps(cls._inner.py_func, cls._cuda)
+    if deps is None or not deps.current():
+        plan, deps = _plan_and_deps(cls._inner.py_func, cls._cuda)
         cls._plan = plan
-    return plan
+        cls._deps = deps
+    return cls._plan
 
 
 class _Launch:
@@ -175,15 +180,19 @@ class _Launch:
     def __init__(self, inner: Any, owner: Any) -> None:
         self._inner = inner
         self._owner = owner  # the proxy's class: its plan, and what the plan depends on
-        self._plan = _get_plan(owner)
-        self._deps = owner._deps
+        self._refresh()
+
+    def _refresh(self) -> None:
+        owner = self._owner
+        _get_plan(owner)
+        deps = owner._deps  # read before the plan, stored after it (see _get_plan)
+        self._plan = owner._plan
+        self._deps = deps
 
     def __call__(self, *args: Any) -> Any:
-        plan = self._plan
         if not self._deps.current():  # a helper was rebound since: analyse again
-            owner = self._owner
-            plan = self._plan = _get_plan(owner)
-            self._deps = owner._deps
+            self._refresh()
+        plan = self._plan
         if plan:
             out = None
             n = len(args)
@@ -253,9 +262,8 @@ class _Njit(_Proxy):
 
     def __call__(self, *args: Any, **kws: Any) -> Any:
         cls = type(self)
-        plan = cls._plan
-        if plan is None or not cls._deps.current():
-            plan = _get_plan(cls)
+        deps = cls._deps
+        plan = _get_plan(cls) if deps is None or not deps.current() else cls._plan
         if plan:
             args = _hinted_args(plan, args, False)
             if kws:

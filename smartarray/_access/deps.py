@@ -9,9 +9,7 @@ rebound, the analysis must be redone (:mod:`.driver`).
 
 from __future__ import annotations
 
-import itertools
 import types
-import weakref
 from typing import Any
 
 _MISSING = object()
@@ -22,38 +20,35 @@ _GLOBAL, _CELL, _ATTR = 0, 1, 2
 _LIBRARIES = ("numpy", "numba", "math", "cmath", "builtins", "smartarray")
 
 
-def _ref(value: Any) -> Any:
-    """A callable giving ``value`` back, holding it weakly where it can.
-
-    Weakly, so that a cached analysis does not keep a function alive through a helper that
-    refers back to it; a dead reference reads as ``None``, which is never the bound object,
-    so the analysis is redone (correctly: the binding changed).
-    """
-    try:
-        return weakref.ref(value)
-    except TypeError:
-        return itertools.repeat(value).__next__
-
-
 def _is_library(obj: Any) -> bool:
     name = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
     return isinstance(name, str) and name.split(".", 1)[0] in _LIBRARIES
 
 
 class Deps:
-    """The bindings one analysis (and the analyses of its callees) resolved."""
+    """The bindings one analysis (and the analyses of its callees) resolved.
 
-    __slots__ = ("_checks", "_keys")
+    The objects are held strongly, as Numba's compiled code holds the globals it froze (a
+    weak reference would cost a call per binding on every launch).
+    """
+
+    __slots__ = ("_globals", "_keys", "_others")
 
     def __init__(self) -> None:
-        self._keys: set[tuple[int, int, str]] = set()
-        self._checks: list[tuple[int, Any, Any, Any]] = []
+        self._keys: set[tuple[int, int, Any]] = set()
+        # (namespace dict, name, object): the common case, checked first and without branches
+        self._globals: list[tuple[dict[str, Any], str, Any]] = []
+        # (kind, cell or object, attribute name or None, object)
+        self._others: list[tuple[int, Any, Any, Any]] = []
 
     def _add(self, kind: int, where: Any, name: Any, value: Any) -> None:
         key = (kind, id(where), name)
         if key not in self._keys:
             self._keys.add(key)
-            self._checks.append((kind, where, name, _ref(value)))
+            if kind == _GLOBAL:
+                self._globals.append((where, name, value))
+            else:
+                self._others.append((kind, where, name, value))
 
     def global_(self, fn: Any, name: str, value: Any) -> None:
         """``fn`` read the global ``name`` (or, missing there, the builtin) as ``value``."""
@@ -80,27 +75,30 @@ class Deps:
 
     def extend(self, other: Deps) -> None:
         """Add what a callee's analysis depended on."""
-        for kind, where, name, ref in other._checks:
-            key = (kind, id(where), name)
-            if key not in self._keys:
-                self._keys.add(key)
-                self._checks.append((kind, where, name, ref))
+        for where, name, value in other._globals:
+            self._add(_GLOBAL, where, name, value)
+        for kind, where, name, value in other._others:
+            self._add(kind, where, name, value)
 
     def current(self) -> bool:
         """Whether every recorded binding still holds the object the analysis saw."""
-        for kind, where, name, ref in self._checks:
-            if kind == _GLOBAL:
-                now = where.get(name, _MISSING)
-            elif kind == _CELL:
+        for namespace, name, value in self._globals:
+            if namespace.get(name, _MISSING) is not value:
+                return False
+        return not self._others or self._others_current()
+
+    def _others_current(self) -> bool:
+        for kind, where, name, value in self._others:
+            if kind == _CELL:
                 try:
                     now = where.cell_contents
                 except ValueError:  # an empty cell
                     now = _MISSING
             else:
                 now = getattr(where, name, _MISSING)
-            if now is not ref():
+            if now is not value:
                 return False
         return True
 
     def __len__(self) -> int:
-        return len(self._checks)
+        return len(self._globals) + len(self._others)
