@@ -220,15 +220,23 @@ def _dev_writes(a):  # pragma: no cover - device function
     a[0] = 5.0
 
 
-def test_kernel_sees_a_rebound_device_function():
+_LAUNCHES = {
+    "configured-each-time": lambda kern: lambda *a: kern[1, 1](*a),
+    "configured-once": lambda kern: kern[1, 1],
+    "forall": lambda kern: kern.forall(1),
+}
+
+
+@pytest.mark.parametrize("how", list(_LAUNCHES))
+def test_kernel_sees_a_rebound_device_function(how):
     def run(jit, make):
         ns = {"cuda": cuda, "helper": _dev_reads}
         exec("def kern(a, out):\n    out[0] = helper(a)\n", ns)
-        kern = jit(ns["kern"])
+        launch = _LAUNCHES[how](jit(ns["kern"]))
         a, out = make(np.zeros(4)), make(np.zeros(1))
-        kern[1, 1](a, out)
+        launch(a, out)
         ns["helper"] = _dev_writes  # rebound between launches
-        kern[1, 1](a, out)
+        launch(a, out)
         return a
 
     plain = run(cuda.jit, lambda v: v)
