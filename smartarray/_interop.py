@@ -484,3 +484,33 @@ def is_cuda_array(obj: Any) -> bool:
     if isinstance(obj, (SmartArray, CudaView)) or memory._is_device_array(obj):
         return True
     return hasattr(obj, "__cuda_array_interface__")
+
+
+# -- numba-cuda's own In / Out / InOut ------------------------------------------------------
+
+
+def _route_numba_hints() -> None:
+    """Make numba-cuda's own ``In(a)`` / ``Out(a)`` / ``InOut(a)`` take the device copy.
+
+    numba-cuda 0.30's hints hand the wrapped object to ``devicearray._to_strided_memory_view``,
+    which tries ``__dlpack__`` first for any object that is not an ndarray; a SmartArray's
+    ``__dlpack__`` answers a consumer that names no device with the host copy (what
+    ``np.from_dlpack`` wants), and cuda.core asks exactly that way, also for a kernel: the
+    kernel would get the host pointer (an illegal address on a GPU). numba-cuda skips DLPack
+    for the types in ``_UNSUPPORTED_DLPACK_TYPES`` (read at each call) and then takes
+    ``__cuda_array_interface__``: the device copy made current, a device write recorded (the
+    conservative rule of the interface, right for every one of the three hints). The simulator
+    prepares hints with its own ``auto_device`` and has no such module.
+    """
+    if memory.SIMULATOR:
+        return
+    try:
+        from numba.cuda.cudadrv import devicearray
+    except ImportError:  # pragma: no cover - a numba-cuda without it takes no DLPack path
+        return
+    skipped = getattr(devicearray, "_UNSUPPORTED_DLPACK_TYPES", None)
+    if isinstance(skipped, tuple) and SmartArray not in skipped:
+        devicearray._UNSUPPORTED_DLPACK_TYPES = (*skipped, SmartArray)
+
+
+_route_numba_hints()

@@ -516,3 +516,69 @@ def test_copy_of_device_data_waits_for_pending_work_on_another_stream():
         add_one[1, 32, s](a)  # queued on s
         b = a.copy()  # device to device
         np.testing.assert_array_equal(b.host(), np.arange(N) + 1.0)
+
+
+# -- numba-cuda's own In / Out / InOut around a SmartArray (issue 24, finding 4) -------------
+
+
+@pytest.mark.parametrize("hint", ["In", "Out", "InOut"])
+def test_numba_cudas_own_hints_take_the_device_copy_not_the_host_one(hint):
+    """numba-cuda 0.30's ``In``/``Out``/``InOut`` hand a non-ndarray to
+    ``devicearray._to_strided_memory_view``, which tries ``__dlpack__`` first: SmartArray's
+    host DLPack export gave the kernel the host pointer (an illegal address on a GPU). Run
+    numba-cuda's real hint code (no simulator); cuda.core's ``StridedMemoryView`` is replaced by
+    a stand-in (its device path needs a driver), which says which protocol was used."""
+    import subprocess
+    import sys
+
+    from _targets import real_target_env
+
+    code = (
+        "import numpy as np\n"
+        "from numba.cuda import args\n"
+        "from numba.cuda.cudadrv import devicearray\n"
+        "import smartarray as sa\n"
+        "from smartarray import _simulator\n"
+        "assert not _simulator.SIMULATOR\n"
+        "used = []\n"
+        "class StandIn:\n"
+        "    @classmethod\n"
+        "    def from_dlpack(cls, obj, stream_ptr=None):\n"
+        "        used.append('dlpack')\n"
+        "        return 'host view'\n"
+        "    @classmethod\n"
+        "    def from_cuda_array_interface(cls, obj, stream_ptr=None):\n"
+        "        used.append('cuda_array_interface')\n"
+        "        return 'device view'\n"
+        "devicearray.StridedMemoryView = StandIn\n"
+        "desc = {'shape': (4,), 'typestr': '<f8', 'data': (4096, False), 'version': 3,\n"
+        "        'strides': None, 'stream': None}\n"
+        "sa.SmartArray.__cuda_array_interface__ = property(lambda self: desc)  # needs a GPU\n"
+        "a = sa.SmartArray(np.arange(4.0))\n"
+        f"out = args.{hint}(a).to_device([], 0)\n"
+        "assert used == ['cuda_array_interface'], used\n"
+        "assert out == 'device view', out\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hint", ["In", "InOut", "Out"])
+def test_numba_cudas_own_hints_run_a_kernel_on_the_device_copy(hint):
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()  # held: shows the kernel's writes once the kernel is done
+    dst = sa.SmartArray(np.zeros(N))
+    if hint == "Out":
+        copy_into[1, 32](sa.In(a), cuda.Out(dst))
+        cuda.synchronize()
+        np.testing.assert_array_equal(np.asarray(dst), np.arange(N, dtype=np.float64))
+        return
+    wrap = getattr(cuda, hint)
+    copy_into[1, 32](wrap(a), dst)  # the kernel reads the device copy (not the host pointer)
+    cuda.synchronize()
+    np.testing.assert_array_equal(np.asarray(dst), np.arange(N, dtype=np.float64))
+    if hint == "InOut":
+        add_one[1, 32](cuda.InOut(a))
+        cuda.synchronize()
+        np.testing.assert_array_equal(h, np.arange(N) + 1.0)
+        np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
