@@ -311,8 +311,8 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
         _residency.share(buf, "it was exported through DLPack")
         if not readonly:
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
-            # from now on, and held host arrays are refreshed.
-            a.mark_changed(GPU)
+            # from now on; held host arrays are refreshed at the next host access.
+            buf.exported(a._lo, a._hi)
     return (_device_pointer(dev) + a._offset if a.size else 0), dev
 
 

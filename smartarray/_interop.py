@@ -130,7 +130,7 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
     # The consumer keeps the pointer as long as it likes: this device copy is never evicted.
     _residency.share(a._buf, "it was shared through __cuda_array_interface__")
     if not readonly:
-        a.mark_changed(GPU)
+        a._buf.exported(a._lo, a._hi)  # held host arrays: refreshed once the consumer wrote
     contiguous = dev.size == 0 or dev.is_c_contiguous()
     return {
         "shape": tuple(int(d) for d in dev.shape),
@@ -206,7 +206,12 @@ class CudaView:
     def __exit__(self, *exc: object) -> None:
         if self.intent != "in":
             # Also after an exception: the consumer may have written part of the bytes, and
-            # the device copy (current when shared) holds them.
+            # the device copy (current when shared) holds them. The consumer's stream is not
+            # known (it may be non-blocking): held host arrays are refreshed after all the
+            # device's work.
+            from numba import cuda
+
+            cuda.synchronize()
             self.array.mark_changed(GPU)
 
     def __repr__(self) -> str:

@@ -551,3 +551,19 @@ def test_pytorch_from_dlpack():
     u += 1
     torch.cuda.synchronize()
     np.testing.assert_array_equal(a.host(), np.arange(N) + 2.0)
+
+
+# -- a held host array while the device copy is exported (issue 24, finding 3) ---------------
+
+
+@pytest.mark.skipif(not memory.SIMULATOR, reason="writes device memory from the host")
+def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_wrote():
+    """The export refreshed held host arrays before the consumer wrote and marked them
+    current: the next host read returned the old values."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()  # held by the user
+    t = Consumer(export(a, stream=1))
+    t.values()[:] += 1  # the consumer writes on the device
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # refreshed by that host access
+    t.release()

@@ -582,3 +582,34 @@ def test_numba_cudas_own_hints_run_a_kernel_on_the_device_copy(hint):
         cuda.synchronize()
         np.testing.assert_array_equal(h, np.arange(N) + 1.0)
         np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+
+
+# -- exports while a host array is held (issue 24, finding 3) --------------------------------
+
+
+def _consumer_adds_one(a):
+    """A CUDA consumer of the array's interface writing on the device (as CuPy would)."""
+    add_one[1, 32](sa.as_cuda_array(a))  # a view of the exported memory (no copy)
+    cuda.synchronize()  # the consumer's work is done before the host reads
+
+
+@pytest.mark.parametrize("how", ["interface", "cuda_view"])
+def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_wrote(how):
+    """Exporting the device copy refreshed held host arrays at export time, before the
+    consumer wrote, and marked them current: the next host read returned old values."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()  # held by the user
+    exported = a if how == "interface" else a.cuda_view()
+    _consumer_adds_one(exported)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)  # the consumer's write
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # refreshed by that host access
+    assert a.valid_at == ("host", "gpu")
+
+
+def test_with_cuda_view_refreshes_held_host_arrays_at_exit():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()
+    with a.cuda_view() as v:
+        _consumer_adds_one(v)
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # no host access needed
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
