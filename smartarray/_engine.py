@@ -334,6 +334,11 @@ class Buffer:
             self.sync(HOST, a, b, _REFRESH)
             refreshed += b - a
         if refreshed:
+            # A consumer that writes without telling (np.from_dlpack) may write these bytes
+            # on the host from now on: the device copy of them cannot be trusted.
+            for a, b in self.held.unannounced(lo, hi):
+                self.record(HOST, a, b)
+        if refreshed:
             _perf.refreshed(self, refreshed)
 
     def refresh_held(self) -> None:

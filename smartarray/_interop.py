@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import _residency, _streams, memory
-from ._engine import GPU, HOST
+from ._engine import GPU, HOST, INOUT
 from .array import SmartArray
 from .errors import TransferError
 
@@ -260,8 +260,14 @@ def dlpack(
     if copy:
         host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
     else:
-        host = a.get(HOST)  # tracked: refreshed if the device copy is later marked changed
-        a.mark_changed(HOST)  # the consumer may write through it
+        buf = a._buf
+        with buf.lock:
+            buf.ensure_host()
+            buf.acquire(HOST, a._lo, a._hi, INOUT, "dlpack export")
+            # Tracked: refreshed after device writes. The consumer may write through it at any
+            # time and cannot say so: each refresh records a host write again (see _held).
+            host = a._export(readonly=False, unannounced=True)
+            a.mark_changed(HOST)
     return host.__dlpack__(max_version=max_version)
 
 

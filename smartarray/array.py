@@ -328,8 +328,9 @@ class SmartArray(
             self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
         )
 
-    def _export(self, readonly: bool) -> np.ndarray:
-        """This view's host data as an ndarray handed out (tracked; no sync)."""
+    def _export(self, readonly: bool, unannounced: bool = False) -> np.ndarray:
+        """This view's host data as an ndarray handed out (tracked; no sync); ``unannounced``:
+        to a consumer that writes without calling ``mark_changed`` (see ``_held``)."""
         buf = self._buf
         return buf.held.view(
             buf.ensure_host(),
@@ -340,6 +341,7 @@ class SmartArray(
             self._lo,
             self._hi,
             readonly,
+            unannounced,
         )
 
     def _host_ro(self, reason: str = "host read") -> np.ndarray:

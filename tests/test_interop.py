@@ -613,3 +613,28 @@ def test_with_cuda_view_refreshes_held_host_arrays_at_exit():
         _consumer_adds_one(v)
     np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # no host access needed
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+
+
+# -- np.from_dlpack: a host consumer writes without telling (issue 25, E9) -------------------
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_writes_through_np_from_dlpack_after_a_kernel_are_not_lost(view):
+    """DLPack has no way to say "I wrote": the host write was recorded only at export, so a
+    write through ``h`` after a kernel (which refreshed ``h``) was lost by the next launch."""
+    a = sa.SmartArray(np.zeros(N))
+    h = np.from_dlpack(a[1:] if view else a)
+    launch(add_one, a)
+    np.testing.assert_array_equal(h, np.ones(N - 1 if view else N))  # refreshed
+    h[0] = 100.0  # the consumer writes, and tells nobody
+    launch(add_one, a)
+    expected = np.full(N, 2.0)
+    expected[1 if view else 0] = 101.0
+    np.testing.assert_array_equal(np.asarray(a), expected)
+    np.testing.assert_array_equal(h, expected[1:] if view else expected)
+    del h
+    gc.collect()
+    launch(add_one, a)  # uploads what the host holds, once
+    sa.reset_stats()
+    launch(add_one, a)  # the export is gone: nothing moves any more
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
