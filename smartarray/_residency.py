@@ -79,8 +79,10 @@ class Residency:
         The views (by id; SmartArrays are unhashable) that cache a device view of the copy
         (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
     handouts : list of weakref
-        Device arrays over the copy handed to the user by ``get('gpu')``: while one lives, the
-        copy stays (the user may write through it, then ``mark_changed('gpu')``).
+        The tokens of device arrays over the copy handed to the user by ``get('gpu')``
+        (:func:`smartarray.memory.handout_view`), which every view derived from one keeps
+        alive: while one lives, the copy stays (the user may write through it, then
+        ``mark_changed('gpu')``).
     """
 
     __slots__ = ("tick", "nbytes", "keep", "shared", "views", "handouts")
@@ -221,7 +223,8 @@ def cache_view(buf: Buffer, view: Any) -> None:
 
 
 def handed_out(buf: Buffer, devary: Any) -> None:
-    """``devary`` (a device array over ``buf``'s copy) was handed to the user."""
+    """``devary`` (a device array over ``buf``'s copy, or the token all its views keep
+    alive) was handed to the user."""
     rec = record(buf)
     rec.handouts = [r for r in rec.handouts if r() is not None]
     try:

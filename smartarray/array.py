@@ -392,10 +392,11 @@ class SmartArray(
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
             if where == HOST:
                 return self._export(readonly=False)
-            dev = memory.device_view(
+            dev, token = memory.handout_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )
-            _residency.handed_out(self._buf, dev)  # not evicted while the user holds it
+            # Not evicted while the user holds it or any view of it (a slice keeps the token).
+            _residency.handed_out(self._buf, token)
             return dev
 
     def _check_device_geometry(self) -> None:
