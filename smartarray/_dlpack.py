@@ -10,7 +10,8 @@ What ``a.__dlpack__(dl_device=(2, id))`` and ``a.cuda_view().__dlpack__(...)`` r
   waits for the legacy default stream's work (a consumer there needs nothing more); a stream
   handle is not kept (the consumer may destroy its stream): the consumer synchronizes its own
   work before the host reads the array, as with ``__cuda_array_interface__``;
-- the device copy is never evicted from then on (the consumer holds its address);
+- the device copy is not evicted while the export lives: the capsule unconsumed, or the
+  consumer's tensor alive (until it calls the ``DLManagedTensor``'s deleter);
 - a device write recorded, as ``__cuda_array_interface__`` records it: the consumer may write,
   and DLPack's legacy form cannot even say read-only. ``cuda_view(intent='in')`` shares
   read-only (the versioned form's ``DLPACK_FLAG_BITMASK_READ_ONLY``) and records nothing;
@@ -258,8 +259,9 @@ def export(
     if copy:
         a, flags = _copied(a), FLAG_IS_COPIED  # a fresh array nobody else writes
         readonly = False
-    pointer, memory = _share(a, consumer, value, readonly)
-    return _capsule(a, pointer, memory, max_version, flags)
+    with a._buf.lock:  # no eviction between making the copy current and holding it
+        pointer, memory = _share(a, consumer, value, readonly)
+        return _capsule(a, pointer, memory, max_version, flags)
 
 
 def _copied(a: SmartArray) -> SmartArray:
@@ -280,9 +282,8 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
     """Make ``a``'s device copy current for work on ``consumer`` (the stream DLPack's
     ``value`` names); its device address and the device memory that holds it.
 
-    The copy stays resident for good (never evicted: the consumer holds the address for as
-    long as it likes, as for ``__cuda_array_interface__``). Host access waits for the
-    consumer's stream only where that stream outlives everything (``1``, the legacy default
+    The caller keeps the copy resident while the export lives (see :func:`_capsule`). Host
+    access waits for the consumer's stream only where that stream outlives everything (``1``, the legacy default
     stream); a stream handle is not kept (the consumer may destroy the stream): only the
     copies made here are ordered before later work, and the consumer synchronizes its own
     work before the host reads, as the CUDA Array Interface asks.
@@ -306,9 +307,6 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
             else:
                 _streams.order(consumer, 0)  # what went up there, before the default stream
                 buf.stream = _streams.DEFAULT
-        # Held under this lock since before the copy was made current (an eviction needs the
-        # lock): from now on the consumer holds the address.
-        _residency.share(buf, "it was exported through DLPack")
         if not readonly:
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
             # from now on; held host arrays are refreshed at the next host access.
@@ -329,6 +327,11 @@ def _capsule(a: SmartArray, pointer: int, memory: Any, max_version: Any, flags: 
         "version": 3,
     }
     stand_in = np.asarray(owner)  # never read: its data pointer is a device address
+    # The copy stays resident while the export lives: the owner lives exactly as long as the
+    # capsule is unconsumed or the consumer's tensor is (the DLManagedTensor's deleter
+    # releases the stand-in, and with it the owner). Registered under the buffer's lock, held
+    # since before the copy was made current (an eviction needs the lock).
+    _residency.handed_out(a._buf, owner, "a DLPack export of it is alive")
     capsule = stand_in.__dlpack__(max_version=max_version)
     versioned = check_max_version(max_version)
     name = b"dltensor_versioned" if versioned else b"dltensor"

@@ -78,8 +78,8 @@ class Residency:
     views : WeakValueDictionary or None
         The views (by id; SmartArrays are unhashable) that cache a device view of the copy
         (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
-    handouts : list of weakref
-        The tokens of device arrays over the copy handed to the user by ``get('gpu')``
+    handouts : list of (weakref, str)
+        Why it stays, and the tokens of device arrays over the copy handed to the user by ``get('gpu')``
         (:func:`smartarray.memory.handout_view`), which every view derived from one keeps
         alive: while one lives, the copy stays (the user may write through it, then
         ``mark_changed('gpu')``).
@@ -93,7 +93,7 @@ class Residency:
         self.keep = 0
         self.shared = ""
         self.views: weakref.WeakValueDictionary[int, Any] | None = None
-        self.handouts: list[weakref.ref[Any]] = []
+        self.handouts: list[tuple[weakref.ref[Any], str]] = []
 
 
 class ResidentArray(NamedTuple):
@@ -222,13 +222,18 @@ def cache_view(buf: Buffer, view: Any) -> None:
     rec.views[id(view)] = view
 
 
-def handed_out(buf: Buffer, devary: Any) -> None:
-    """``devary`` (a device array over ``buf``'s copy, or the token all its views keep
-    alive) was handed to the user."""
+#: Why a copy with a live hand-out stays resident, by default (see :func:`handed_out`).
+HANDED_OUT = "a device array from get('gpu') over it is still referenced"
+
+
+def handed_out(buf: Buffer, devary: Any, why: str = HANDED_OUT) -> None:
+    """``devary`` (a device array over ``buf``'s copy, or an object that lives exactly as long
+    as the user's hold on the copy's memory) was handed out: the copy stays resident (``why``)
+    while it lives."""
     rec = record(buf)
-    rec.handouts = [r for r in rec.handouts if r() is not None]
+    rec.handouts = [r for r in rec.handouts if r[0]() is not None]
     try:
-        rec.handouts.append(weakref.ref(devary))
+        rec.handouts.append((weakref.ref(devary), why))
     except TypeError:  # pragma: no cover - numba's device arrays take weak references
         rec.shared = "its device memory was handed out"
 
@@ -463,8 +468,9 @@ def _kept(buf: Buffer, pinned: set[Residency]) -> str:
         return "kept resident (smartarray.resident)"
     if rec.shared:
         return rec.shared
-    if any(r() is not None for r in rec.handouts):
-        return "a device array from get('gpu') over it is still referenced"
+    for ref, why in rec.handouts:
+        if ref() is not None:
+            return why
     if rec in pinned:
         return "a launch being prepared or run uses it"
     return ""

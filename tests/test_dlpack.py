@@ -481,6 +481,41 @@ def test_an_exported_device_copy_is_never_evicted():
         t.release()
 
 
+@pytest.mark.parametrize("how", ["dropped unconsumed", "consumer released"])
+def test_an_export_keeps_the_copy_resident_only_while_it_is_alive(how):
+    """A DLPack export (even a capsule dropped unconsumed) made the device copy unevictable
+    for the array's life: two such arrays filled a budget of two (issue 25, E6)."""
+    from smartarray import _residency
+
+    a, b = (sa.SmartArray(np.arange(N, dtype=np.float64) + k) for k in range(2))
+    gc.collect()
+    with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact
+        _residency._evict(1 << 62, None, "budget")
+    kept = sum(r.nbytes for r in sa.device_budget().resident if r.kept)
+    sa.set_device_budget(kept + 2 * a.nbytes)
+    try:
+        for x in (a, b):
+            cap = export(x, stream=1)
+            if how == "consumer released":
+                t = Consumer(cap)
+                kept = [r.kept for r in sa.device_budget().resident if r.name == x.name]
+                assert kept == ["a DLPack export of it is alive"]  # the consumer holds it
+                t.values()[:] += 10  # the consumer writes
+                t.release()  # the DLManagedTensor's deleter: the consumer is done
+            del cap
+            gc.collect()
+        mine = {r.name: r.kept for r in sa.device_budget().resident if r.name in (a.name, b.name)}
+        assert mine == {a.name: "", b.name: ""}
+        c = sa.SmartArray(np.zeros(N))
+        c.get("gpu")  # room is made: a (least recently used) is downloaded and evicted
+        assert a.name not in {r.name for r in sa.device_budget().resident}
+        plus = 10.0 if how == "consumer released" else 0.0
+        np.testing.assert_array_equal(np.asarray(a), np.arange(N) + plus)
+        np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 1 + plus)
+    finally:
+        sa.set_device_budget(None)
+
+
 def test_max_version_must_be_a_tuple_and_extended_precision_is_refused_before_moving():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     with pytest.raises(TypeError, match="max_version"):
