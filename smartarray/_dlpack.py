@@ -283,10 +283,11 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
     ``value`` names); its device address and the device memory that holds it.
 
     The caller keeps the copy resident while the export lives (see :func:`_capsule`). Host
-    access waits for the consumer's stream only where that stream outlives everything (``1``, the legacy default
-    stream); a stream handle is not kept (the consumer may destroy the stream): only the
-    copies made here are ordered before later work, and the consumer synchronizes its own
-    work before the host reads, as the CUDA Array Interface asks.
+    access waits for the consumer's stream only where that stream outlives everything
+    (``1``, the legacy default stream); a stream handle is not kept (the consumer may
+    destroy the stream): only the copies made here are ordered before later work, and the
+    consumer synchronizes its own work before the host reads, as the CUDA Array Interface
+    asks.
     """
     from ._interop import _device_pointer
 

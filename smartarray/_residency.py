@@ -79,10 +79,11 @@ class Residency:
         The views (by id; SmartArrays are unhashable) that cache a device view of the copy
         (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
     handouts : list of (weakref, str)
-        Why it stays, and the tokens of device arrays over the copy handed to the user by ``get('gpu')``
+        What holds the copy's memory outside, weakly, each with why it keeps the copy: the
+        tokens of device arrays handed out by ``get('gpu')``
         (:func:`smartarray.memory.handout_view`), which every view derived from one keeps
-        alive: while one lives, the copy stays (the user may write through it, then
-        ``mark_changed('gpu')``).
+        alive (the user may write through it, then ``mark_changed('gpu')``); the owners of
+        live DLPack exports. While one lives, the copy stays.
     """
 
     __slots__ = ("tick", "nbytes", "keep", "shared", "views", "handouts")
