@@ -30,7 +30,8 @@ import numpy as np
 from . import _residency, _streams, memory
 from ._engine import GPU, HOST, INOUT
 from .array import SmartArray
-from .errors import TransferError
+from .coherence import IntervalSet
+from .errors import DeviceMemoryError, TransferError
 
 __all__ = [
     "CudaView",
@@ -432,18 +433,32 @@ def init_from_device(
 
 
 def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
-    """``a.copy()``: device to device when the data is current on the device only."""
-    if (
-        order in ("C", "K", "A")
-        and a.size
-        and a.is_valid(GPU)
-        and not a.is_valid(HOST)
-        and all(s >= 0 for s in a.strides)
-    ):
-        dev = a.get(GPU)  # moves nothing: current there
-        if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
-            order_before_default(a)
-            return SmartArray(dev)
+    """``a.copy()``: each byte copied from where it is current, moving as few as possible.
+
+    Device to device (``d2d``) when no byte of ``a`` is current on the host, and there is room
+    for a second device copy; otherwise on the host (``host_copy``), after downloading only
+    the bytes current on the device alone. The source is kept resident during a device copy
+    (nothing the user holds is involved: no hand-out pins it afterwards).
+    """
+    buf = a._buf
+    with buf.lock:
+        if (
+            order in ("C", "K", "A")
+            and a.size
+            and buf.device_bytes is not None
+            and all(s >= 0 for s in a.strides)
+            and a.is_valid(GPU)
+            and not buf.state.valid(HOST).intersection(IntervalSet.span(a._lo, a._hi))
+        ):
+            # Current on the device only: a view of the copy (no hand-out, nothing moves).
+            dev = memory.device_view(buf.device_bytes, a._offset, a.shape, a.strides, a.dtype)
+            if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
+                order_before_default(a)
+                try:
+                    with _residency.resident(a):  # the source stays while the copy is made
+                        return SmartArray(dev)
+                except DeviceMemoryError:
+                    pass  # no room for two device copies: copy on the host instead
     return host_copy(a, order=order)
 
 

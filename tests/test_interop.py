@@ -638,3 +638,54 @@ def test_writes_through_np_from_dlpack_after_a_kernel_are_not_lost(view):
     sa.reset_stats()
     launch(add_one, a)  # the export is gone: nothing moves any more
     assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+
+
+# -- a.copy() under a budget, and of data partly current on the host (issue 25, E8) -----------
+
+
+def _copy_by(how, a):
+    import copy
+
+    return a.copy() if how == "method" else getattr(copy, how)(a)
+
+
+@pytest.mark.parametrize("how", ["method", "copy", "deepcopy"])
+def test_copy_of_device_only_data_under_a_budget_that_holds_only_it(how):
+    """The copy pinned its own source (through a get('gpu') hand-out) and then could not
+    make room for its device copy: DeviceMemoryError blaming a get('gpu') never made."""
+    from smartarray import _residency
+
+    gc.collect()
+    with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact
+        _residency._evict(1 << 62, None, "budget")
+    a = sa.SmartArray(np.zeros(N), name="source")
+    launch(add_one, a)
+    a.host()  # current on both copies ...
+    launch(add_one, a)  # ... then on the device only again
+    assert a.valid_at == ("gpu",)
+    others = sum(r.nbytes for r in sa.device_budget().resident if r.kept and r.name != a.name)
+    sa.set_device_budget(others + a.nbytes)  # room for one device copy
+    try:
+        b = _copy_by(how, a)
+        np.testing.assert_array_equal(np.asarray(b), np.full(N, 2.0))
+        np.testing.assert_array_equal(np.asarray(a), np.full(N, 2.0))
+        b[0] = -1.0
+        assert a[0] == 2.0
+    finally:
+        sa.set_device_budget(None)
+
+
+@pytest.mark.parametrize("how", ["method", "copy", "deepcopy"])
+def test_copy_of_data_mostly_current_on_the_host_moves_only_the_device_only_bytes(how):
+    """The copy went device to device (all bytes) and the next host read downloaded all of
+    them: each byte should come from where it is current."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    launch(add_one, a)
+    a.host()  # current on both copies
+    launch(add_one, a[1:3])  # two elements current on the device only
+    sa.reset_stats()
+    b = _copy_by(how, a)
+    expected = np.arange(N, dtype=np.float64) + 1
+    expected[1:3] += 1
+    np.testing.assert_array_equal(np.asarray(b), expected)
+    assert moved() == {"h2d": 0, "d2h": 16, "d2d": 0}
