@@ -689,3 +689,30 @@ def test_copy_of_data_mostly_current_on_the_host_moves_only_the_device_only_byte
     expected[1:3] += 1
     np.testing.assert_array_equal(np.asarray(b), expected)
     assert moved() == {"h2d": 0, "d2h": 16, "d2d": 0}
+
+
+@pytest.mark.gpu
+def test_cupy_writes_after_an_export_with_a_held_host_array():
+    """Finding 3 on hardware: the export leaves held host arrays stale until the consumer
+    wrote; the ``with`` form refreshes them at exit, after a non-blocking consumer stream."""
+    cp = pytest.importorskip("cupy")
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()
+    x = cp.asarray(a)  # through __cuda_array_interface__
+    x += 1
+    cp.cuda.Device().synchronize()  # the consumer's work is done before the host reads
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)
+    s = cp.cuda.Stream(non_blocking=True)
+    with a.cuda_view() as v:
+        with s:
+            y = cp.asarray(v)
+            y *= 2  # queued on a non-blocking stream, not waited for here
+    np.testing.assert_array_equal(h, (np.arange(N) + 1.0) * 2)  # refreshed after it
+    cap = a.__dlpack__(dl_device=(2, 0), stream=s.ptr, max_version=(1, 0))
+    z = cp.from_dlpack(cap)
+    with s:
+        z += 1
+    s.synchronize()
+    np.testing.assert_array_equal(np.asarray(a), (np.arange(N) + 1.0) * 2 + 1)
+    np.testing.assert_array_equal(h, (np.arange(N) + 1.0) * 2 + 1)
