@@ -705,7 +705,8 @@ which = st.integers(0, M - 1)
 
 class Budgeted(RuleBasedStateMachine):
     """Several arrays under a budget of three: host writes and reads, launches of one and
-    three arguments, njit calls, get('gpu'), keep-resident blocks. After every step: the
+    three arguments, njit calls, get('gpu'), views of dropped hand-outs written through,
+    keep-resident blocks. After every step: the
     values against NumPy, every byte marked valid holds the current value, the bytes moved
     are exactly the stale ones (evictions included: each downloads exactly the bytes its
     device copy alone held), and the budget holds."""
@@ -839,6 +840,33 @@ class Budgeted(RuleBasedStateMachine):
     def get_gpu(self, k):
         self.run(lambda: self.xs[k].get("gpu"), up=lambda: {k: int((~self.gpu_valid[k]).sum())})
         self.gpu_valid[k][:] = True  # the device array handed out is dropped at once
+
+    @rule(k=which, sl=slices)
+    def write_through_a_view_of_a_dropped_hand_out(self, k, sl):
+        """``v = a.gpu()[sl]`` (the hand-out dropped), launches on every other array (room
+        is made: ``a`` becomes the least recently used), a write through ``v``, then
+        ``gpu_changed()``: ``v`` keeps the copy resident, so the write is the array's."""
+        v = self.run(lambda: self.xs[k].gpu()[sl], up=lambda: {k: int((~self.gpu_valid[k]).sum())})
+        self.gpu_valid[k][:] = True
+        gc.collect()  # only v shows the device copy now
+        for other in range(M):
+            if other == k:
+                continue
+            self.run(
+                lambda o=other: launch(k_add_one, self.xs[o]),
+                up=lambda o=other: {o: int((~self.gpu_valid[o]).sum())},
+            )
+            self.ref[other] += 1.0
+            self.gpu_valid[other][:] = True
+            self.host_valid[other][:] = False
+        assert self.xs[k]._buf.device_bytes is not None  # v keeps it resident
+        k_add_one[1, 32](v)  # the user writes through v (a numba device array)
+        self.run(self.xs[k].gpu_changed)
+        self.ref[k][sl] += 1.0
+        self.gpu_valid[k][:] = True
+        self.host_valid[k][:] = False
+        del v
+        gc.collect()
 
     @rule(k=which, other=which)
     def kernel_while_kept(self, k, other):
