@@ -39,8 +39,10 @@ import numpy as np
 from numba import cuda
 
 from . import _residency, _streams
+from . import memory as _memory
 from . import _simulator as _sim
 from ._engine import GPU
+from .errors import DeviceMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
@@ -265,15 +267,28 @@ def export(
 
 
 def _copied(a: SmartArray) -> SmartArray:
-    """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device."""
+    """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device and
+    there is room for a second device copy."""
     from ._interop import _layout, order_before_default
     from .array import SmartArray
 
-    if a.size and a.is_valid(GPU) and all(s >= 0 for s in a.strides):
-        dev = a.get(GPU)  # moves nothing: current there
-        if _layout(dev) is not None:
-            order_before_default(a)  # the copy runs on the default stream
-            return SmartArray(dev)  # device to device (counted d2d)
+    buf = a._buf
+    with buf.lock:
+        if (
+            a.size
+            and buf.device_bytes is not None
+            and a.is_valid(GPU)
+            and all(s >= 0 for s in a.strides)
+        ):
+            # A view of the copy (no hand-out: nothing the user holds pins the source after).
+            dev = _memory.device_view(buf.device_bytes, a._offset, a.shape, a.strides, a.dtype)
+            if _layout(dev) is not None:
+                order_before_default(a)  # the copy runs on the default stream
+                try:
+                    with _residency.resident(a):  # the source stays while it is copied
+                        return SmartArray(dev)  # device to device (counted d2d)
+                except DeviceMemoryError:
+                    pass  # no room for two device copies: gathered on the host instead
     # Strided or current on the host: gathered there, uploaded when shared.
     return SmartArray(np.ascontiguousarray(a.copy_to_host()))
 

@@ -602,3 +602,28 @@ def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
     np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # refreshed by that host access
     t.release()
+
+
+def test_a_copied_export_of_device_data_under_a_budget_that_holds_only_it():
+    """``copy=True`` pinned its own source through a get('gpu') hand-out, then could not make
+    room for the copy (as ``a.copy()`` did, issue 25 E8): it copies on the host instead."""
+    from smartarray import _residency
+
+    gc.collect()
+    with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact
+        _residency._evict(1 << 62, None, "budget")
+    a = sa.SmartArray(np.zeros(N))
+    add_one[1, 32](a)
+    a.host()
+    add_one[1, 32](a)  # current on the device only
+    others = sum(r.nbytes for r in sa.device_budget().resident if r.kept and r.name != a.name)
+    sa.set_device_budget(others + a.nbytes)  # room for one device copy
+    try:
+        cap = export(a, stream=1, copy=True)
+        t = Consumer(cap)
+        assert t.flags & 2  # DLPACK_FLAG_BITMASK_IS_COPIED
+        np.testing.assert_array_equal(t.values(), np.full(N, 2.0))
+        t.release()
+    finally:
+        sa.set_device_budget(None)
+    np.testing.assert_array_equal(np.asarray(a), np.full(N, 2.0))
