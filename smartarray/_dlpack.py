@@ -39,8 +39,8 @@ import numpy as np
 from numba import cuda
 
 from . import _residency, _streams
-from . import memory as _memory
 from . import _simulator as _sim
+from . import memory as _memory
 from ._engine import GPU
 from .errors import DeviceMemoryError
 
