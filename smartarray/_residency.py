@@ -79,11 +79,8 @@ class Residency:
         The views (by id; SmartArrays are unhashable) that cache a device view of the copy
         (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
     handouts : list of (weakref, str)
-        What holds the copy's memory outside, weakly, each with why it keeps the copy: the
-        tokens of device arrays handed out by ``get('gpu')``
-        (:func:`smartarray.memory.handout_view`), which every view derived from one keeps
-        alive (the user may write through it, then ``mark_changed('gpu')``); the owners of
-        live DLPack exports. While one lives, the copy stays.
+        What holds the copy's memory outside (``get('gpu')`` tokens, see
+        ``memory.handout_view``; live DLPack exports), and why: while one lives, it stays.
     """
 
     __slots__ = ("tick", "nbytes", "keep", "shared", "views", "handouts")
@@ -163,6 +160,7 @@ _local = threading.local()
 _launches: dict[int, _Launch] = {}  # thread ident -> its launch
 # Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
 _skipped: dict[int, str] = {}
+_HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # handed_out's why
 
 
 # -- records --------------------------------------------------------------------------------
@@ -223,14 +221,8 @@ def cache_view(buf: Buffer, view: Any) -> None:
     rec.views[id(view)] = view
 
 
-#: Why a copy with a live hand-out stays resident, by default (see :func:`handed_out`).
-HANDED_OUT = "a device array from get('gpu') over it is still referenced"
-
-
-def handed_out(buf: Buffer, devary: Any, why: str = HANDED_OUT) -> None:
-    """``devary`` (a device array over ``buf``'s copy, or an object that lives exactly as long
-    as the user's hold on the copy's memory) was handed out: the copy stays resident (``why``)
-    while it lives."""
+def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
+    """``devary`` lives while the copy's memory is held outside: the copy stays (``why``)."""
     rec = record(buf)
     rec.handouts = [r for r in rec.handouts if r[0]() is not None]
     try:
@@ -469,9 +461,8 @@ def _kept(buf: Buffer, pinned: set[Residency]) -> str:
         return "kept resident (smartarray.resident)"
     if rec.shared:
         return rec.shared
-    for ref, why in rec.handouts:
-        if ref() is not None:
-            return why
+    if why := next((why for ref, why in rec.handouts if ref() is not None), ""):
+        return why
     if rec in pinned:
         return "a launch being prepared or run uses it"
     return ""
