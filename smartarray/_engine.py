@@ -103,6 +103,7 @@ class Buffer:
         "name",
         "perf",
         "residency",
+        "held_stale",
         "__weakref__",
     )
 
@@ -143,6 +144,9 @@ class Buffer:
         # The device-memory budget's record of this buffer (LRU tick, pins, cached device
         # views), made on first need: see smartarray._residency.
         self.residency: _residency.Residency | None = None
+        # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
+        # refreshed at the next host access, once the consumer is done writing.
+        self.held_stale = False
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -353,11 +357,29 @@ class Buffer:
                 self.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
             if self.state.is_exclusive(where, lo, hi):
                 # Current there only (a kernel writing the same array again): nothing else to
-                # make stale, and no held host array to refresh (it would be current).
+                # make stale. Held host arrays are current unless an export or a failed launch
+                # left them stale: this write is the moment to refresh them.
+                if where == GPU and self.held.any_stale(self.state.valid(HOST), lo, hi):
+                    self.refresh_exports(lo, hi)
                 return
             self.record(where, lo, hi)
             if where == GPU:
                 self.refresh_exports(lo, hi)
+
+    def exported(self, lo: int, hi: int) -> None:
+        """Record that bytes ``[lo, hi)`` of the device copy were shared with a consumer that
+        may write them (``__cuda_array_interface__``, DLPack, ``cuda_view``).
+
+        The host copy becomes stale now; held host arrays are not refreshed now (the consumer
+        has written nothing yet: a refresh would mark old bytes current) but at the next host
+        access, or when the write is recorded again (``mark_changed('gpu')``, the exit of
+        ``with a.cuda_view()``).
+        """
+        with self.lock:
+            if not self.state.is_exclusive(GPU, lo, hi):
+                self.record(GPU, lo, hi)
+            if self.held.shown(lo, hi):
+                self.held_stale = True
 
     def record(self, where: str, lo: int, hi: int) -> None:
         """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
@@ -393,7 +415,17 @@ class Buffer:
             self.sync(HOST, a, b, _REFRESH)
             refreshed += b - a
         if refreshed:
+            # A consumer that writes without telling (np.from_dlpack) may write these bytes
+            # on the host from now on: the device copy of them cannot be trusted.
+            for a, b in self.held.unannounced(lo, hi):
+                self.record(HOST, a, b)
+        if refreshed:
             _perf.refreshed(self, refreshed)
+
+    def refresh_held(self) -> None:
+        """Refresh every held host array an export left stale (the consumer is done now)."""
+        self.refresh_exports(0, self.nbytes)
+        self.held_stale = False  # only once every refresh succeeded
 
     # -- acquire / release --------------------------------------------------------------------
 
@@ -429,6 +461,8 @@ class Buffer:
             launch needs no post-launch record unless the state moves meanwhile).
         """
         if where == HOST:
+            if self.held_stale:
+                self.refresh_held()
             if intent == OUT and covers:
                 self.wait_for_device()
                 return False

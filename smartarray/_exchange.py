@@ -120,6 +120,10 @@ class ExchangeMethods:
         stale and is downloaded when next read). Share read-only with
         :meth:`cuda_view` ``(intent='in')``. The ``stream`` entry names the stream of pending
         device work on this array (None when there is none).
+
+        Any read is the export, a probe such as ``hasattr(a, "__cuda_array_interface__")``
+        included (consumers may read the dict without calling Python, so it cannot be
+        lazy); ask :func:`smartarray.is_cuda_array` instead, which exports nothing.
         """
         return _interop().cuda_array_interface(self)
 

@@ -117,6 +117,39 @@ def device_view(device_bytes: Any, offset: int, dims: tuple[int, ...], steps: An
     return FakeCUDAArray(host)
 
 
+class _Kept:
+    """The base of a simulated device view that keeps ``token`` alive (see below)."""
+
+    __slots__ = ("__array_interface__", "token")
+
+
+def keep_alive_ndarray(ary: np.ndarray, token: Any) -> np.ndarray:
+    """An ndarray over ``ary``'s memory whose every derived view keeps ``token`` alive.
+
+    Gap: a simulated device array wraps an ndarray, and NumPy collapses the base of every
+    view of it to the first object that is not an ndarray: this holder, which holds ``token``.
+    """
+    holder = _Kept()
+    holder.token = token
+    holder.__array_interface__ = {
+        "shape": ary.shape,
+        "typestr": ary.dtype.str,
+        "descr": ary.dtype.descr,
+        "strides": ary.strides,
+        "data": (ary.__array_interface__["data"][0], False),
+        "version": 3,
+    }
+    out = np.asarray(holder)
+    return out if out.dtype == ary.dtype else out.view(ary.dtype)
+
+
+def fake_device_array(ary: np.ndarray) -> Any:
+    """A simulated device array wrapping ``ary`` (not counted)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(ary)
+
+
 def device_record_like(rec: np.void, stream: Any) -> Any:
     """An uninitialised simulated device record like ``rec`` (not counted).
 

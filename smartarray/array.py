@@ -328,8 +328,9 @@ class SmartArray(
             self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
         )
 
-    def _export(self, readonly: bool) -> np.ndarray:
-        """This view's host data as an ndarray handed out (tracked; no sync)."""
+    def _export(self, readonly: bool, unannounced: bool = False) -> np.ndarray:
+        """This view's host data as an ndarray handed out (tracked; no sync); ``unannounced``:
+        to a consumer that writes without calling ``mark_changed`` (see ``_held``)."""
         buf = self._buf
         return buf.held.view(
             buf.ensure_host(),
@@ -340,6 +341,7 @@ class SmartArray(
             self._lo,
             self._hi,
             readonly,
+            unannounced,
         )
 
     def _host_ro(self, reason: str = "host read") -> np.ndarray:
@@ -396,10 +398,11 @@ class SmartArray(
             # this buffer (an upload, a kernel, on another stream) must be done first, or a
             # late upload overwrites what the caller's kernel writes.
             self._buf.wait_for_device()
-            dev = memory.device_view(
+            dev, token = memory.handout_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )
-            _residency.handed_out(self._buf, dev)  # not evicted while the user holds it
+            # Not evicted while the user holds it or any view of it (a slice keeps the token).
+            _residency.handed_out(self._buf, token)
             return dev
 
     def _check_device_geometry(self) -> None:
