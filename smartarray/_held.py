@@ -134,7 +134,7 @@ class HeldHostArrays:
 
     def any_writable(self, lo: int, hi: int) -> bool:
         """Whether a held array the user may write through shows bytes of ``[lo, hi)``."""
-        for ref, elo, ehi in self._entries:
+        for ref, elo, ehi, _ in self._entries:
             if max(lo, elo) < min(hi, ehi):
                 held = ref()
                 if held is None:
