@@ -344,11 +344,23 @@ class Buffer:
         they are ordered after it); a download is waited for before returning.
         """
         with self.lock:
-            plan = self.state.plan_read(where, lo, hi)
+            plan = self.state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
             if not plan.copies:
                 return
             self._copy(plan, reason, self._unnamed_stream() if stream is None else stream)
             self.state.apply(plan)
+
+    def _may_rewrite(self, where: str) -> bool:
+        """Whether a copy into ``where`` may rewrite bytes already current there.
+
+        Not while memory of that copy is in the user's hands (held host arrays; device arrays
+        handed out or exported): writes through it are recorded only when announced, and a
+        rewrite from the other copy would bring the old values back.
+        """
+        if where == HOST:
+            return not self.held
+        rec = self.residency
+        return rec is None or not (rec.handouts or rec.shared)
 
     def changed(self, where: str, lo: int, hi: int) -> None:
         """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
@@ -500,7 +512,7 @@ class Buffer:
             for a, b in self.held.shown(lo, hi):
                 guard.check("d2h", b - a, _REFRESH, self.name)
         if intent != OUT or not covers:  # Out of a covering view: no upload
-            plan = state.plan_read(GPU, lo, hi)
+            plan = state.plan_read(GPU, lo, hi, coalesce=self._may_rewrite(GPU))
             if plan:
                 self._copy(plan, reason, launch)
                 state.apply(plan)

@@ -494,7 +494,7 @@ def _evict_one(buf: Buffer, reason: str) -> int:
         # Queued device work uses it (stream order): wait for it, as a host read would.
         buf.wait_for_device()
         downloaded = 0
-        plan = buf.state.plan_read("host", 0, buf.nbytes)
+        plan = buf.state.plan_read("host", 0, buf.nbytes, coalesce=not buf.held)
         if plan.copies:
             downloaded = plan.nbytes
             try:

@@ -269,6 +269,11 @@ class BufferState:
             A location name.
         start, stop : int
             The byte interval; ``stop=None`` means ``nbytes``.
+        coalesce : bool, default True
+            Whether the cost model may copy bytes that are already valid at ``where`` (merged
+            copies, span copies). The caller says False while ``where``'s copy may hold writes
+            not recorded yet (a host array the user holds and writes before announcing it):
+            rewriting a byte "with the same value" would bring the old value back.
 
         Returns
         -------
@@ -326,7 +331,9 @@ class BufferState:
                     return False
         return True
 
-    def plan_read(self, where: str, start: int = 0, stop: int | None = None) -> Plan:
+    def plan_read(
+        self, where: str, start: int = 0, stop: int | None = None, *, coalesce: bool = True
+    ) -> Plan:
         """Plan the copies that make ``[start, stop)`` current at ``where``.
 
         The copies are exactly the bytes of the interval that are stale at ``where``, each
@@ -367,12 +374,16 @@ class BufferState:
         i = bisect_right(valid._starts, start) - 1
         if i >= 0 and valid._stops[i] >= stop:
             return EMPTY_PLAN
-        return self._plan_read_slow(where, valid, start, stop)
+        return self._plan_read_slow(where, valid, start, stop, coalesce)
 
-    def _plan_read_slow(self, where: str, valid: IntervalSet, start: int, stop: int) -> Plan:
+    def _plan_read_slow(
+        self, where: str, valid: IntervalSet, start: int, stop: int, coalesce: bool
+    ) -> Plan:
         break_even = self._break_even  # bytes worth one copy's latency; 0: exact copies
         if break_even < 0:
             break_even = _current[1]
+        if not coalesce:
+            break_even = 0  # exact copies: nothing valid at ``where`` is rewritten
         if break_even and (len(valid) >= SCATTER_RUNS or where in self._scatter):
             plan = self._plan_span(where, valid, start, stop, break_even)
             if plan is not None:
