@@ -19,6 +19,7 @@ from ._numba_transfers import count_all_transfers
 from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
 from .array import SmartArray
+from .coherence import NVLINK_C2C, PCIE5_X16, TransferCost, set_transfer_cost, transfer_cost
 from .errors import (
     CoherenceError,
     DeviceMemoryError,
@@ -68,14 +69,17 @@ __all__ = [
     "DeviceMemoryError",
     "In",
     "InOut",
+    "NVLINK_C2C",
     "NoDeviceError",
     "Out",
+    "PCIE5_X16",
     "PerformanceWarning",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",
     "SmartArrayWarning",
     "Trace",
+    "TransferCost",
     "TransferError",
     "TransferEvent",
     "TransferGuardError",
@@ -101,10 +105,12 @@ __all__ = [
     "reset_stats",
     "resident",
     "set_device_budget",
+    "set_transfer_cost",
     "stats",
     "stream",
     "to_device",
     "trace",
+    "transfer_cost",
     "transfer_guard",
     "zeros_like",
 ]

@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda
 
 from . import _simulator as _sim
+from . import _streams
 from ._checks import (
     _byte_extent,
     _check_host_array,
@@ -254,7 +255,7 @@ def _wait_for_mapped(ary: Any, stream: Any) -> None:
     """
     stream = stream or getattr(ary, "stream", 0)
     if stream:
-        stream.synchronize()
+        _streams.synchronize(stream)  # numba's synchronize(), cuda.core's sync()
     else:
         cuda.synchronize()
 

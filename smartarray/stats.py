@@ -378,6 +378,17 @@ def abort(began: _Began | None) -> None:
         _nvtx.pop_range()
 
 
+def _stream_name(stream: Any) -> str:
+    """A trace's name for ``stream``: ``'0'`` for the default stream, however it is spelt
+    (cuda.core's ``Stream`` of handle 0 is what a launch's copies go on, on a GPU)."""
+    if isinstance(stream, int):
+        return "0"
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if callable(protocol) and not protocol()[1]:
+        return "0"
+    return repr(stream)
+
+
 def record(
     direction: str,
     nbytes: int,
@@ -426,7 +437,7 @@ def record(
         array,
         int(start),
         int(start + nbytes if stop is None else stop),
-        "0" if isinstance(stream, int) else repr(stream),
+        _stream_name(stream),
         began.time_ns,
         end - began.time_ns,
         began.file,
