@@ -22,7 +22,12 @@ JSON layout (:func:`run` returns it; other tools read it)::
       "over_budget": {"budget": int, "total": int, "results_agree": bool, "evictions": int,
                       "params": {...},
                       "bytes": {"smartarray" | "smartarray_model" | "least" | "unlimited"
-                                | "managed": int}}
+                                | "managed": int}},
+      "fragmentation": {"params": {"n", "reads", "rounds"},
+                        "rows": [{"variant", "preset", "results_agree",
+                                  "first" | "total": {"smartarray" | "exact" | "whole":
+                                                          {"copies", "bytes", "seconds"},
+                                                      "smartarray_over_best": float}}]}
     }
 
 Run it through ``python -m smartarray bench [--quick] [--json PATH] [--markdown]``, which
@@ -37,6 +42,7 @@ from typing import Any
 
 import bench_budget
 import bench_coherence
+import bench_fragmentation
 import bench_overhead
 import bench_strict
 import numpy as np
@@ -122,6 +128,9 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     if progress:
         print("bench: arrays four times the device budget", file=sys.stderr, flush=True)
     over_budget = bench_budget.run(quick)
+    if progress:
+        print("bench: scattered host reads (transfer cost model)", file=sys.stderr, flush=True)
+    fragmentation = bench_fragmentation.run(quick)
     return {
         "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
         "simulator": memory.SIMULATOR,
@@ -131,6 +140,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
         "overhead": overhead,
         "strict_host_syncs_per_launch": syncs,
         "over_budget": over_budget,
+        "fragmentation": fragmentation,
     }
 
 
@@ -232,6 +242,7 @@ def format_report(report: dict[str, Any]) -> str:
     out += [f"  {k:36s} {v:10.1f}" for k, v in o.items() if k.startswith(("coherence", "python"))]
     out += ["", bench_strict.format_figures(report.get("strict_host_syncs_per_launch"))]
     out += ["", bench_budget.format_figures(report.get("over_budget"))]
+    out += ["", bench_fragmentation.format_figures(report.get("fragmentation"))]
     return "\n".join(out)
 
 
@@ -311,6 +322,44 @@ def format_markdown(report: dict[str, Any]) -> str:
                         )
                     ),
                 ]
+            ),
+            "",
+        ]
+    frag = report.get("fragmentation")
+    if frag:
+        p = frag["params"]
+        out += [
+            f"Scattered host reads ({p['reads']} reads of 1-16 float64 of a {8 * p['n']:,}-byte "
+            f"array after a kernel, {p['rounds']} rounds), modelled transfer time "
+            "(latency x copies + bytes / bandwidth):",
+            "",
+            _md_table(
+                [
+                    (
+                        "preset",
+                        "variant",
+                        "copies",
+                        "bytes",
+                        "smartarray us",
+                        "exact us",
+                        "whole us",
+                        "/ best",
+                    ),
+                    *(
+                        (
+                            r["preset"],
+                            r["variant"],
+                            f"{r['total']['smartarray']['copies']:,}",
+                            f"{r['total']['smartarray']['bytes']:,}",
+                            f"{r['total']['smartarray']['seconds'] * 1e6:.1f}",
+                            f"{r['total']['exact']['seconds'] * 1e6:.1f}",
+                            f"{r['total']['whole']['seconds'] * 1e6:.1f}",
+                            f"{r['total']['smartarray_over_best']:.2f}",
+                        )
+                        for r in frag["rows"]
+                    ),
+                ],
+                text_columns=2,
             ),
             "",
         ]

@@ -11,7 +11,7 @@ what numba's automatic copies and whole-block transfers would move).
 Run: mpiexec -n N python examples/mpi_heat.py [--n N] [--steps STEPS]
 (also runs as a single process without mpiexec; no GPU: it restarts itself on the CUDA
 simulator, with small sizes, and says so; --help lists the options; needs the ``mpi``
-extra: pip install "smartarray[mpi]")
+extra, from a clone: pip install ".[mpi]")
 """
 
 from __future__ import annotations

@@ -6,19 +6,29 @@ they move is counted (:func:`stats`, :func:`trace`).
 
 from ._environment import flag as _flag
 
-if _flag("SMARTARRAY_STRICT"):
+if _flag("SMARTARRAY_FAKE_GPU"):
+    # The fake CUDA driver must be loaded before numba.cuda picks its target and driver.
+    from ._fakegpu import enable as _enable_fake_gpu
+
+    _enable_fake_gpu()
+elif _flag("SMARTARRAY_STRICT"):
     # Strict mode runs on the CUDA simulator, which must be chosen before numba.cuda loads.
     from ._strict import select_simulator as _select_simulator
 
     _select_simulator()
 
+from . import _no_device
 from ._interop import as_cuda_array, is_cuda_array
+from ._like import empty_like, zeros_like
+from ._numba_transfers import count_all_transfers
 from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
 from .array import SmartArray
+from .coherence import NVLINK_C2C, PCIE5_X16, TransferCost, set_transfer_cost, transfer_cost
 from .errors import (
     CoherenceError,
     DeviceMemoryError,
+    NoDeviceError,
     PerformanceWarning,
     RegistrationError,
     SmartArrayError,
@@ -51,6 +61,9 @@ from .stats import (
     trace,
 )
 
+# Where numba.cuda finds no target, device work fails with a smartarray error naming the ways out.
+_no_device.install()
+
 if _flag("SMARTARRAY_STRICT"):
     from .testing import _enable_from_environment
 
@@ -61,23 +74,29 @@ __all__ = [
     "DeviceMemoryError",
     "In",
     "InOut",
+    "NVLINK_C2C",
+    "NoDeviceError",
     "Out",
+    "PCIE5_X16",
     "PerformanceWarning",
     "RegistrationError",
     "SmartArray",
     "SmartArrayError",
     "SmartArrayWarning",
     "Trace",
+    "TransferCost",
     "TransferError",
     "TransferEvent",
     "TransferGuardError",
     "TransferStats",
     "__version__",
     "as_cuda_array",
+    "count_all_transfers",
     "deregister",
     "device_array",
     "device_array_like",
     "device_budget",
+    "empty_like",
     "enable_nvtx",
     "explain",
     "is_cuda_array",
@@ -91,9 +110,12 @@ __all__ = [
     "reset_stats",
     "resident",
     "set_device_budget",
+    "set_transfer_cost",
     "stats",
     "stream",
     "to_device",
     "trace",
+    "transfer_cost",
     "transfer_guard",
+    "zeros_like",
 ]

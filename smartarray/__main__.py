@@ -266,6 +266,14 @@ def _run_bench(args: argparse.Namespace, target: str) -> int:
     suite = _load_suite()
     if suite is None:
         return 1
+    # A full run prints nothing for a while (its tables come at the end): say so up front.
+    duration = "a few seconds" if args.quick else "about 40 s on the simulator, longer on 2 cores"
+    print(
+        f"smartarray bench: running every workload under four strategies, then the overhead "
+        f"micro-benchmarks; this takes {duration} before the tables print",
+        file=sys.stderr,
+        flush=True,
+    )
     report = suite.run(quick=args.quick, target=target, progress=True)
     if args.markdown:
         print(suite.format_markdown(report))

@@ -107,6 +107,9 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
             # (reading a version number is atomic). A host read before the kernel runs (another
             # thread, a later argument's preparation) would make the host "current" with
             # pre-kernel values: a cached callback re-checks the version after the launch.
+            # The buffer's own event, recorded on this stream right after the kernel was
+            # queued (host reads then wait on it, not on the stream, which may die first).
+            retr.append(functools.partial(buf.launched, stream))
             check = None
             if intent != IN:
                 check = self._fast_check or self._make_fast_check()
@@ -150,6 +153,9 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
                     )
                     _residency.cache_view(buf, self)  # an eviction clears the cache
                 arg = _numba_cuda.launch_argument(devary, retr, stream)
+                # First among this argument's callbacks: the buffer's event is recorded on
+                # the launch stream right after the kernel was queued (see Buffer.queued).
+                retr.append(functools.partial(buf.launched, stream))
                 if exclusive:
                     self._gpu_only_at = buf.state.version
                     if intent != IN:

@@ -7,6 +7,7 @@ between them (:func:`copy_range`), and hands out typed device views of its devic
 
 from __future__ import annotations
 
+import ctypes
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -124,6 +125,53 @@ def device_view(
 
     gpu_data = device_bytes.gpu_data.view(offset) if size else None  # numba: NULL when empty
     return _adopt(DeviceNDArray(dims, steps, dt, gpu_data=gpu_data))
+
+
+class HandOut:
+    """What every view of a handed-out device array keeps alive (see :func:`handout_view`).
+
+    Holds the device memory of the view, so the memory lives as long as any view of it.
+    """
+
+    __slots__ = ("memory", "__weakref__")
+
+    def __init__(self, memory: Any) -> None:
+        self.memory = memory
+
+
+def handout_view(
+    device_bytes: Any, offset: int, shape: Sequence[int], strides: Sequence[int], dtype: Any
+) -> tuple[Any, HandOut]:
+    """:func:`device_view` to hand to the user, and the :class:`HandOut` token it keeps alive.
+
+    Every array derived from the view (a slice, a reshape, a transpose) keeps the token alive,
+    as the view itself does: a weak reference to the token lives exactly as long as anything
+    that shows these device bytes (a weak reference to the view alone dies when the user
+    keeps only ``v = a.gpu()[2:4]``). On a GPU the view's memory pointer is owned by the
+    token (numba's ``MemoryPointer.view`` hands an external owner on to every view); on the
+    simulator the wrapped ndarray's base is the token (NumPy collapses a view's base to it).
+    """
+    view = device_view(device_bytes, offset, shape, strides, dtype)
+    if _sim.SIMULATOR:
+        token = HandOut(device_bytes)
+        ary = view._ary
+        token_ary = _sim.keep_alive_ndarray(ary, token)
+        return _adopt(_sim.fake_device_array(token_ary)), token
+    gpu_data = view.gpu_data
+    if gpu_data is None:  # no elements: nothing to keep resident
+        return view, HandOut(None)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray
+    from numba.cuda.cudadrv.driver import MemoryPointer
+
+    token = HandOut(gpu_data)  # keeps the device allocation alive
+    owned = MemoryPointer(
+        gpu_data.context,
+        ctypes.c_void_p(int(gpu_data.device_pointer_value)),
+        int(gpu_data.size),
+        owner=token,
+    )
+    dev = DeviceNDArray(view.shape, view.strides, view.dtype, gpu_data=owned)
+    return _adopt(dev), token
 
 
 def copy_device(dst: Any, src: Any, stream: Any = 0, reason: str = "", array: str = "") -> None:

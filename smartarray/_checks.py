@@ -102,7 +102,12 @@ def _check_layout(
 
 
 def _check_stream(stream: Any) -> Any:
-    """Accept 0 (the default stream) or a stream object, as numba.cuda does."""
+    """Accept 0 (the default stream) or a stream object, as numba.cuda does.
+
+    A stream object has ``synchronize()`` (numba's, the simulator's) or names its CUstream
+    through ``__cuda_stream__()`` (the CUDA stream protocol: cuda.core's ``Stream``, which
+    numba-cuda's dispatcher hands ``ArgHint.to_device`` during every launch, CuPy's, ...).
+    """
     if stream is None:
         return 0
     if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
@@ -111,7 +116,9 @@ def _check_stream(stream: Any) -> Any:
                 f"stream must be 0 (the default stream) or a stream object, got {stream!r}"
             )
         return 0
-    if callable(getattr(stream, "synchronize", None)):
+    if callable(getattr(stream, "synchronize", None)) or callable(
+        getattr(stream, "__cuda_stream__", None)
+    ):
         return _foreign_stream(stream)
     raise TypeError(
         "stream must be 0 (the default stream) or a stream from smartarray.stream() "

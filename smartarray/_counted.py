@@ -19,6 +19,7 @@ import numpy as np
 from numba import cuda
 
 from . import _simulator as _sim
+from . import _streams
 from ._checks import (
     _byte_extent,
     _check_host_array,
@@ -30,6 +31,7 @@ from ._checks import (
 )
 from .stats import abort as _abort
 from .stats import begin as _begin
+from .stats import own_copy as _own_copy
 from .stats import record as _record
 
 
@@ -205,7 +207,8 @@ class _CountedMapped(_Counted):
         dst = self.view(np.ndarray)  # type: ignore[attr-defined]
         if device_source:
             # numba writes device bytes straight into the page-locked host memory.
-            _Uncounted(ary).copy_to_host(dst.reshape(ary.shape), stream=stream)
+            with _own_copy():  # counted just below
+                _Uncounted(ary).copy_to_host(dst.reshape(ary.shape), stream=stream)
             if ary.size:
                 _record("d2h", dst.nbytes, "copy_to_device", describe(self))
             return
@@ -252,7 +255,7 @@ def _wait_for_mapped(ary: Any, stream: Any) -> None:
     """
     stream = stream or getattr(ary, "stream", 0)
     if stream:
-        stream.synchronize()
+        _streams.synchronize(stream)  # numba's synchronize(), cuda.core's sync()
     else:
         cuda.synchronize()
 

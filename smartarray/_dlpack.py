@@ -10,7 +10,8 @@ What ``a.__dlpack__(dl_device=(2, id))`` and ``a.cuda_view().__dlpack__(...)`` r
   waits for the legacy default stream's work (a consumer there needs nothing more); a stream
   handle is not kept (the consumer may destroy its stream): the consumer synchronizes its own
   work before the host reads the array, as with ``__cuda_array_interface__``;
-- the device copy is never evicted from then on (the consumer holds its address);
+- the device copy is not evicted while the export lives: the capsule unconsumed, or the
+  consumer's tensor alive (until it calls the ``DLManagedTensor``'s deleter);
 - a device write recorded, as ``__cuda_array_interface__`` records it: the consumer may write,
   and DLPack's legacy form cannot even say read-only. ``cuda_view(intent='in')`` shares
   read-only (the versioned form's ``DLPACK_FLAG_BITMASK_READ_ONLY``) and records nothing;
@@ -39,7 +40,9 @@ from numba import cuda
 
 from . import _residency, _streams
 from . import _simulator as _sim
+from . import memory as _memory
 from ._engine import GPU
+from .errors import DeviceMemoryError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
@@ -258,20 +261,34 @@ def export(
     if copy:
         a, flags = _copied(a), FLAG_IS_COPIED  # a fresh array nobody else writes
         readonly = False
-    pointer, memory = _share(a, consumer, value, readonly)
-    return _capsule(a, pointer, memory, max_version, flags)
+    with a._buf.lock:  # no eviction between making the copy current and holding it
+        pointer, memory = _share(a, consumer, value, readonly)
+        return _capsule(a, pointer, memory, max_version, flags)
 
 
 def _copied(a: SmartArray) -> SmartArray:
-    """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device."""
+    """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device and
+    there is room for a second device copy."""
     from ._interop import _layout, order_before_default
     from .array import SmartArray
 
-    if a.size and a.is_valid(GPU) and all(s >= 0 for s in a.strides):
-        dev = a.get(GPU)  # moves nothing: current there
-        if _layout(dev) is not None:
-            order_before_default(a)  # the copy runs on the default stream
-            return SmartArray(dev)  # device to device (counted d2d)
+    buf = a._buf
+    with buf.lock:
+        if (
+            a.size
+            and buf.device_bytes is not None
+            and a.is_valid(GPU)
+            and all(s >= 0 for s in a.strides)
+        ):
+            # A view of the copy (no hand-out: nothing the user holds pins the source after).
+            dev = _memory.device_view(buf.device_bytes, a._offset, a.shape, a.strides, a.dtype)
+            if _layout(dev) is not None:
+                order_before_default(a)  # the copy runs on the default stream
+                try:
+                    with _residency.resident(a):  # the source stays while it is copied
+                        return SmartArray(dev)  # device to device (counted d2d)
+                except DeviceMemoryError:
+                    pass  # no room for two device copies: gathered on the host instead
     # Strided or current on the host: gathered there, uploaded when shared.
     return SmartArray(np.ascontiguousarray(a.copy_to_host()))
 
@@ -280,12 +297,12 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
     """Make ``a``'s device copy current for work on ``consumer`` (the stream DLPack's
     ``value`` names); its device address and the device memory that holds it.
 
-    The copy stays resident for good (never evicted: the consumer holds the address for as
-    long as it likes, as for ``__cuda_array_interface__``). Host access waits for the
-    consumer's stream only where that stream outlives everything (``1``, the legacy default
-    stream); a stream handle is not kept (the consumer may destroy the stream): only the
-    copies made here are ordered before later work, and the consumer synchronizes its own
-    work before the host reads, as the CUDA Array Interface asks.
+    The caller keeps the copy resident while the export lives (see :func:`_capsule`). Host
+    access waits for the consumer's stream only where that stream outlives everything
+    (``1``, the legacy default stream); a stream handle is not kept (the consumer may
+    destroy the stream): only the copies made here are ordered before later work, and the
+    consumer synchronizes its own work before the host reads, as the CUDA Array Interface
+    asks.
     """
     from ._interop import _device_pointer
 
@@ -299,20 +316,20 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
             if buf.stream != 0 and not _streams.same(buf.stream, target):
                 # Pending device work on this buffer goes before the consumer's: an event, the
                 # device orders the two, the host does not wait.
-                _streams.order(buf.stream, consumer)
+                buf.order_before(consumer)
             buf.sync(GPU, a._lo, a._hi, "dlpack export", stream=consumer)  # stale bytes go up
             if value == LEGACY_DEFAULT or target is _streams.DEFAULT:
-                buf.stream = target  # the consumer works there: host access waits for it
+                # The consumer works there, later: host access waits for that stream (which
+                # is never destroyed), not for an event recorded now.
+                buf.stream = target
+                buf.done_for = None
             else:
                 _streams.order(consumer, 0)  # what went up there, before the default stream
-                buf.stream = _streams.DEFAULT
-        # Held under this lock since before the copy was made current (an eviction needs the
-        # lock): from now on the consumer holds the address.
-        _residency.share(buf, "it was exported through DLPack")
+                buf.queued(0)
         if not readonly:
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
-            # from now on, and held host arrays are refreshed.
-            a.mark_changed(GPU)
+            # from now on; held host arrays are refreshed at the next host access.
+            buf.exported(a._lo, a._hi)
     return (_device_pointer(dev) + a._offset if a.size else 0), dev
 
 
@@ -329,6 +346,11 @@ def _capsule(a: SmartArray, pointer: int, memory: Any, max_version: Any, flags: 
         "version": 3,
     }
     stand_in = np.asarray(owner)  # never read: its data pointer is a device address
+    # The copy stays resident while the export lives: the owner lives exactly as long as the
+    # capsule is unconsumed or the consumer's tensor is (the DLManagedTensor's deleter
+    # releases the stand-in, and with it the owner). Registered under the buffer's lock, held
+    # since before the copy was made current (an eviction needs the lock).
+    _residency.handed_out(a._buf, owner, "a DLPack export of it is alive")
     capsule = stand_in.__dlpack__(max_version=max_version)
     versioned = check_max_version(max_version)
     name = b"dltensor_versioned" if versioned else b"dltensor"

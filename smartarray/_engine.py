@@ -104,10 +104,13 @@ class Buffer:
         "pinned",
         "stream",
         "fast_views",
+        "done",
+        "done_for",
         "launch_writes",
         "name",
         "perf",
         "residency",
+        "held_stale",
         "__weakref__",
     )
 
@@ -128,6 +131,15 @@ class Buffer:
         # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
         # stream, which is never assumed to order itself before other streams' work.
         self.stream: Any = 0
+        # What host waits and cross-stream ordering use instead of that stream: an event this
+        # buffer owns, recorded on it right after the work was queued (``queued``). The stream
+        # object is kept only to compare streams: on a GPU it is the non-owning cuda.core
+        # wrapper numba-cuda made for one launch, and the user's stream may be destroyed
+        # (collected) long before this buffer is read; waiting on its handle then is undefined
+        # behaviour. ``done_for`` is the ``stream`` the event captured (``None``: not recorded
+        # for the current stream yet, as between a launch's preparation and its callbacks).
+        self.done: Any = None
+        self.done_for: Any = None
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
@@ -139,6 +151,9 @@ class Buffer:
         # The device-memory budget's record of this buffer (LRU tick, pins, cached device
         # views), made on first need: see smartarray._residency.
         self.residency: _residency.Residency | None = None
+        # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
+        # refreshed at the next host access, once the consumer is done writing.
+        self.held_stale = False
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -186,8 +201,46 @@ class Buffer:
     def wait_for_device(self) -> None:
         """Block until the latest device work on this buffer (on its stream) finished."""
         if self.stream != 0:
-            _streams.synchronize(self.stream)  # numba's, cuda.core's or the default stream
+            if self.done_for is self.stream:
+                self.done.synchronize()  # the buffer's own event: its stream may be gone
+            else:
+                # Recorded nowhere yet: a launch being prepared or queued, whose stream is
+                # alive (this thread is launching on it), or a launch that failed.
+                _streams.synchronize(self.stream)
             self.stream = 0  # nothing of this buffer is queued any more
+            self.done_for = None
+
+    def queued(self, stream: Any) -> None:
+        """Device work on this buffer was just queued on ``stream`` (0: the default stream).
+
+        Records the buffer's own event there, which host waits and cross-stream ordering use;
+        the stream itself is kept only for same-stream comparisons. A launch calls this from
+        its post-launch callbacks, right after the kernel was queued.
+        """
+        pending = _streams.pending(stream)
+        event = self.done
+        if event is None:
+            event = self.done = _streams.new_event()
+        event.record(_streams.native(pending))
+        self.stream = pending
+        self.done_for = pending
+
+    def launched(self, stream: Any) -> None:
+        """A launch's post-launch callback: the kernel using this buffer is queued on
+        ``stream`` (alive now: it was just launched on); see :meth:`queued`."""
+        with self.lock:
+            self.queued(stream)
+
+    def order_before(self, after: Any) -> None:
+        """Make work queued later on ``after`` wait for this buffer's queued device work.
+
+        On the device, with an event (the host does not wait); with the buffer's own event
+        once recorded, so the stream of that work need not be alive any more.
+        """
+        if self.done_for is self.stream:
+            self.done.wait(_streams.native(after))
+        else:
+            _streams.order(self.stream, after)
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -223,9 +276,9 @@ class Buffer:
             # Bookkeeping the user did not ask for, that no allowed way can do: never refused
             # (issue 25 E11), so that the run cap holds.
             with guard.bypassed():
-                self._copy(plan, "consolidation", self.stream)
+                self._copy(plan, "consolidation", self._unnamed_stream())
         elif plan.copies:
-            self._copy(plan, "consolidation", self.stream)
+            self._copy(plan, "consolidation", self._unnamed_stream())
         self.state.apply(plan)
 
     def _consolidate_by_copying_out(self) -> Plan:
@@ -245,10 +298,32 @@ class Buffer:
             elsewhere = state.valid(other)
             own = sorted((b - a, a, b) for a, b in runs if not elsewhere.contains(a, b))
             for _, a, b in own[: max(0, excess - (len(runs) - len(own)))]:
-                plan = state.plan_read(other, a, b)
-                self._copy(plan, "consolidation", self.stream)
+                plan = state.plan_read(other, a, b, coalesce=self._may_rewrite(other))
+                self._copy(plan, "consolidation", self._unnamed_stream())
                 state.apply(plan)
         return state.plan_consolidate()
+
+    def _unnamed_stream(self) -> Any:
+        """The stream for copies that name none, ordered after the buffer's device work.
+
+        The stream of that work while it is known alive (a launch being prepared on it);
+        once the buffer's event is recorded (that stream may be gone), smartarray's own copy
+        stream, made to wait for the event on the device (no host wait), which then holds
+        the buffer's latest work.
+        """
+        if self.stream == 0 or self.done_for is not self.stream:
+            return self.stream
+        if self.stream is _streams.DEFAULT:
+            # The default stream is never destroyed; but with per-thread default streams it
+            # is the calling thread's own, and the work may be another thread's: this
+            # thread's default stream waits for the buffer's event first.
+            self.done.wait(0)
+            return _streams.DEFAULT
+        stream = _streams.copy_stream()
+        self.done.wait(stream)
+        self.stream = stream  # never destroyed: waited on by its handle
+        self.done_for = None
+        return stream
 
     def _copy(self, plan: Plan, reason: str, stream: Any) -> None:
         """Perform the copies of a plan on ``stream``; TransferError if one fails."""
@@ -277,10 +352,20 @@ class Buffer:
                 # (a synchronous download waited for the default stream's earlier work)
                 if stream is self.stream:
                     self.stream = 0
-            if uploads and native == 0 and self.stream == 0:
+                    self.done_for = None
+            if uploads and native != 0 and self.held:
+                # From page-locked memory (pinned=True, or an adopted ndarray that may be) the
+                # DMA reads the host bytes when it runs, after this call returns: an array the
+                # user held since before and writes next would change what the device gets.
+                # Wait for it here, before the launch returns.
+                for c in plan.copies:
+                    if c.target == GPU and self.held.any_writable(c.start, c.stop):
+                        _streams.synchronize(stream)  # (the stream is alive: in use now)
+                        break
+            if uploads and native == 0 and (self.stream == 0 or self.stream is _streams.DEFAULT):
                 # A synchronous upload from pageable memory returns once the bytes are staged:
                 # the DMA may still run on the default stream. Launches elsewhere order after it.
-                self.stream = _streams.DEFAULT
+                self.queued(0)
         except Exception as exc:
             raise TransferError(
                 f"copying to the host or device copy failed ({reason}): {exc}"
@@ -295,11 +380,23 @@ class Buffer:
         they are ordered after it); a download is waited for before returning.
         """
         with self.lock:
-            plan = self.state.plan_read(where, lo, hi)
+            plan = self.state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
             if not plan.copies:
                 return
-            self._copy(plan, reason, self.stream if stream is None else stream)
+            self._copy(plan, reason, self._unnamed_stream() if stream is None else stream)
             self.state.apply(plan)
+
+    def _may_rewrite(self, where: str) -> bool:
+        """Whether a copy into ``where`` may rewrite bytes already current there.
+
+        Not while memory of that copy is in the user's hands (held host arrays; device arrays
+        handed out or exported): writes through it are recorded only when announced, and a
+        rewrite from the other copy would bring the old values back.
+        """
+        if where == HOST:
+            return not self.held
+        rec = self.residency
+        return rec is None or not (rec.handouts or rec.shared)
 
     def changed(self, where: str, lo: int, hi: int) -> None:
         """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
@@ -308,11 +405,29 @@ class Buffer:
                 self.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
             if self.state.is_exclusive(where, lo, hi):
                 # Current there only (a kernel writing the same array again): nothing else to
-                # make stale, and no held host array to refresh (it would be current).
+                # make stale. Held host arrays are current unless an export or a failed launch
+                # left them stale: this write is the moment to refresh them.
+                if where == GPU and self.held.any_stale(self.state.valid(HOST), lo, hi):
+                    self.refresh_exports(lo, hi)
                 return
             self.record(where, lo, hi)
             if where == GPU:
                 self.refresh_exports(lo, hi)
+
+    def exported(self, lo: int, hi: int) -> None:
+        """Record that bytes ``[lo, hi)`` of the device copy were shared with a consumer that
+        may write them (``__cuda_array_interface__``, DLPack, ``cuda_view``).
+
+        The host copy becomes stale now; held host arrays are not refreshed now (the consumer
+        has written nothing yet: a refresh would mark old bytes current) but at the next host
+        access, or when the write is recorded again (``mark_changed('gpu')``, the exit of
+        ``with a.cuda_view()``).
+        """
+        with self.lock:
+            if not self.state.is_exclusive(GPU, lo, hi):
+                self.record(GPU, lo, hi)
+            if self.held.shown(lo, hi):
+                self.held_stale = True
 
     def record(self, where: str, lo: int, hi: int) -> None:
         """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
@@ -348,7 +463,17 @@ class Buffer:
             self.sync(HOST, a, b, _REFRESH)
             refreshed += b - a
         if refreshed:
+            # A consumer that writes without telling (np.from_dlpack) may write these bytes
+            # on the host from now on: the device copy of them cannot be trusted.
+            for a, b in self.held.unannounced(lo, hi):
+                self.record(HOST, a, b)
+        if refreshed:
             _perf.refreshed(self, refreshed)
+
+    def refresh_held(self) -> None:
+        """Refresh every held host array an export left stale (the consumer is done now)."""
+        self.refresh_exports(0, self.nbytes)
+        self.held_stale = False  # only once every refresh succeeded
 
     # -- acquire / release --------------------------------------------------------------------
 
@@ -384,6 +509,8 @@ class Buffer:
             launch needs no post-launch record unless the state moves meanwhile).
         """
         if where == HOST:
+            if self.held_stale:
+                self.refresh_held()
             if intent == OUT and covers:
                 self.wait_for_device()
                 return False
@@ -404,15 +531,15 @@ class Buffer:
             # Work on this buffer is queued on another stream (the default stream included):
             # order it before this launch on the device, with an event. No host wait; host
             # reads then wait for this launch's stream, which waited for it.
-            _streams.order(self.stream, launch_stream)
-            self.stream = launch_stream
+            self.order_before(launch_stream)
+            self.queued(launch_stream)  # (again by the launch's callback, after the kernel)
         state = self.state
         # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
         # that failed: this launch must then refresh them, so it takes no fast path.)
         if state.is_exclusive(GPU, lo, hi) and not self.held.any_stale(state.valid(HOST), lo, hi):
             # Current on the device only (a loop of launches): nothing to upload, and a write
             # by the kernel changes nothing unless the host reads in between.
-            self.stream = launch_stream
+            self.queued(launch_stream)
             return True
         record = intent != IN
         if record and self.held and guard.armed():
@@ -421,7 +548,7 @@ class Buffer:
             for a, b in self.held.shown(lo, hi):
                 guard.check("d2h", b - a, _REFRESH, self.name)
         if intent != OUT or not covers:  # Out of a covering view: no upload
-            plan = state.plan_read(GPU, lo, hi)
+            plan = state.plan_read(GPU, lo, hi, coalesce=self._may_rewrite(GPU))
             if plan:
                 self._copy(plan, reason, launch)
                 state.apply(plan)
@@ -438,7 +565,11 @@ class Buffer:
             # The release after the launch records the whole write again and refreshes held
             # host arrays.
             self.record_where_valid(GPU, lo, hi)
-        self.stream = launch_stream  # host reads of this buffer wait for this stream
+        # The buffer's event is recorded on the launch's stream now (it captures this
+        # preparation's uploads; a launch that fails later runs no callback and must leave
+        # nothing that waits on its stream's handle), and again by the launch's callback,
+        # right after the kernel was queued (Buffer.launched).
+        self.queued(launch_stream)
         return False
 
     def release(

@@ -95,7 +95,7 @@ class ExchangeMethods:
         with buf.lock:
             if buf.stream != 0 and not _streams.same(buf.stream, copy_stream):
                 # Earlier device work on this buffer must not overtake: ordered on the device.
-                _streams.order(buf.stream, copy_stream)
+                buf.order_before(copy_stream)
             dev = memory.device_view(
                 buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
             )
@@ -107,7 +107,7 @@ class ExchangeMethods:
                 if buf.state.is_valid(HOST, self._lo, self._hi):
                     buf.mark(HOST, self._lo, self._hi)
                 raise TransferError(f"copy_to_device failed: {exc}") from exc
-            buf.stream = copy_stream  # host reads of this buffer wait for this stream
+            buf.queued(copy_stream)  # host reads of this buffer wait for this copy
             self._changed(GPU, self._lo, self._hi)
 
     # -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) --------
@@ -120,6 +120,10 @@ class ExchangeMethods:
         stale and is downloaded when next read). Share read-only with
         :meth:`cuda_view` ``(intent='in')``. The ``stream`` entry names the stream of pending
         device work on this array (None when there is none).
+
+        Any read is the export, a probe such as ``hasattr(a, "__cuda_array_interface__")``
+        included (consumers may read the dict without calling Python, so it cannot be
+        lazy); ask :func:`smartarray.is_cuda_array` instead, which exports nothing.
         """
         return _interop().cuda_array_interface(self)
 

@@ -29,20 +29,26 @@ class HeldHostArrays:
     """The host arrays handed out from one buffer, each with the byte range ``[lo, hi)`` it
     shows, held weakly: an entry lives exactly as long as the user holds the array (or any
     array NumPy derived from it).
+
+    An array handed to a consumer that writes without telling (a host DLPack export:
+    ``np.from_dlpack(a)``; DLPack has no call for "I wrote") is ``unannounced``: its bytes may
+    change on the host at any moment while it lives, so the engine records a host write of
+    them each time it refreshes them (see :meth:`unannounced`).
     """
 
     __slots__ = ("_entries",)
 
     def __init__(self) -> None:
-        self._entries: list[tuple[weakref.ref, int, int]] = []
+        self._entries: list[tuple[weakref.ref, int, int, bool]] = []
 
     def __bool__(self) -> bool:
         return bool(self._entries)
 
-    def track(self, ary: Any, lo: int, hi: int) -> None:
-        """Track ``ary`` (alive as long as the user holds it) as showing bytes ``[lo, hi)``."""
+    def track(self, ary: Any, lo: int, hi: int, unannounced: bool = False) -> None:
+        """Track ``ary`` (alive as long as the user holds it) as showing bytes ``[lo, hi)``;
+        ``unannounced``: its holder writes without calling ``mark_changed``."""
         self._entries = [e for e in self._entries if e[0]() is not None]
-        self._entries.append((weakref.ref(ary), lo, hi))
+        self._entries.append((weakref.ref(ary), lo, hi, unannounced))
 
     def forget(self) -> None:
         """Stop tracking every held array (nobody outside holds them)."""
@@ -58,6 +64,7 @@ class HeldHostArrays:
         lo: int,
         hi: int,
         readonly: bool,
+        unannounced: bool = False,
     ) -> np.ndarray:
         """A tracked ndarray over the host copy ``host``, to hand out to the user.
 
@@ -69,7 +76,8 @@ class HeldHostArrays:
         ndarray): every derived view keeps the holder alive, and the weak reference to the
         holder lives exactly as long as anything that shows these bytes. A read-only export
         gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
-        its views, and ``np.asarray(h.base)`` is read-only too.
+        its views, and ``np.asarray(h.base)`` is read-only too. ``unannounced``: see the
+        class's text.
         """
         holder = _Holder()
         holder.host = host
@@ -92,7 +100,7 @@ class HeldHostArrays:
             }
             raw = np.asarray(holder)
             view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
-        self.track(holder, lo, hi)
+        self.track(holder, lo, hi, unannounced)
         return view
 
     def shown(self, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -102,16 +110,38 @@ class HeldHostArrays:
         """
         if not self._entries or lo >= hi:
             return []
-        live = [(ref, elo, ehi) for ref, elo, ehi in self._entries if ref() is not None]
+        live = [e for e in self._entries if e[0]() is not None]
         self._entries = live
-        return [(max(lo, elo), min(hi, ehi)) for _, elo, ehi in live if max(lo, elo) < min(hi, ehi)]
+        return [(max(lo, e[1]), min(hi, e[2])) for e in live if max(lo, e[1]) < min(hi, e[2])]
+
+    def unannounced(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The parts of ``[lo, hi)`` that live unannounced writers show (may overlap)."""
+        return [
+            (max(lo, elo), min(hi, ehi))
+            for ref, elo, ehi, unannounced in self._entries
+            if unannounced and max(lo, elo) < min(hi, ehi) and ref() is not None
+        ]
 
     def any_stale(self, host_valid: IntervalSet, lo: int, hi: int) -> bool:
         """Whether a held array shows bytes of ``[lo, hi)`` outside ``host_valid``."""
         if not self._entries:
             return False
-        for ref, elo, ehi in self._entries:
+        for ref, elo, ehi, _ in self._entries:
             a, b = max(lo, elo), min(hi, ehi)
             if a < b and ref() is not None and not host_valid.contains(a, b):
                 return True
+        return False
+
+    def any_writable(self, lo: int, hi: int) -> bool:
+        """Whether a held array the user may write through shows bytes of ``[lo, hi)``."""
+        for ref, elo, ehi, _ in self._entries:
+            if max(lo, elo) < min(hi, ehi):
+                held = ref()
+                if held is None:
+                    continue
+                if isinstance(held, _Holder):
+                    if not held.__array_interface__["data"][1]:  # (pointer, read-only)
+                        return True
+                elif getattr(getattr(held, "flags", None), "writeable", True):
+                    return True  # an adopted ndarray the user keeps
         return False

@@ -28,9 +28,10 @@ from typing import Any
 import numpy as np
 
 from . import _residency, _streams, memory
-from ._engine import GPU, HOST
+from ._engine import GPU, HOST, INOUT
 from .array import SmartArray
-from .errors import TransferError
+from .coherence import IntervalSet
+from .errors import DeviceMemoryError, TransferError
 
 __all__ = [
     "CudaView",
@@ -75,7 +76,7 @@ def order_before_default(a: SmartArray) -> None:
     with a._buf.lock:
         pending = _pending_stream(a)
         if pending != 0 and pending is not _streams.DEFAULT:
-            _streams.order(pending, 0)
+            a._buf.order_before(0)
 
 
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
@@ -105,7 +106,14 @@ def _interface_stream(a: SmartArray) -> int | None:
         # The simulator's streams have no handle a consumer could wait for: wait here.
         _wait_for_device(a)
         return None
-    if pending is _streams.DEFAULT:
+    buf = a._buf
+    if buf.done_for is pending:
+        # Never a handle nothing vouches for (the launch's stream may be destroyed by now, and
+        # with per-thread default streams "the default stream" is the launching thread's):
+        # the legacy default stream, made to wait for the buffer's own event (no host wait).
+        from numba import cuda
+
+        buf.done.wait(cuda.legacy_default_stream())
         return 1  # the legacy default stream, as the interface spells it
     handle = getattr(pending, "handle", None)
     handle = getattr(handle, "value", handle)  # numba's ctypes handle
@@ -130,7 +138,7 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
     # The consumer keeps the pointer as long as it likes: this device copy is never evicted.
     _residency.share(a._buf, "it was shared through __cuda_array_interface__")
     if not readonly:
-        a.mark_changed(GPU)
+        a._buf.exported(a._lo, a._hi)  # held host arrays: refreshed once the consumer wrote
     contiguous = dev.size == 0 or dev.is_c_contiguous()
     return {
         "shape": tuple(int(d) for d in dev.shape),
@@ -206,7 +214,12 @@ class CudaView:
     def __exit__(self, *exc: object) -> None:
         if self.intent != "in":
             # Also after an exception: the consumer may have written part of the bytes, and
-            # the device copy (current when shared) holds them.
+            # the device copy (current when shared) holds them. The consumer's stream is not
+            # known (it may be non-blocking): held host arrays are refreshed after all the
+            # device's work.
+            from numba import cuda
+
+            cuda.synchronize()
             self.array.mark_changed(GPU)
 
     def __repr__(self) -> str:
@@ -258,8 +271,14 @@ def dlpack(
     if copy:
         host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
     else:
-        host = a.get(HOST)  # tracked: refreshed if the device copy is later marked changed
-        a.mark_changed(HOST)  # the consumer may write through it
+        buf = a._buf
+        with buf.lock:
+            buf.ensure_host()
+            buf.acquire(HOST, a._lo, a._hi, INOUT, "dlpack export")
+            # Tracked: refreshed after device writes. The consumer may write through it at any
+            # time and cannot say so: each refresh records a host write again (see _held).
+            host = a._export(readonly=False, unannounced=True)
+            a.mark_changed(HOST)
     return host.__dlpack__(max_version=max_version)
 
 
@@ -419,23 +438,37 @@ def init_from_device(
         if exc.__class__.__name__ == "TransferGuardError":
             raise
         raise TransferError(f"copying the device object failed: {exc}") from exc
-    self._buf.stream = _streams.DEFAULT  # a device-to-device copy may still run when it returns
+    self._buf.queued(0)  # a device-to-device copy may still run when it returns
     self.mark_changed(GPU)
 
 
 def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
-    """``a.copy()``: device to device when the data is current on the device only."""
-    if (
-        order in ("C", "K", "A")
-        and a.size
-        and a.is_valid(GPU)
-        and not a.is_valid(HOST)
-        and all(s >= 0 for s in a.strides)
-    ):
-        dev = a.get(GPU)  # moves nothing: current there
-        if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
-            order_before_default(a)
-            return SmartArray(dev)
+    """``a.copy()``: each byte copied from where it is current, moving as few as possible.
+
+    Device to device (``d2d``) when no byte of ``a`` is current on the host, and there is room
+    for a second device copy; otherwise on the host (``host_copy``), after downloading only
+    the bytes current on the device alone. The source is kept resident during a device copy
+    (nothing the user holds is involved: no hand-out pins it afterwards).
+    """
+    buf = a._buf
+    with buf.lock:
+        if (
+            order in ("C", "K", "A")
+            and a.size
+            and buf.device_bytes is not None
+            and all(s >= 0 for s in a.strides)
+            and a.is_valid(GPU)
+            and not buf.state.valid(HOST).intersection(IntervalSet.span(a._lo, a._hi))
+        ):
+            # Current on the device only: a view of the copy (no hand-out, nothing moves).
+            dev = memory.device_view(buf.device_bytes, a._offset, a.shape, a.strides, a.dtype)
+            if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
+                order_before_default(a)
+                try:
+                    with _residency.resident(a):  # the source stays while the copy is made
+                        return SmartArray(dev)
+                except DeviceMemoryError:
+                    pass  # no room for two device copies: copy on the host instead
     return host_copy(a, order=order)
 
 
@@ -487,3 +520,33 @@ def is_cuda_array(obj: Any) -> bool:
     if isinstance(obj, (SmartArray, CudaView)) or memory._is_device_array(obj):
         return True
     return hasattr(obj, "__cuda_array_interface__")
+
+
+# -- numba-cuda's own In / Out / InOut ------------------------------------------------------
+
+
+def _route_numba_hints() -> None:
+    """Make numba-cuda's own ``In(a)`` / ``Out(a)`` / ``InOut(a)`` take the device copy.
+
+    numba-cuda 0.30's hints hand the wrapped object to ``devicearray._to_strided_memory_view``,
+    which tries ``__dlpack__`` first for any object that is not an ndarray; a SmartArray's
+    ``__dlpack__`` answers a consumer that names no device with the host copy (what
+    ``np.from_dlpack`` wants), and cuda.core asks exactly that way, also for a kernel: the
+    kernel would get the host pointer (an illegal address on a GPU). numba-cuda skips DLPack
+    for the types in ``_UNSUPPORTED_DLPACK_TYPES`` (read at each call) and then takes
+    ``__cuda_array_interface__``: the device copy made current, a device write recorded (the
+    conservative rule of the interface, right for every one of the three hints). The simulator
+    prepares hints with its own ``auto_device`` and has no such module.
+    """
+    if memory.SIMULATOR:
+        return
+    try:
+        from numba.cuda.cudadrv import devicearray
+    except ImportError:  # pragma: no cover - a numba-cuda without it takes no DLPack path
+        return
+    skipped = getattr(devicearray, "_UNSUPPORTED_DLPACK_TYPES", None)
+    if isinstance(skipped, tuple) and SmartArray not in skipped:
+        devicearray._UNSUPPORTED_DLPACK_TYPES = (*skipped, SmartArray)
+
+
+_route_numba_hints()

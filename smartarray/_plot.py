@@ -28,7 +28,8 @@ def _figure_class() -> Any:
         from matplotlib.figure import Figure
     except ImportError:
         raise ImportError(
-            "Trace.plot needs matplotlib: pip install 'smartarray[plot]' (or matplotlib)"
+            "Trace.plot needs matplotlib: pip install matplotlib (or, from a clone of "
+            "smartarray, pip install '.[plot]')"
         ) from None
     return Figure
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._engine import HOST, IN
 from ._numpy_api import arrays_in as _arrays_in
 from ._numpy_api import locked as _locked
 from ._results import _rebuild
@@ -36,10 +37,10 @@ class ProtocolMethods:
         return self._shape[0]
 
     def __iter__(self) -> Iterator[Any]:
-        if not self._shape:
-            raise TypeError("iteration over a 0-d array")
-        for i in range(self._shape[0]):
-            yield self[i]
+        return _elements(self, range(len(_iterable(self))))
+
+    def __reversed__(self) -> Iterator[Any]:
+        return _elements(self, range(len(_iterable(self)) - 1, -1, -1))
 
     def __contains__(self, value: Any) -> bool:
         with _locked(_arrays_in(self, value)):
@@ -97,3 +98,26 @@ class ProtocolMethods:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
         return self.copy(order="K")  # numbers only: nothing deeper to copy
+
+
+def _iterable(a: SmartArray) -> SmartArray:
+    """``a``, checked when ``iter()`` is called (as NumPy does), not at the first ``next()``."""
+    if not a._shape:
+        raise TypeError("iteration over a 0-d array")
+    return a
+
+
+def _elements(a: SmartArray, indices: range) -> Iterator[Any]:
+    """Yield ``a[i]`` for ``i`` in ``indices``, making the host copy current once first.
+
+    Without the first step each element (or row) would sync on its own: ``max(a)`` of an array
+    current on the device made one download per element. Iteration stays lazy, as NumPy's: an
+    element is read when it is reached, so a device write between two steps is seen (it makes
+    the host stale again, and the next element syncs what it needs).
+    """
+    if indices:
+        buf = a._buf
+        with buf.lock:
+            buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
+    for i in indices:
+        yield a[i]

@@ -79,9 +79,9 @@ class Residency:
     views : WeakValueDictionary or None
         The views (by id; SmartArrays are unhashable) that cache a device view of the copy
         (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
-    handouts : list of weakref
-        Device arrays over the copy handed to the user by ``get('gpu')``: while one lives, the
-        copy stays (the user may write through it, then ``mark_changed('gpu')``).
+    handouts : list of (weakref, str)
+        What holds the copy's memory outside (``get('gpu')`` tokens, see
+        ``memory.handout_view``; live DLPack exports), and why: while one lives, it stays.
     """
 
     __slots__ = ("tick", "nbytes", "keep", "shared", "views", "handouts")
@@ -92,7 +92,7 @@ class Residency:
         self.keep = 0
         self.shared = ""
         self.views: weakref.WeakValueDictionary[int, Any] | None = None
-        self.handouts: list[weakref.ref[Any]] = []
+        self.handouts: list[tuple[weakref.ref[Any], str]] = []
 
 
 class ResidentArray(NamedTuple):
@@ -161,6 +161,7 @@ _local = threading.local()
 _launches: dict[int, _Launch] = {}  # thread ident -> its launch
 # Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
 _skipped: dict[int, str] = {}
+_HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # handed_out's why
 
 
 # -- records --------------------------------------------------------------------------------
@@ -221,12 +222,12 @@ def cache_view(buf: Buffer, view: Any) -> None:
     rec.views[id(view)] = view
 
 
-def handed_out(buf: Buffer, devary: Any) -> None:
-    """``devary`` (a device array over ``buf``'s copy) was handed to the user."""
+def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
+    """``devary`` lives while the copy's memory is held outside: the copy stays (``why``)."""
     rec = record(buf)
-    rec.handouts = [r for r in rec.handouts if r() is not None]
+    rec.handouts = [r for r in rec.handouts if r[0]() is not None]
     try:
-        rec.handouts.append(weakref.ref(devary))
+        rec.handouts.append((weakref.ref(devary), why))
     except TypeError:  # pragma: no cover - numba's device arrays take weak references
         rec.shared = "its device memory was handed out"
 
@@ -461,8 +462,8 @@ def _kept(buf: Buffer, pinned: set[Residency]) -> str:
         return "kept resident (smartarray.resident)"
     if rec.shared:
         return rec.shared
-    if any(r() is not None for r in rec.handouts):
-        return "a device array from get('gpu') over it is still referenced"
+    if why := next((why for ref, why in rec.handouts if ref() is not None), ""):
+        return why
     if rec in pinned:
         return "a launch being prepared or run uses it"
     return ""
@@ -494,7 +495,7 @@ def _evict_one(buf: Buffer, reason: str) -> int:
         # Queued device work uses it (stream order): wait for it, as a host read would.
         buf.wait_for_device()
         downloaded = 0
-        plan = buf.state.plan_read("host", 0, buf.nbytes)
+        plan = buf.state.plan_read("host", 0, buf.nbytes, coalesce=not buf.held)
         if plan.copies:
             downloaded = plan.nbytes
             try:

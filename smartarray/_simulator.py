@@ -117,6 +117,39 @@ def device_view(device_bytes: Any, offset: int, dims: tuple[int, ...], steps: An
     return FakeCUDAArray(host)
 
 
+class _Kept:
+    """The base of a simulated device view that keeps ``token`` alive (see below)."""
+
+    __slots__ = ("__array_interface__", "token")
+
+
+def keep_alive_ndarray(ary: np.ndarray, token: Any) -> np.ndarray:
+    """An ndarray over ``ary``'s memory whose every derived view keeps ``token`` alive.
+
+    Gap: a simulated device array wraps an ndarray, and NumPy collapses the base of every
+    view of it to the first object that is not an ndarray: this holder, which holds ``token``.
+    """
+    holder = _Kept()
+    holder.token = token
+    holder.__array_interface__ = {
+        "shape": ary.shape,
+        "typestr": ary.dtype.str,
+        "descr": ary.dtype.descr,
+        "strides": ary.strides,
+        "data": (ary.__array_interface__["data"][0], False),
+        "version": 3,
+    }
+    out = np.asarray(holder)
+    return out if out.dtype == ary.dtype else out.view(ary.dtype)
+
+
+def fake_device_array(ary: np.ndarray) -> Any:
+    """A simulated device array wrapping ``ary`` (not counted)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return FakeCUDAArray(ary)
+
+
 def device_record_like(rec: np.void, stream: Any) -> Any:
     """An uninitialised simulated device record like ``rec`` (not counted).
 
@@ -208,11 +241,26 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 
 
 def out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` is numba's ``CudaAPIError`` for CUDA_ERROR_OUT_OF_MEMORY.
+    """Whether ``exc`` says the device is out of memory (eviction may make room).
 
-    A GPU raises it from ``cuMemAlloc``; strict mode raises the simulator's class with the same
-    ``code`` past its ``device_memory``.
+    numba's own allocator raises ``CudaAPIError`` with CUDA_ERROR_OUT_OF_MEMORY from
+    ``cuMemAlloc`` (strict mode raises the simulator's class with the same ``code`` past its
+    ``device_memory``). An allocator plugin (numba's EMM interface) raises its own error: RMM's
+    ``rmm::out_of_memory`` reaches Python as ``MemoryError("std::bad_alloc: out_of_memory:
+    ...")``, CuPy's as ``OutOfMemoryError`` (a ``MemoryError``). A ``MemoryError`` that does
+    not say so (a host allocation) is not taken for one, nor smartarray's own errors.
     """
+    if isinstance(exc, MemoryError):
+        from .errors import SmartArrayError
+
+        if isinstance(exc, SmartArrayError):
+            return False
+        text = str(exc).lower()
+        return (
+            type(exc).__name__ == "OutOfMemoryError"
+            or "out_of_memory" in text
+            or "out of memory" in text
+        )
     code = getattr(exc, "code", None)
     if code is None or type(exc).__name__ != "CudaAPIError":
         return False

@@ -26,7 +26,16 @@ from numba import cuda
 
 from . import _simulator as _sim
 
-__all__ = ["DEFAULT", "native", "order", "pending", "same", "synchronize"]
+__all__ = [
+    "DEFAULT",
+    "copy_stream",
+    "native",
+    "new_event",
+    "order",
+    "pending",
+    "same",
+    "synchronize",
+]
 
 
 class _DefaultStream:
@@ -55,8 +64,15 @@ def _is_zero(stream: Any) -> bool:
 
 
 def pending(stream: Any) -> Any:
-    """What a buffer records for device work queued on ``stream``: the object, or DEFAULT for 0."""
-    return DEFAULT if _is_zero(stream) else stream
+    """What a buffer records for device work queued on ``stream``: the object, or DEFAULT for
+    the default stream (0, or a stream object of handle 0: what numba-cuda's dispatcher hands
+    ``to_device`` for a default-stream launch, a new cuda.core wrapper per configuration)."""
+    if _is_zero(stream):
+        return DEFAULT
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None and not protocol()[1]:
+        return DEFAULT
+    return stream
 
 
 def native(stream: Any) -> Any:
@@ -115,7 +131,29 @@ def synchronize(stream: Any) -> None:
     sync()
 
 
-def _event() -> Any:
+# smartarray's own stream for copies that follow device work whose stream may be gone: made on
+# first need, for the strict session it was made in (strict mode's streams belong to one).
+_copy_stream: list[Any] = [None, None]
+
+
+def copy_stream() -> Any:
+    """A stream smartarray owns (never destroyed), for copies ordered after a buffer's event.
+
+    Not the default stream: a copy there would wait for every blocking stream's work (the
+    legacy default stream), or for the calling thread's only (per-thread default streams).
+    """
+    from ._strict import state as _strict_state
+
+    session = _strict_state.get()
+    owner, stream = _copy_stream
+    if stream is None or owner is not session:
+        stream = cuda.stream()
+        _copy_stream[:] = [session, stream]
+    return stream
+
+
+def new_event() -> Any:
+    """A new event for ordering and host waits (no timing data)."""
     return _sim.event()  # (the simulator's Event takes no arguments)
 
 
@@ -125,6 +163,6 @@ def order(before: Any, after: Any) -> None:
     An event recorded on ``before`` that ``after`` waits for: the device orders the two, the
     host does not block.
     """
-    event = _event()
+    event = new_event()
     event.record(native(before))
     event.wait(native(after))

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _numba_cpu, _perf, _residency, _streams, guard, memory
+from . import _numba_cpu, _perf, _residency, guard, memory
 from ._arguments import ArgumentMethods
 from ._checks import _check_array_dtype, _check_shape
 from ._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT
@@ -235,7 +235,7 @@ class SmartArray(
                 memory.copy_range("h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc())
             except Exception as exc:
                 raise TransferError(f"uploading the initial data failed: {exc}") from exc
-            buf.stream = _streams.DEFAULT  # a staged synchronous upload: see SmartArray._copy
+            buf.queued(0)  # a staged synchronous upload: see Buffer._copy
             if adopt:
                 buf.state.apply(buf.state.plan_read(GPU, 0, ary.nbytes))
 
@@ -328,8 +328,9 @@ class SmartArray(
             self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
         )
 
-    def _export(self, readonly: bool) -> np.ndarray:
-        """This view's host data as an ndarray handed out (tracked; no sync)."""
+    def _export(self, readonly: bool, unannounced: bool = False) -> np.ndarray:
+        """This view's host data as an ndarray handed out (tracked; no sync); ``unannounced``:
+        to a consumer that writes without calling ``mark_changed`` (see ``_held``)."""
         buf = self._buf
         return buf.held.view(
             buf.ensure_host(),
@@ -340,6 +341,7 @@ class SmartArray(
             self._lo,
             self._hi,
             readonly,
+            unannounced,
         )
 
     def _host_ro(self, reason: str = "host read") -> np.ndarray:
@@ -377,7 +379,9 @@ class SmartArray(
         numpy.ndarray or device array
             A writable view of that copy. After writing through it, call
             :meth:`mark_changed` with the same ``where``. A host array stays current: it is
-            refreshed as soon as the device copy is marked changed.
+            refreshed as soon as the device copy is marked changed. A device array may be
+            used on any stream: device work still queued on this array's memory (uploads,
+            kernels, on any stream) has finished when it is returned.
         """
         where = _check_where(where)
         if where == GPU:
@@ -390,10 +394,15 @@ class SmartArray(
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
             if where == HOST:
                 return self._export(readonly=False)
-            dev = memory.device_view(
+            # The caller may use the device array on any stream: device work still queued on
+            # this buffer (an upload, a kernel, on another stream) must be done first, or a
+            # late upload overwrites what the caller's kernel writes.
+            self._buf.wait_for_device()
+            dev, token = memory.handout_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )
-            _residency.handed_out(self._buf, dev)  # not evicted while the user holds it
+            # Not evicted while the user holds it or any view of it (a slice keeps the token).
+            _residency.handed_out(self._buf, token)
             return dev
 
     def _check_device_geometry(self) -> None:

@@ -7,9 +7,14 @@ Every class subclasses what users already catch (``ValueError``, ``TypeError``,
 
 from __future__ import annotations
 
+# What numba.cuda raises without a CUDA target (the simulator's own class under the simulator):
+# NoDeviceError subclasses it, so ``except CudaSupportError`` keeps working.
+from numba.cuda.cudadrv.error import CudaSupportError as _CudaSupportError
+
 __all__ = [
     "CoherenceError",
     "DeviceMemoryError",
+    "NoDeviceError",
     "PerformanceWarning",
     "RegistrationError",
     "SmartArrayError",
@@ -78,6 +83,18 @@ class DeviceMemoryError(SmartArrayError, MemoryError):
         self.nbytes = nbytes
         self.budget = budget
         self.resident = list(resident or [])
+
+
+class NoDeviceError(SmartArrayError, _CudaSupportError):
+    """Device work was attempted in a process with no CUDA target (no GPU and driver, no simulator).
+
+    Raised where numba.cuda first fails to initialise its driver (a kernel launch, ``to_device``,
+    ``pinned=True``, ``stream()``, ``a.gpu()``, ...). It names the two ways out: a machine with an
+    NVIDIA GPU and its driver, or numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, or
+    ``SMARTARRAY_STRICT=1`` for the simulator with strict checks), set in the environment before
+    ``numba.cuda`` is imported. numba's own error is chained as ``__cause__``. A subclass of
+    numba's ``CudaSupportError``, so code that catches that keeps working.
+    """
 
 
 class SmartArrayWarning(UserWarning):

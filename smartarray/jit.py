@@ -16,8 +16,11 @@ as read only:
 - an explicit ``In`` / ``Out`` / ``InOut`` (smartarray's or numba's), a device array, a scalar
   or anything else as it is: an explicit hint always wins.
 
-The analysis runs once per function, on its first launch or call; a launch then costs a few
-attribute reads and one ``isinstance`` per parameter proven read only.
+The analysis runs on a function's first launch or call, and again only when a global, closure
+cell or attribute it resolved (a helper) was rebound since (the result then keeps the earlier
+writes too: Numba may still run code compiled with the old helper); a launch then costs a few
+attribute reads, one identity check per binding the analysis resolved and one ``isinstance``
+per parameter proven read only.
 """
 
 from __future__ import annotations
@@ -55,8 +58,14 @@ class _InferredIn(In):
 
 def _plan(py_func: Any, cuda: bool) -> tuple[tuple[int, str, float], ...]:
     """``(index, name, threshold)`` of each parameter that is read only for some arrays."""
-    access = _access.analyse(py_func, cuda=cuda)
-    return tuple((i, p.name, p.threshold) for i, p in enumerate(access.params) if p.threshold >= 1)
+    return _plan_and_deps(py_func, cuda)[0]
+
+
+def _plan_and_deps(py_func: Any, cuda: bool) -> tuple[Any, _access.Deps]:
+    """:func:`_plan`, and the bindings it depends on (rebinding one makes it stale)."""
+    access, deps = _access.analysis(py_func, cuda)
+    plan = tuple((i, p.name, p.threshold) for i, p in enumerate(access.params) if p.threshold >= 1)
+    return plan, deps
 
 
 _new_hint = _InferredIn.__new__
@@ -93,9 +102,32 @@ def _hint(a: Any, thr: float, kernel: bool) -> Any:
         hint = _InferredIn.__new__(_InferredIn)  # (In's checks: ``a`` is a SmartArray)
         hint.value = a
         return hint
-    if kind == 2 and kernel and a.ndim > 0 and _read_only(a, thr):
+    if kind == 2 and kernel and a.ndim > 0 and _read_only(a, thr) and not _maybe_page_locked(a):
         return _numba_args.In(a)
     return None
+
+
+def _maybe_page_locked(a: np.ndarray) -> bool:
+    """Whether ``a``'s memory may be page-locked (pinned, mapped or registered).
+
+    numba's ``In`` uploads with ``cuMemcpyHtoDAsync`` even on stream 0: from page-locked
+    memory the DMA reads the host bytes when it runs, so a host write right after the launch
+    would reach the kernel. Such arrays keep numba's default (``InOut``, which waits). Memory
+    NumPy does not own (a CUDA host allocation, a foreign buffer) may be page-locked.
+    """
+    from ._strict import state as _strict_state
+
+    strict = _strict_state.get()
+    if strict is not None:
+        return strict.is_page_locked(a)
+    owner = a
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    if not isinstance(owner, np.ndarray):
+        return True
+    from . import memory
+
+    return memory.is_registered(a) or memory.is_registered(owner)
 
 
 def _hinted_args(plan: tuple[tuple[int, str, float], ...], args: tuple, kernel: bool) -> tuple:
@@ -124,6 +156,7 @@ class _Proxy(wrapt.ObjectProxy):
     _cuda = False
     _inner: Any = None  # numba's dispatcher
     _plan: Any = None  # ((index, name, threshold), ...), computed on first use
+    _deps: Any = None  # the bindings the plan depends on (_access.Deps)
     _last: Any = None  # the last _Launch (kernels)
 
     @property
@@ -135,17 +168,26 @@ class _Proxy(wrapt.ObjectProxy):
         return f"<smartarray.{type(self).__name__[1:].lower()} of {self.__wrapped__!r}>"
 
 
-def _new(base: type, dispatcher: Any, plan: Any = None) -> Any:
-    cls = type(base.__name__, (base,), {"_inner": dispatcher, "_plan": plan, "_last": None})
+def _new(base: type, dispatcher: Any, plan: Any = None, deps: Any = None) -> Any:
+    attrs = {"_inner": dispatcher, "_plan": plan, "_deps": deps, "_last": None}
+    cls = type(base.__name__, (base,), attrs)
     cls.__qualname__ = base.__qualname__
     return cls(dispatcher)
 
 
 def _get_plan(cls: Any) -> Any:
-    plan = cls._plan
-    if plan is None:
-        plan = cls._plan = _plan(cls._inner.py_func, cls._cuda)
-    return plan
+    """The class's plan, (re)computed when missing or when a binding it depends on changed.
+
+    Plans only grow more conservative (each analysis is merged with the earlier ones), so a
+    racing thread is safe as long as it never uses a plan older than the bindings it checked:
+    the plan is stored before its bindings, and read after them.
+    """
+    deps = cls._deps
+    if deps is None or not deps.current():
+        plan, deps = _plan_and_deps(cls._inner.py_func, cls._cuda)
+        cls._plan = plan
+        cls._deps = deps
+    return cls._plan
 
 
 class _Launch:
@@ -156,13 +198,23 @@ class _Launch:
     creating a proxy costs more than the rest of the launch's overhead.
     """
 
-    __slots__ = ("_inner", "_plan")
+    __slots__ = ("_deps", "_inner", "_owner", "_plan")
 
-    def __init__(self, inner: Any, plan: Any) -> None:
+    def __init__(self, inner: Any, owner: Any) -> None:
         self._inner = inner
-        self._plan = plan
+        self._owner = owner  # the proxy's class: its plan, and what the plan depends on
+        self._refresh()
+
+    def _refresh(self) -> None:
+        owner = self._owner
+        _get_plan(owner)
+        deps = owner._deps  # read before the plan, stored after it (see _get_plan)
+        self._plan = owner._plan
+        self._deps = deps
 
     def __call__(self, *args: Any) -> Any:
+        if not self._deps.current():  # a helper was rebound since: analyse again
+            self._refresh()
         plan = self._plan
         if plan:
             out = None
@@ -208,23 +260,24 @@ class _Kernel(_Proxy):
         last = cls._last
         if last is not None and last._inner is inner:
             return last
-        launch = cls._last = _Launch(inner, _get_plan(cls))
+        launch = cls._last = _Launch(inner, cls)
         return launch
 
     def configure(self, *args: Any, **kws: Any) -> _Launch:
         """numba's ``configure``, with inferred hints (see :func:`jit`)."""
-        return _Launch(self.__wrapped__.configure(*args, **kws), _get_plan(type(self)))
+        return _Launch(self.__wrapped__.configure(*args, **kws), type(self))
 
     def forall(self, *args: Any, **kws: Any) -> _Launch:
         """numba's ``forall``, with inferred hints (see :func:`jit`)."""
-        return _Launch(self.__wrapped__.forall(*args, **kws), _get_plan(type(self)))
+        return _Launch(self.__wrapped__.forall(*args, **kws), type(self))
 
     def specialize(self, *args: Any) -> Any:
         """numba's ``specialize`` (for the hinted arguments), still inferring hints."""
-        plan = _get_plan(type(self))
+        cls = type(self)
+        plan = _get_plan(cls)
         if plan:
             args = _hinted_args(plan, args, True)
-        return _new(_Kernel, self.__wrapped__.specialize(*args), plan)
+        return _new(_Kernel, self.__wrapped__.specialize(*args), plan, cls._deps)
 
 
 class _Njit(_Proxy):
@@ -232,9 +285,8 @@ class _Njit(_Proxy):
 
     def __call__(self, *args: Any, **kws: Any) -> Any:
         cls = type(self)
-        plan = cls._plan
-        if plan is None:
-            plan = _get_plan(cls)
+        deps = cls._deps
+        plan = _get_plan(cls) if deps is None or not deps.current() else cls._plan
         if plan:
             args = _hinted_args(plan, args, False)
             if kws:

@@ -1,6 +1,6 @@
 """MPI for SmartArrays: send and receive views moving only their bytes, and halo exchange.
 
-Needs mpi4py (4.x) and an MPI library: ``pip install "smartarray[mpi]"`` installs mpi4py
+Needs mpi4py (4.x) and an MPI library: ``pip install ".[mpi]"`` (from a clone) installs mpi4py
 and MPICH's wheel (``mpiexec`` comes with it). Importing this module does not initialise
 MPI (``from mpi4py import MPI`` does).
 
@@ -22,8 +22,8 @@ try:
     import mpi4py  # noqa: F401 - only checked here; MPI itself is initialised by the user
 except ImportError as exc:  # pragma: no cover - depends on the installation
     raise ImportError(
-        "smartarray.mpi needs mpi4py and an MPI library: pip install 'smartarray[mpi]' "
-        "(mpi4py>=4 and the mpich wheel)"
+        "smartarray.mpi needs mpi4py and an MPI library: from a clone of smartarray, "
+        "pip install '.[mpi]' (mpi4py>=4 and the mpich wheel)"
     ) from exc
 
 from ._mpi import Request, exchange_halos, irecv, isend, recv, send, sendrecv, waitall

@@ -259,7 +259,7 @@ class Trace:
 
         A copy is drawn in the lane of its destination (``d2h`` on the host lane, ``h2d``
         and ``d2d`` on the device lane), from when it was issued, coloured and labelled by
-        array and reason. Needs matplotlib (``pip install 'smartarray[plot]'``).
+        array and reason. Needs matplotlib (``pip install matplotlib``).
 
         Parameters
         ----------
@@ -292,19 +292,47 @@ logger = logging.getLogger("smartarray")
 # NVTX ranges around transfers: off unless switched on (enable_nvtx or SMARTARRAY_NVTX=1) and
 # the ``nvtx`` package is importable.
 _nvtx: Any = None
+#: Whether numba.cuda's own copies are counted too (smartarray._numba_transfers switches it).
+_all_numba = False
+#: Per thread: how many of smartarray's own counted copies are under way (numba's copy
+#: functions they call must not count them a second time).
+_own = threading.local()
+
+
+def own_copies_under_way() -> bool:
+    """Whether this thread is inside a copy smartarray counts itself (see :func:`own_copy`)."""
+    return getattr(_own, "depth", 0) > 0
+
+
+@contextmanager
+def own_copy() -> Iterator[None]:
+    """Mark a copy smartarray counts itself, for a copy made without :func:`begin`."""
+    _own.depth = getattr(_own, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _own.depth -= 1
+
+
+def _leave(began: _Began | None) -> None:
+    if began is not None and began.own:
+        _own.depth -= 1
 
 
 class _Began:
     """What :func:`begin` hands :func:`record` for a copy someone listens to."""
 
-    __slots__ = ("time_ns", "file", "lineno", "log", "nvtx")
+    __slots__ = ("time_ns", "file", "lineno", "log", "nvtx", "own")
 
-    def __init__(self, time_ns: int, file: str, lineno: int, log: bool, nvtx: bool) -> None:
+    def __init__(
+        self, time_ns: int, file: str, lineno: int, log: bool, nvtx: bool, own: bool = False
+    ) -> None:
         self.time_ns = time_ns
         self.file = file
         self.lineno = lineno
         self.log = log
         self.nvtx = nvtx
+        self.own = own  # counted as one of smartarray's own copies (see own_copy)
 
 
 def _label(direction: str, nbytes: int, array: str, reason: str, file: str, lineno: int) -> str:
@@ -329,20 +357,36 @@ def begin(direction: str, nbytes: int, reason: str, array: str = "") -> _Began |
         The transfer guard refuses the copy; nothing was issued.
     """
     log = guard.armed() and guard.check(direction, nbytes, reason, array)
-    if not (log or _traces or _nvtx is not None or logger.isEnabledFor(logging.DEBUG)):
+    if not (
+        log or _traces or _nvtx is not None or _all_numba or logger.isEnabledFor(logging.DEBUG)
+    ):
         return None
     file, lineno = _frames.user_frame(1)
     pushed = False
     if _nvtx is not None:
         _nvtx.push_range(_label(direction, nbytes, array, reason, file, lineno))
         pushed = True
-    return _Began(time.perf_counter_ns(), file, lineno, log, pushed)
+    if _all_numba:
+        _own.depth = getattr(_own, "depth", 0) + 1  # until record() or abort()
+    return _Began(time.perf_counter_ns(), file, lineno, log, pushed, _all_numba)
 
 
 def abort(began: _Began | None) -> None:
     """End what :func:`begin` started for a copy that failed (nothing is counted)."""
+    _leave(began)
     if began is not None and began.nvtx and _nvtx is not None:
         _nvtx.pop_range()
+
+
+def _stream_name(stream: Any) -> str:
+    """A trace's name for ``stream``: ``'0'`` for the default stream, however it is spelt
+    (cuda.core's ``Stream`` of handle 0 is what a launch's copies go on, on a GPU)."""
+    if isinstance(stream, int):
+        return "0"
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if callable(protocol) and not protocol()[1]:
+        return "0"
+    return repr(stream)
 
 
 def record(
@@ -377,6 +421,7 @@ def record(
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    _leave(began)
     end = time.perf_counter_ns() if began is not None or _traces else 0
     with _lock:
         _totals[f"{direction}_count"] += 1
@@ -392,7 +437,7 @@ def record(
         array,
         int(start),
         int(start + nbytes if stop is None else stop),
-        "0" if isinstance(stream, int) else repr(stream),
+        _stream_name(stream),
         began.time_ns,
         end - began.time_ns,
         began.file,
@@ -434,7 +479,7 @@ def _describe(event: TransferEvent) -> str:
 def enable_nvtx(enabled: bool = True) -> bool:
     """Switch NVTX ranges around transfers on or off; return whether they were on.
 
-    With the ``nvtx`` package installed (``pip install smartarray[nvtx]``), each copy between
+    With the ``nvtx`` package installed (``pip install nvtx``), each copy between
     host and device is wrapped in an NVTX range named like
     ``"h2d 2048 B x (device use) step.py:42"``, so Nsight Systems shows which array moved,
     why, and from which line. The environment variable ``SMARTARRAY_NVTX=1`` switches them

@@ -62,8 +62,9 @@ def strict(
         numba's ``CudaAPIError`` (``CUDA_ERROR_OUT_OF_MEMORY``).
     per_thread_default_stream : bool, optional
         Model stream 0 as the per-thread default stream (numba's
-        ``CUDA_PER_THREAD_DEFAULT_STREAM=1``): an ordinary stream, not ordered with the others.
-        Default: the legacy default stream, which waits for every stream and they for it.
+        ``CUDA_PER_THREAD_DEFAULT_STREAM=1``): the calling thread's own stream, one per host
+        thread, not ordered with the others. Default: the legacy default stream, which waits
+        for every blocking stream and they for it.
 
     Yields
     ------

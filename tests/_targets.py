@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 
-_SIMULATOR_SWITCHES = ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT")
+# The fake driver too: these children check numba-cuda with no driver at all.
+_SIMULATOR_SWITCHES = ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT", "SMARTARRAY_FAKE_GPU")
 
 
 def real_target_env() -> dict[str, str]:

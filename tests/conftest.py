@@ -32,12 +32,24 @@ def _cuda_driver_present() -> bool:
     return out.stdout.strip().endswith("True")
 
 
-if "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
+#: The fake CUDA driver for the whole session (``SMARTARRAY_FAKE_GPU=1``): numba-cuda's real
+#: target over smartarray's fake ``libcuda.so.1``, loaded before numba.cuda is imported.
+FAKE_GPU = os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0")
+if FAKE_GPU:
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    import smartarray  # noqa: F401  (loads the fake driver first)
+
+    # This process has it; child processes the tests start choose their own target.
+    del os.environ["SMARTARRAY_FAKE_GPU"]
+elif "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
 #: Strict mode for the whole session (``SMARTARRAY_STRICT=1``): smartarray turns it on when it is
 #: imported, on the simulator.
-STRICT = os.environ.get("SMARTARRAY_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+STRICT = (
+    os.environ.get("SMARTARRAY_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
+    and not FAKE_GPU
+)
 if STRICT:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
@@ -85,6 +97,23 @@ def _strict_drain():
             state.scheduler.run_all()
 
 
+@pytest.fixture(autouse=True)
+def _fake_gpu_fault_cleared():
+    """On the fake driver, a kernel fault is sticky as on a GPU: clear it after the test.
+
+    A GPU process would have to restart; the session goes on instead, so that the fault fails
+    only the test that caused it.
+    """
+    yield
+    if FAKE_GPU:
+        from smartarray import _fakegpu
+
+        fake = _fakegpu.current()
+        if fake is not None:
+            with fake.lock:
+                fake.clear_fault()
+
+
 def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "error::smartarray.errors.SmartArrayWarning")
 
@@ -98,6 +127,9 @@ def pytest_report_header(config):
         )
     if SIMULATOR:
         return "smartarray target: CUDA simulator (NUMBA_ENABLE_CUDASIM=1); gpu tests skipped"
+    if FAKE_GPU:
+        seed = os.environ.get("SMARTARRAY_FAKE_GPU_SEED", "0")
+        return f"smartarray target: numba-cuda's real target on the FAKE CUDA driver (seed {seed})"
     return "smartarray target: real CUDA GPU"
 
 

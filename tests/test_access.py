@@ -228,6 +228,32 @@ def n_reshape(x):
     e += 1.0
 
 
+def n_list_copy(x, y):
+    l2 = [x].copy()  # a shallow copy: its item is still x
+    l2[0][0] = 3.0
+    return y[0]
+
+
+def n_dict_copy(x, y):
+    d2 = {0: x}.copy()
+    d2[0][0] = 3.0
+    return y[0]
+
+
+def n_record_field_named_shape(x, y):
+    x[0].shape[0] = 5.0  # a record field named "shape": a nested array inside x
+    n = y.size
+    n += 1  # an array's size is a plain value
+    return y.shape[0] + n
+
+
+def n_array_copy(x, y):
+    c = x.copy()  # the receiver is an array: the copy is new memory
+    c[0] = 1.0
+    s = y[1:].copy()
+    s[0] = 2.0
+
+
 n_recursive_j = numba.njit(n_recursive)
 
 CUDA_CORPUS = [
@@ -264,6 +290,10 @@ CPU_CORPUS = [
     (n_closure, {"x": "w"}),
     (n_varargs, {"arrays": "w"}),
     (n_reshape, {"x": "w"}),
+    (n_list_copy, {"x": "w", "y": 1}),
+    (n_dict_copy, {"x": "w", "y": 1}),
+    (n_array_copy, {"x": "r", "y": "r"}),
+    (n_record_field_named_shape, {"x": "w", "y": "r"}),
 ]
 
 
@@ -302,6 +332,15 @@ def test_reasons_name_the_line_and_the_code():
     )
 
 
+def test_record_field_named_like_an_array_attribute_is_written():
+    dt = np.dtype([("shape", np.float64, (3,)), ("v", np.float64)])
+    x = sa.SmartArray(np.zeros(2, dtype=dt))
+    x.get("gpu")  # current in both places
+    sa.njit(n_record_field_named_shape)(x, np.zeros(3))
+    assert np.asarray(x)[0]["shape"][0] == 5.0
+    assert x.get("gpu").copy_to_host()[0]["shape"][0] == 5.0
+
+
 def test_read_only_for_depends_on_rank_and_record_fields():
     x = analyse(k_element_update, cuda=True).params[0]
     assert x.read_only_for(1)
@@ -317,6 +356,88 @@ def test_dispatchers_and_cache():
     assert analyse(cuda.jit(k_reads)).params[1].threshold == NEVER  # a kernel: cuda typing
     with pytest.raises(TypeError, match="Python function or a Numba dispatcher"):
         analyse(42)
+
+
+# -- rebinding what the analysis resolved -----------------------------------------------------
+
+
+class _Helpers:
+    helper = dev_read
+
+
+def _closure_kernel():
+    helper = dev_read
+
+    def kern(a, b):
+        helper(a, 0)
+        b[0] = 1.0
+
+    def rebind(new):
+        nonlocal helper
+        helper = new
+
+    return kern, rebind
+
+
+def _global_kernel(body: str):
+    ns = {"cuda": cuda, "helper": dev_read, "Helpers": _Helpers}
+    exec(f"def kern(a, b):\n    {body}\n    b[0] = 1.0\n", ns)
+
+    def rebind(new):
+        ns["helper"] = new
+
+    return ns["kern"], rebind
+
+
+def _attribute_kernel():
+    kern, _ = _global_kernel("Helpers.helper(a, 0)")
+
+    def rebind(new):
+        _Helpers.helper = new
+
+    return kern, rebind
+
+
+@pytest.mark.parametrize(
+    ("make", "on_cuda", "reader", "writer"),
+    [
+        (lambda: _global_kernel("helper(a, 0)"), True, dev_read, dev_write),
+        (lambda: _global_kernel("helper(a)"), False, njit_read, njit_write),
+        (_closure_kernel, True, dev_read, dev_write),
+        (_attribute_kernel, True, dev_read, dev_write),
+    ],
+    ids=["global-device-function", "global-njit-helper", "closure-cell", "class-attribute"],
+)
+def test_rebinding_a_helper_redoes_the_analysis(make, on_cuda, reader, writer):
+    kern, rebind = make()
+    try:
+        rebind(reader)
+        assert analyse(kern, cuda=on_cuda).params[0].threshold == NEVER
+        rebind(writer)
+        assert analyse(kern, cuda=on_cuda).params[0].threshold < 1
+        # Numba keeps code compiled with the old helper: what it ran may still run, so the
+        # analysis only ever adds writes.
+        rebind(reader)
+        assert analyse(kern, cuda=on_cuda).params[0].threshold < 1
+        assert analyse(kern, cuda=on_cuda).params[1].threshold < 1
+    finally:
+        _Helpers.helper = dev_read
+
+
+def _rebinding_nested():
+    ns = {"cuda": cuda, "inner": dev_read}
+    exec("def middle(a, i):\n    inner(a, i)\n", ns)
+    middle = cuda.jit(device=True)(ns["middle"])
+    ns2 = {"middle": middle}
+    exec("def kern(a):\n    middle(a, 0)\n", ns2)
+    return ns2["kern"], ns
+
+
+def test_rebinding_a_helpers_helper_redoes_the_analysis():
+    kern, ns = _rebinding_nested()
+    assert analyse(kern, cuda=True).params[0].threshold == NEVER
+    ns["inner"] = dev_write
+    assert analyse(kern, cuda=True).params[0].threshold < 1
 
 
 # -- soundness: generated kernels ---------------------------------------------------------------

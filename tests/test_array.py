@@ -517,9 +517,15 @@ slices = st.builds(
 )
 
 
+# The bytes checked below are the exact model's: a transfer cost model whose latency is worth
+# no bytes (no cost-based coalescing of scattered reads; tests/test_coherence.py covers that).
+EXACT = sa.TransferCost(latency_s=1e-12, bandwidth_Bps=1e9)
+
+
 class SmartArrayMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
+        self.previous_cost = sa.set_transfer_cost(EXACT)
         self.ref = np.arange(N, dtype=np.float64)
         self.a = SmartArray(self.ref.copy())
         self.held: np.ndarray | None = None
@@ -601,6 +607,9 @@ class SmartArrayMachine(RuleBasedStateMachine):
             raw = mem if where == "host" else memory._raw(mem).copy_to_host()
             for lo, hi in valid.runs:
                 np.testing.assert_array_equal(raw[lo:hi], ref_bytes[lo:hi])
+
+    def teardown(self):
+        sa.set_transfer_cost(self.previous_cost)
 
 
 SmartArrayMachine.TestCase.settings = settings(max_examples=50, stateful_step_count=20)

@@ -21,12 +21,19 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from smartarray.coherence import (
     DEFAULT_MAX_RUNS,
+    DEFAULT_TRANSFER_COST,
     EMPTY_PLAN,
+    NVLINK_C2C,
+    PCIE5_X16,
+    SCATTER_RUNS,
     BufferState,
     Copy,
     IntervalSet,
     Plan,
     StalePlanError,
+    TransferCost,
+    set_transfer_cost,
+    transfer_cost,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -424,8 +431,12 @@ def test_non_integer_interval_changes_nothing(method, interval):
 # the fast path
 
 
+# Copies planned exactly (no cost-based coalescing): a copy's latency is worth no bytes.
+EXACT = TransferCost(latency_s=1e-12, bandwidth_Bps=1e9)
+
+
 def _fragmented_state() -> BufferState:
-    s = BufferState(1 << 20, valid_at="host")
+    s = BufferState(1 << 20, valid_at="host", cost=EXACT)
     for k in range(DEFAULT_MAX_RUNS):
         s.apply(s.plan_read("gpu", k * 1000, k * 1000 + 500))
     assert s.run_counts()["gpu"] == DEFAULT_MAX_RUNS
@@ -513,11 +524,15 @@ class CoherenceMachine(RuleBasedStateMachine):
         nlocs=st.sampled_from([2, 3]),
         max_runs=st.one_of(st.integers(1, 4), st.just(DEFAULT_MAX_RUNS)),
         start=st.integers(-1, 2),
+        # exact copies, or a latency worth 1 to 16 bytes (buffers here are tiny)
+        break_even=st.one_of(st.just(0), st.integers(1, 16)),
     )
-    def setup(self, nbytes, nlocs, max_runs, start):
+    def setup(self, nbytes, nlocs, max_runs, start, break_even):
         self.locs = ("host", "gpu", "gpu1")[:nlocs]
         valid_at = None if start < 0 or start >= nlocs else self.locs[start]
-        self.state = BufferState(nbytes, self.locs, valid_at=valid_at, max_runs=max_runs)
+        cost = EXACT if break_even == 0 else TransferCost(break_even * 1e-9, 1e9)
+        self.exact = break_even == 0
+        self.state = BufferState(nbytes, self.locs, valid_at=valid_at, max_runs=max_runs, cost=cost)
         self.n, self.m = nbytes, max_runs
         self.clock = 0
         self.true = [0] * nbytes
@@ -548,7 +563,8 @@ class CoherenceMachine(RuleBasedStateMachine):
             assert self.state.valid(c.source).contains(c.start, c.stop), (
                 f"{c} copies from bytes not valid at the source"
             )
-            assert not (span & self.state.valid(c.target)), f"{c} copies into valid bytes"
+            if self.exact:  # a cost model may rewrite bytes valid at both ends (merged copies)
+                assert not (span & self.state.valid(c.target)), f"{c} copies into valid bytes"
             for b in range(c.start, c.stop):
                 assert (c.target, b) not in seen, f"{c} overlaps another copy"
                 seen.add((c.target, b))
@@ -585,7 +601,9 @@ class CoherenceMachine(RuleBasedStateMachine):
         k = len(wanted) - self.m
         extra = len(copied) - len(stale)
         event(f"read: {'cap fill' if k > 0 else 'exact'}, sources={len(plan.copies)} copies")
-        if k <= 0:
+        if not self.exact:
+            pass  # coalesced by cost: bounded by the cost tests below, not by bytes
+        elif k <= 0:
             assert extra == 0, "copies beyond the stale bytes while under the cap"
         else:
             # documented bound: k * (n - |V|) / (m + k - 1) extra bytes
@@ -745,3 +763,145 @@ class CoherenceMachine(RuleBasedStateMachine):
 
 
 TestCoherenceMachine = CoherenceMachine.TestCase
+
+
+# ---------------------------------------------------------------------------------------------
+# the transfer cost model
+
+
+def _per_byte(break_even: int) -> TransferCost:
+    """A model whose latency is worth exactly ``break_even`` bytes (1 byte per second)."""
+    return TransferCost(latency_s=float(break_even), bandwidth_Bps=1.0)
+
+
+@pytest.mark.parametrize("gap", [1, 100, 4096])
+def test_two_pieces_of_a_read_are_one_copy_when_the_gap_costs_less_than_a_latency(gap):
+    # the gpu holds the gap and, far away, two more runs (so its reads count as scattered,
+    # and the span of them all is far too large to copy whole)
+    n = 1000 * gap + 1000
+    lo, hi = gap + 100, 2 * gap + 100
+    far = [(n - 40, n - 30), (n - 20, n - 10)]
+    for break_even, copies in ((gap + 1, 1), (gap, 2)):
+        s = BufferState(n, valid_at="host", cost=_per_byte(break_even))
+        for a, b in [(lo, hi), *far]:
+            s.apply(s.plan_read("gpu", a, b))
+        assert len(s.valid("gpu")) == SCATTER_RUNS
+        plan = s.plan_read("gpu", 0, 3 * gap + 200)
+        assert len(plan.copies) == copies, (break_even, plan)
+        assert plan.nbytes == (3 * gap + 200 if copies == 1 else 2 * gap + 200)
+        assert all(c.source == "host" for c in plan.copies)
+        s.apply(plan)
+        assert s.valid("gpu") == IntervalSet([(0, 3 * gap + 200), *far])
+        assert s.is_valid("host")
+
+
+def test_a_plain_sync_copies_exactly_its_stale_bytes():
+    """Fewer than SCATTER_RUNS runs: no merging across valid bytes, whatever the cost model."""
+    s = BufferState(1000, valid_at="host", cost=PCIE5_X16)
+    s.apply(s.plan_read("gpu", 100, 200))
+    plan = s.plan_read("gpu")
+    assert [(c.start, c.stop) for c in plan.copies] == [(0, 100), (200, 1000)]
+    assert plan.nbytes == 900
+
+
+def test_merged_copies_only_span_bytes_valid_at_source_and_target():
+    # three locations: the gap is valid at the target but not at the source of the pieces
+    n = 10_000
+    s = BufferState(n, ("host", "gpu", "gpu1"), valid_at="host", cost=_per_byte(1000))
+    s.apply(s.plan_read("gpu1", 100, 200))
+    s.mark_changed("gpu1", 100, 200)  # now current at gpu1 only
+    for a, b in ((n - 40, n - 30), (n - 20, n - 10)):  # scattered runs far away
+        s.apply(s.plan_read("gpu", a, b))
+    plan = s.plan_read("gpu", 0, 300)
+    assert [(c.source, c.start, c.stop) for c in plan.copies] == [
+        ("host", 0, 100),
+        ("gpu1", 100, 200),
+        ("host", 200, 300),
+    ]
+
+
+def _scattered_reads(s: BufferState, reads: list[tuple[int, int]]) -> tuple[int, int]:
+    copies = nbytes = 0
+    for a, b in reads:
+        for plan in (s.plan_read("host", a, b), None):
+            plan = plan if plan is not None else s.plan_consolidate()
+            copies += len(plan.copies)
+            nbytes += plan.nbytes
+            s.apply(plan)
+        assert s.is_valid("host", a, b)
+    return copies, nbytes
+
+
+@pytest.mark.parametrize("cost", [PCIE5_X16, NVLINK_C2C])
+def test_scattered_reads_copy_the_whole_span_once_the_latencies_paid_cover_it(cost):
+    n = 1 << 20  # transfer time below SCATTER_RUNS latencies under both presets
+    assert cost.seconds(1, n) <= cost.seconds(SCATTER_RUNS + 1, 0)
+    s = BufferState(n, valid_at="gpu", cost=cost)
+    reads = [(k * 100_003 % n // 8 * 8, k * 100_003 % n // 8 * 8 + 64) for k in range(1, 50)]
+    first = reads[:SCATTER_RUNS]
+    assert _scattered_reads(s, first) == (SCATTER_RUNS, 64 * SCATTER_RUNS)  # exact so far
+    plan = s.plan_read("host", *reads[SCATTER_RUNS])
+    assert [(c.source, c.start, c.stop) for c in plan.copies] == [("gpu", 0, n)]
+    s.apply(plan)
+    assert _scattered_reads(s, reads) == (0, 0)  # every later read is free
+    # the next time the host goes stale, its first read copies the span at once
+    s.mark_changed("gpu")
+    assert _scattered_reads(s, reads) == (1, n)
+
+
+def test_scattered_reads_of_a_large_buffer_stay_exact():
+    n = 64 << 20  # far more than SCATTER_RUNS latencies' worth of bytes: pieces stay cheaper
+    s = BufferState(n, valid_at="gpu", cost=PCIE5_X16)
+    reads = [(k << 20, (k << 20) + 64) for k in range(0, 64, 9)][:DEFAULT_MAX_RUNS]
+    assert _scattered_reads(s, reads) == (len(reads), 64 * len(reads))
+
+
+@pytest.mark.parametrize("cost", [PCIE5_X16, NVLINK_C2C])
+def test_two_reads_of_a_buffer_stay_exact(cost):
+    """A halo at each end (two runs) is not a scattered series: no extra bytes."""
+    n = 1 << 16
+    s = BufferState(n, valid_at="gpu", cost=cost)
+    assert _scattered_reads(s, [(0, 512), (n - 512, n)]) == (2, 1024)
+
+
+def test_a_state_follows_the_process_wide_cost_unless_given_its_own():
+    own = BufferState(64, cost=NVLINK_C2C)
+    follows = BufferState(64)
+    assert transfer_cost() == DEFAULT_TRANSFER_COST == PCIE5_X16
+    assert follows.cost == PCIE5_X16
+    previous = set_transfer_cost(NVLINK_C2C)
+    try:
+        assert previous == PCIE5_X16
+        assert follows.cost == NVLINK_C2C == transfer_cost()
+        assert set_transfer_cost(_per_byte(3)) == NVLINK_C2C
+        assert own.cost == NVLINK_C2C
+    finally:
+        set_transfer_cost(None)
+    assert transfer_cost() == DEFAULT_TRANSFER_COST
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ((10e-6, 50e9), TypeError),  # a bare tuple
+        ("pcie5", TypeError),
+        (TransferCost("10us", 50e9), TypeError),
+        (TransferCost(True, 50e9), TypeError),
+        (TransferCost(0.0, 50e9), ValueError),
+        (TransferCost(10e-6, -1.0), ValueError),
+        (TransferCost(float("nan"), 50e9), ValueError),
+        (TransferCost(10e-6, float("inf")), ValueError),
+    ],
+)
+def test_a_bad_cost_is_refused_and_changes_nothing(bad, error):
+    with pytest.raises(error, match="TransferCost|cost must"):
+        set_transfer_cost(bad)
+    assert transfer_cost() == DEFAULT_TRANSFER_COST
+    with pytest.raises(error, match="TransferCost|cost must"):
+        BufferState(64, cost=bad)
+
+
+def test_modelled_seconds():
+    assert PCIE5_X16.seconds(2, 1_000_000) == pytest.approx(2 * 10e-6 + 1e6 / 50e9)
+    assert PCIE5_X16.break_even_bytes == 500_000
+    assert NVLINK_C2C.break_even_bytes == 1_200_000

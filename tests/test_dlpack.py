@@ -139,8 +139,10 @@ class Consumer:
         self.released = False
 
     def values(self) -> np.ndarray:
-        """The elements the tensor describes (the device address is host memory here)."""
+        """The elements the tensor describes (the device address is host memory here), once
+        the device work queued for the consumer (its upload, on a stream) has run."""
         assert memory.SIMULATOR
+        cuda.synchronize()
         itemsize = self.dtype.itemsize
         strides = None if self.strides is None else tuple(s * itemsize for s in self.strides)
         holder = type("H", (), {})()
@@ -394,10 +396,16 @@ def test_the_transfer_guard_refuses_before_anything_is_recorded():
 
 
 def test_pending_work_is_ordered_before_the_consumer_stream_without_a_host_wait(monkeypatch):
+    from smartarray._engine import Buffer
+    from smartarray._strict.scheduler import StrictEvent
+
     ordered, waited = [], []
-    real_order = _streams.order
-    monkeypatch.setattr(_streams, "order", lambda b, c: (ordered.append((b, c)), real_order(b, c)))
+    real_order = Buffer.order_before
+    monkeypatch.setattr(
+        Buffer, "order_before", lambda buf, c: (ordered.append((buf.stream, c)), real_order(buf, c))
+    )
     monkeypatch.setattr(_streams, "synchronize", lambda s: waited.append(s))
+    monkeypatch.setattr(StrictEvent, "synchronize", lambda e: waited.append(e))
     with strict(seed=1):  # launches on their stream (the plain simulator's use 0)
         a = sa.SmartArray(np.arange(N, dtype=np.float64))
         producer = cuda.stream()
@@ -481,6 +489,41 @@ def test_an_exported_device_copy_is_never_evicted():
         t.release()
 
 
+@pytest.mark.parametrize("how", ["dropped unconsumed", "consumer released"])
+def test_an_export_keeps_the_copy_resident_only_while_it_is_alive(how):
+    """A DLPack export (even a capsule dropped unconsumed) made the device copy unevictable
+    for the array's life: two such arrays filled a budget of two (issue 25, E6)."""
+    from smartarray import _residency
+
+    a, b = (sa.SmartArray(np.arange(N, dtype=np.float64) + k) for k in range(2))
+    gc.collect()
+    with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact
+        _residency._evict(1 << 62, None, "budget")
+    kept = sum(r.nbytes for r in sa.device_budget().resident if r.kept)
+    sa.set_device_budget(kept + 2 * a.nbytes)
+    try:
+        for x in (a, b):
+            cap = export(x, stream=1)
+            if how == "consumer released":
+                t = Consumer(cap)
+                kept = [r.kept for r in sa.device_budget().resident if r.name == x.name]
+                assert kept == ["a DLPack export of it is alive"]  # the consumer holds it
+                t.values()[:] += 10  # the consumer writes
+                t.release()  # the DLManagedTensor's deleter: the consumer is done
+            del cap
+            gc.collect()
+        mine = {r.name: r.kept for r in sa.device_budget().resident if r.name in (a.name, b.name)}
+        assert mine == {a.name: "", b.name: ""}
+        c = sa.SmartArray(np.zeros(N))
+        c.get("gpu")  # room is made: a (least recently used) is downloaded and evicted
+        assert a.name not in {r.name for r in sa.device_budget().resident}
+        plus = 10.0 if how == "consumer released" else 0.0
+        np.testing.assert_array_equal(np.asarray(a), np.arange(N) + plus)
+        np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 1 + plus)
+    finally:
+        sa.set_device_budget(None)
+
+
 def test_max_version_must_be_a_tuple_and_extended_precision_is_refused_before_moving():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     with pytest.raises(TypeError, match="max_version"):
@@ -551,3 +594,44 @@ def test_pytorch_from_dlpack():
     u += 1
     torch.cuda.synchronize()
     np.testing.assert_array_equal(a.host(), np.arange(N) + 2.0)
+
+
+# -- a held host array while the device copy is exported (issue 24, finding 3) ---------------
+
+
+@pytest.mark.skipif(not memory.SIMULATOR, reason="writes device memory from the host")
+def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_wrote():
+    """The export refreshed held host arrays before the consumer wrote and marked them
+    current: the next host read returned the old values."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()  # held by the user
+    t = Consumer(export(a, stream=1))
+    t.values()[:] += 1  # the consumer writes on the device
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # refreshed by that host access
+    t.release()
+
+
+def test_a_copied_export_of_device_data_under_a_budget_that_holds_only_it():
+    """``copy=True`` pinned its own source through a get('gpu') hand-out, then could not make
+    room for the copy (as ``a.copy()`` did, issue 25 E8): it copies on the host instead."""
+    from smartarray import _residency
+
+    gc.collect()
+    with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact
+        _residency._evict(1 << 62, None, "budget")
+    a = sa.SmartArray(np.zeros(N))
+    add_one[1, 32](a)
+    a.host()
+    add_one[1, 32](a)  # current on the device only
+    others = sum(r.nbytes for r in sa.device_budget().resident if r.kept and r.name != a.name)
+    sa.set_device_budget(others + a.nbytes)  # room for one device copy
+    try:
+        cap = export(a, stream=1, copy=True)
+        t = Consumer(cap)
+        assert t.flags & 2  # DLPACK_FLAG_BITMASK_IS_COPIED
+        np.testing.assert_array_equal(t.values(), np.full(N, 2.0))
+        t.release()
+    finally:
+        sa.set_device_budget(None)
+    np.testing.assert_array_equal(np.asarray(a), np.full(N, 2.0))

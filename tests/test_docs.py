@@ -117,7 +117,11 @@ def _extras() -> set[str]:
 def _run(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
     env = dict(os.environ)
     env.update(extra_env or {})
-    env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    if env.get("SMARTARRAY_FAKE_GPU", "0") in ("", "0"):
+        env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    else:  # the fake driver runs numba-cuda's real target: no simulator, no strict mode
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+        env.pop("SMARTARRAY_STRICT", None)
     # This checkout's smartarray, not whichever one the interpreter has installed.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     out = subprocess.run(

@@ -87,3 +87,25 @@ def test_every_transition_towards_the_device_disarms_the_njit_fast_path(transiti
         else:
             buf.acquire(GPU, 0, 64, OUT, "device use", covers=True, launch=0)
     assert view._njit_fast is None
+
+
+@pytest.mark.parametrize("cost", ["PCIE5_X16", "NVLINK_C2C"])
+def test_scattered_reads_never_overwrite_an_unannounced_write_through_a_held_host_array(cost):
+    """The cost model copies the whole span of scattered reads, bytes valid at the host
+    included: over a held host array the user wrote and has not announced yet, that copy
+    brought the device's old values back (the write was lost)."""
+    n = 1 << 17  # 1 MiB of float64: a span copy is cheaper than a few latencies
+    previous = sa.set_transfer_cost(getattr(sa, cost))
+    try:
+        a = sa.SmartArray(np.zeros(n))
+        a.gpu()
+        a.gpu_changed()  # current on the device only
+        v = a[1000:1010]
+        h = v.host()  # held by the user
+        h[:] = 42.0  # written, not announced yet
+        for i in (0, 50_000, 100_000, 120_000, 130_000):
+            assert a[i] == 0.0  # scattered reads of other bytes
+        v.host_changed()
+        np.testing.assert_array_equal(np.asarray(a[1000:1010]), np.full(10, 42.0))
+    finally:
+        sa.set_transfer_cost(previous)

@@ -173,6 +173,33 @@ def test_example_runs_as_a_script(name):
     assert "bytes" in out.stdout
 
 
+# The warnings an example prints on purpose (docs/examples.rst says why): (category, array).
+EXPECTED_WARNINGS = {
+    "inferred_access": [("PerformanceWarning", "coef"), ("PerformanceWarning", "rhs")],
+}
+# The warning comes for arrays of 4 KiB or more, after three launches that left them unchanged.
+WARNING_ARGS = {**SMALL_ARGS, "inferred_access": ["--n", "512", "--steps", "3"]}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_ARGS))
+def test_example_prints_no_warning_unless_it_is_the_point(name):
+    env = dict(os.environ)
+    env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py"), *WARNING_ARGS[name]],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    warned = re.findall(r"(\w+Warning): array '(\w+)'", out.stderr)
+    assert warned == EXPECTED_WARNINGS.get(name, []), out.stderr
+    # Nothing else: each expected warning is two lines (message, then the source line).
+    assert len(out.stderr.splitlines()) == 2 * len(warned), out.stderr
+
+
 def _without_simulator_env() -> dict[str, str]:
     """The environment of a new user: nothing set, the example picks its target itself."""
     env = real_target_env()

@@ -285,3 +285,35 @@ def test_next_launch_refreshes_a_held_array_that_a_later_views_failed_refresh_le
     assert t.stats.d2h_bytes == 32
     np.testing.assert_array_equal(np.asarray(a), [2, 2, 2, 2, 1, 1, 1, 1])
     np.testing.assert_array_equal(held, [2, 2, 2, 2, 1, 1, 1, 1])  # the rest on the host read
+
+
+# --- a device write recorded by the user after a failed launch (issue 25, E14) ----------------
+
+
+def _fail_second_argument(monkeypatch, a, b):
+    """A launch whose second argument cannot be prepared (its upload fails)."""
+    fail_on_call(monkeypatch, 1, "h2d")
+    with pytest.raises(sa.TransferError):
+        add_one_to_both[1, 32](a, b)
+    monkeypatch.undo()
+
+
+def _kernel_raises(monkeypatch, a, b):
+    with pytest.raises(ValueError, match="after writing"):
+        write_then_fail[1, 32](a)
+
+
+@pytest.mark.parametrize("failure", [_fail_second_argument, _kernel_raises])
+@pytest.mark.parametrize("how", ["gpu_changed", "mark_changed"])
+def test_device_write_after_a_failed_launch_refreshes_held_host_arrays(monkeypatch, failure, how):
+    """After a failed launch the device copy is current there only and a held host array is
+    stale: a user's device write recorded then returned early, leaving it stale for good."""
+    a = SmartArray(np.zeros(4))
+    a.gpu()  # current on both copies
+    h = a.host()  # held
+    failure(monkeypatch, a, SmartArray(np.zeros(4)))
+    d = a.gpu()
+    d.copy_to_device(np.full(4, 3.0))
+    a.gpu_changed() if how == "gpu_changed" else a.mark_changed("gpu")
+    np.testing.assert_array_equal(h, np.full(4, 3.0))
+    assert_coherent(a)

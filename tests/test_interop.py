@@ -543,3 +543,203 @@ def test_copy_of_device_data_waits_for_pending_work_on_another_stream():
         add_one[1, 32, s](a)  # queued on s
         b = a.copy()  # device to device
         np.testing.assert_array_equal(b.host(), np.arange(N) + 1.0)
+
+
+# -- numba-cuda's own In / Out / InOut around a SmartArray (issue 24, finding 4) -------------
+
+
+@pytest.mark.parametrize("hint", ["In", "Out", "InOut"])
+def test_numba_cudas_own_hints_take_the_device_copy_not_the_host_one(hint):
+    """numba-cuda 0.30's ``In``/``Out``/``InOut`` hand a non-ndarray to
+    ``devicearray._to_strided_memory_view``, which tries ``__dlpack__`` first: SmartArray's
+    host DLPack export gave the kernel the host pointer (an illegal address on a GPU). Run
+    numba-cuda's real hint code (no simulator); cuda.core's ``StridedMemoryView`` is replaced by
+    a stand-in (its device path needs a driver), which says which protocol was used."""
+    import subprocess
+    import sys
+
+    from _targets import real_target_env
+
+    code = (
+        "import numpy as np\n"
+        "from numba.cuda import args\n"
+        "from numba.cuda.cudadrv import devicearray\n"
+        "import smartarray as sa\n"
+        "from smartarray import _simulator\n"
+        "assert not _simulator.SIMULATOR\n"
+        "used = []\n"
+        "class StandIn:\n"
+        "    @classmethod\n"
+        "    def from_dlpack(cls, obj, stream_ptr=None):\n"
+        "        used.append('dlpack')\n"
+        "        return 'host view'\n"
+        "    @classmethod\n"
+        "    def from_cuda_array_interface(cls, obj, stream_ptr=None):\n"
+        "        used.append('cuda_array_interface')\n"
+        "        return 'device view'\n"
+        "devicearray.StridedMemoryView = StandIn\n"
+        "desc = {'shape': (4,), 'typestr': '<f8', 'data': (4096, False), 'version': 3,\n"
+        "        'strides': None, 'stream': None}\n"
+        "sa.SmartArray.__cuda_array_interface__ = property(lambda self: desc)  # needs a GPU\n"
+        "a = sa.SmartArray(np.arange(4.0))\n"
+        f"out = args.{hint}(a).to_device([], 0)\n"
+        "assert used == ['cuda_array_interface'], used\n"
+        "assert out == 'device view', out\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hint", ["In", "InOut", "Out"])
+def test_numba_cudas_own_hints_run_a_kernel_on_the_device_copy(hint):
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()  # held: shows the kernel's writes once the kernel is done
+    dst = sa.SmartArray(np.zeros(N))
+    if hint == "Out":
+        copy_into[1, 32](sa.In(a), cuda.Out(dst))
+        cuda.synchronize()
+        np.testing.assert_array_equal(np.asarray(dst), np.arange(N, dtype=np.float64))
+        return
+    wrap = getattr(cuda, hint)
+    copy_into[1, 32](wrap(a), dst)  # the kernel reads the device copy (not the host pointer)
+    cuda.synchronize()
+    np.testing.assert_array_equal(np.asarray(dst), np.arange(N, dtype=np.float64))
+    if hint == "InOut":
+        add_one[1, 32](cuda.InOut(a))
+        cuda.synchronize()
+        np.testing.assert_array_equal(h, np.arange(N) + 1.0)
+        np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+
+
+# -- exports while a host array is held (issue 24, finding 3) --------------------------------
+
+
+def _consumer_adds_one(a):
+    """A CUDA consumer of the array's interface writing on the device (as CuPy would)."""
+    add_one[1, 32](sa.as_cuda_array(a))  # a view of the exported memory (no copy)
+    cuda.synchronize()  # the consumer's work is done before the host reads
+
+
+@pytest.mark.parametrize("how", ["interface", "cuda_view"])
+def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_wrote(how):
+    """Exporting the device copy refreshed held host arrays at export time, before the
+    consumer wrote, and marked them current: the next host read returned old values."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()  # held by the user
+    exported = a if how == "interface" else a.cuda_view()
+    _consumer_adds_one(exported)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)  # the consumer's write
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # refreshed by that host access
+    assert a.valid_at == ("host", "gpu")
+
+
+def test_with_cuda_view_refreshes_held_host_arrays_at_exit():
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()
+    with a.cuda_view() as v:
+        _consumer_adds_one(v)
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # no host access needed
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+
+
+# -- np.from_dlpack: a host consumer writes without telling (issue 25, E9) -------------------
+
+
+@pytest.mark.parametrize("view", [False, True])
+def test_writes_through_np_from_dlpack_after_a_kernel_are_not_lost(view):
+    """DLPack has no way to say "I wrote": the host write was recorded only at export, so a
+    write through ``h`` after a kernel (which refreshed ``h``) was lost by the next launch."""
+    a = sa.SmartArray(np.zeros(N))
+    h = np.from_dlpack(a[1:] if view else a)
+    launch(add_one, a)
+    np.testing.assert_array_equal(h, np.ones(N - 1 if view else N))  # refreshed
+    h[0] = 100.0  # the consumer writes, and tells nobody
+    launch(add_one, a)
+    expected = np.full(N, 2.0)
+    expected[1 if view else 0] = 101.0
+    np.testing.assert_array_equal(np.asarray(a), expected)
+    np.testing.assert_array_equal(h, expected[1:] if view else expected)
+    del h
+    gc.collect()
+    launch(add_one, a)  # uploads what the host holds, once
+    sa.reset_stats()
+    launch(add_one, a)  # the export is gone: nothing moves any more
+    assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
+
+
+# -- a.copy() under a budget, and of data partly current on the host (issue 25, E8) -----------
+
+
+def _copy_by(how, a):
+    import copy
+
+    return a.copy() if how == "method" else getattr(copy, how)(a)
+
+
+@pytest.mark.parametrize("how", ["method", "copy", "deepcopy"])
+def test_copy_of_device_only_data_under_a_budget_that_holds_only_it(how):
+    """The copy pinned its own source (through a get('gpu') hand-out) and then could not
+    make room for its device copy: DeviceMemoryError blaming a get('gpu') never made."""
+    from smartarray import _residency
+
+    gc.collect()
+    with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact
+        _residency._evict(1 << 62, None, "budget")
+    a = sa.SmartArray(np.zeros(N), name="source")
+    launch(add_one, a)
+    a.host()  # current on both copies ...
+    launch(add_one, a)  # ... then on the device only again
+    assert a.valid_at == ("gpu",)
+    others = sum(r.nbytes for r in sa.device_budget().resident if r.kept and r.name != a.name)
+    sa.set_device_budget(others + a.nbytes)  # room for one device copy
+    try:
+        b = _copy_by(how, a)
+        np.testing.assert_array_equal(np.asarray(b), np.full(N, 2.0))
+        np.testing.assert_array_equal(np.asarray(a), np.full(N, 2.0))
+        b[0] = -1.0
+        assert a[0] == 2.0
+    finally:
+        sa.set_device_budget(None)
+
+
+@pytest.mark.parametrize("how", ["method", "copy", "deepcopy"])
+def test_copy_of_data_mostly_current_on_the_host_moves_only_the_device_only_bytes(how):
+    """The copy went device to device (all bytes) and the next host read downloaded all of
+    them: each byte should come from where it is current."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    launch(add_one, a)
+    a.host()  # current on both copies
+    launch(add_one, a[1:3])  # two elements current on the device only
+    sa.reset_stats()
+    b = _copy_by(how, a)
+    expected = np.arange(N, dtype=np.float64) + 1
+    expected[1:3] += 1
+    np.testing.assert_array_equal(np.asarray(b), expected)
+    assert moved() == {"h2d": 0, "d2h": 16, "d2d": 0}
+
+
+@pytest.mark.gpu
+def test_cupy_writes_after_an_export_with_a_held_host_array():
+    """Finding 3 on hardware: the export leaves held host arrays stale until the consumer
+    wrote; the ``with`` form refreshes them at exit, after a non-blocking consumer stream."""
+    cp = pytest.importorskip("cupy")
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    h = a.host()
+    x = cp.asarray(a)  # through __cuda_array_interface__
+    x += 1
+    cp.cuda.Device().synchronize()  # the consumer's work is done before the host reads
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
+    np.testing.assert_array_equal(h, np.arange(N) + 1.0)
+    s = cp.cuda.Stream(non_blocking=True)
+    with a.cuda_view() as v:
+        with s:
+            y = cp.asarray(v)
+            y *= 2  # queued on a non-blocking stream, not waited for here
+    np.testing.assert_array_equal(h, (np.arange(N) + 1.0) * 2)  # refreshed after it
+    cap = a.__dlpack__(dl_device=(2, 0), stream=s.ptr, max_version=(1, 0))
+    z = cp.from_dlpack(cap)
+    with s:
+        z += 1
+    s.synchronize()
+    np.testing.assert_array_equal(np.asarray(a), (np.arange(N) + 1.0) * 2 + 1)
+    np.testing.assert_array_equal(h, (np.arange(N) + 1.0) * 2 + 1)

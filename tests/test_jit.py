@@ -17,6 +17,7 @@ from numba.cuda import args as numba_args
 
 import smartarray as sa
 from smartarray.jit import _hinted_args, _InferredIn, _plan
+from smartarray.testing import is_strict, strict
 
 
 def _accumulate(out, x, y):  # pragma: no cover - runs as a kernel
@@ -188,6 +189,95 @@ def test_njit_read_only_smartarray_keeps_its_device_copy():
     assert not x.is_valid("gpu")  # plain njit records a host write
 
 
+def _write_through_list_copy(x):
+    l2 = [x].copy()  # a shallow copy of a list: its item is x itself
+    l2[0][0] = 3.0
+
+
+def _write_through_dict_copy(x):
+    d2 = {0: x}.copy()
+    d2[0][0] = 3.0
+
+
+@pytest.mark.parametrize("fn", [_write_through_list_copy, _write_through_dict_copy])
+def test_njit_write_through_a_copied_container_reaches_both_copies(fn):
+    x = sa.SmartArray(np.zeros(4))
+    x.get("gpu")  # current in both places
+    sa.njit(fn)(x)
+    assert np.asarray(x)[0] == 3.0
+    # the device copy must not be declared current with the old value
+    assert x.get("gpu").copy_to_host()[0] == 3.0
+    numba.njit(fn)(plain := np.zeros(4))
+    assert plain[0] == 3.0
+
+
+@cuda.jit(device=True)
+def _dev_reads(a):  # pragma: no cover - device function
+    return a[0]
+
+
+@cuda.jit(device=True)
+def _dev_writes(a):  # pragma: no cover - device function
+    a[0] = 5.0
+
+
+_LAUNCHES = {
+    "configured-each-time": lambda kern: lambda *a: kern[1, 1](*a),
+    "configured-once": lambda kern: kern[1, 1],
+    "forall": lambda kern: kern.forall(1),
+}
+
+
+@pytest.mark.parametrize("how", list(_LAUNCHES))
+def test_kernel_sees_a_rebound_device_function(how):
+    def run(jit, make):
+        ns = {"cuda": cuda, "helper": _dev_reads}
+        exec("def kern(a, out):\n    out[0] = helper(a)\n", ns)
+        launch = _LAUNCHES[how](jit(ns["kern"]))
+        a, out = make(np.zeros(4)), make(np.zeros(1))
+        launch(a, out)
+        ns["helper"] = _dev_writes  # rebound between launches
+        launch(a, out)
+        return a
+
+    plain = run(cuda.jit, lambda v: v)
+    a = run(sa.jit, sa.SmartArray)
+    assert plain[0] == 5.0
+    assert a.get("gpu").copy_to_host()[0] == 5.0
+    assert np.asarray(a)[0] == 5.0  # the host copy was not left current with the old value
+
+
+@numba.njit
+def _njit_reads(a):
+    return a[0]
+
+
+@numba.njit
+def _njit_writes(a):
+    a[0] = 5
+
+
+def test_njit_sees_a_rebound_helper():
+    def run(njit, make):
+        ns = {"helper": _njit_reads}
+        exec("def f(a):\n    helper(a)\n", ns)
+        f = njit(ns["f"])
+        f(make(np.zeros(4)))
+        ns["helper"] = _njit_writes
+        # numba compiles a new signature with the new helper (the old one keeps the old)
+        x = make(np.zeros(4, dtype=np.int64))
+        if isinstance(x, sa.SmartArray):
+            x.get("gpu")  # current in both places
+        f(x)
+        return x
+
+    plain = run(numba.njit, lambda v: v)
+    x = run(sa.njit, sa.SmartArray)
+    assert plain[0] == 5
+    assert np.asarray(x)[0] == 5
+    assert x.get("gpu").copy_to_host()[0] == 5  # not the old value declared current
+
+
 def test_njit_keywords_and_decorator_forms():
     x = sa.SmartArray(np.arange(3.0))
     x.get("gpu")
@@ -264,3 +354,36 @@ def test_inferred_in_keeps_the_bare_type():
     a = sa.SmartArray(np.zeros(4))
     assert _InferredIn(a)._numba_type_ is a._numba_type_
     assert sa.In(a)._numba_type_ is not a._numba_type_
+
+
+# --- issue 24 finding 7: page-locked plain ndarrays are not made asynchronous ---------------
+
+
+@sa.jit
+def _copy_in(out, x):  # pragma: no cover - runs as a kernel
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i]
+
+
+@pytest.mark.skipif(not is_strict(), reason="runs under SMARTARRAY_STRICT=1 only")
+@pytest.mark.parametrize("make", ["pinned_array", "registered"])
+def test_a_host_write_after_a_launch_does_not_reach_a_page_locked_input(make):
+    # numba's In uploads with cuMemcpyHtoDAsync even on stream 0: from page-locked memory the
+    # DMA reads the host bytes when it runs. Plain cuda.jit (InOut) waits for the launch; so
+    # must smartarray.jit, where the array is never written.
+    for seed in range(3):
+        with strict(seed=seed):
+            if make == "registered":
+                x = np.arange(8.0)
+                registration = sa.register(x)
+            else:
+                x = getattr(sa, make)(8)
+                x[:] = np.arange(8.0)
+                registration = None
+            out = cuda.device_array(8)
+            _copy_in[1, 8](out, x)
+            x[0] = 100.0  # right after the launch returned
+            np.testing.assert_array_equal(out.copy_to_host(), np.arange(8.0))
+            if registration is not None:
+                sa.deregister(x)

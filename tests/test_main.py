@@ -225,3 +225,39 @@ def test_console_command_runs_main():
     assert json.loads(out.stdout)["smartarray"]
     usage = subprocess.run([command, "--help"], env=env, capture_output=True, text=True)
     assert usage.stdout.startswith("usage: smartarray ")
+
+
+FAKE_SUITE = """
+import sys
+
+def run(quick, target, progress):
+    print("RUNNING", file=sys.stderr, flush=True)
+    return {}
+
+def format_markdown(report):
+    return "| table |"
+
+def format_report(report):
+    return "table"
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "duration"), [(("--markdown",), "about 40 s"), (("--quick",), "a few seconds")]
+)
+def test_bench_says_how_long_it_takes_before_it_starts(tmp_path, args, duration):
+    (tmp_path / "suite.py").write_text(FAKE_SUITE)
+    out = run_cli(
+        "bench", *args, simulator=True, extra_env={"SMARTARRAY_BENCHMARKS_DIR": str(tmp_path)}
+    )
+    assert out.returncode == 0, out.stderr
+    note = out.stderr.find(duration)
+    assert 0 <= note < out.stderr.index("RUNNING")
+
+
+def test_bench_quick_prints_no_warning():
+    # The benchmarks measure the waste a PerformanceWarning names on purpose (the strategy
+    # without hints): the table shows it; warnings about arrays the user never named are noise.
+    out = run_cli("bench", "--quick", simulator=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "Warning" not in out.stderr, out.stderr

@@ -382,7 +382,7 @@ def test_import_without_mpi4py_names_the_extra():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
-    assert "ImportError:" in out.stdout and "smartarray[mpi]" in out.stdout
+    assert "ImportError:" in out.stdout and "pip install '.[mpi]'" in out.stdout
 
 
 # -- real MPI (the mpi extra: mpi4py and MPICH's wheel, with mpiexec) ------------------------

@@ -26,10 +26,14 @@ from numba import cuda
 
 import smartarray as sa
 from smartarray import memory
-from smartarray.coherence import DEFAULT_MAX_RUNS
+from smartarray.coherence import DEFAULT_MAX_RUNS, TransferCost
 
 N = 24
 ITEM = 8
+
+# The bytes checked below are the exact model's: a copy's latency is worth no bytes, so no
+# cost-based coalescing (tests/test_coherence.py covers that on the state machine itself).
+EXACT = TransferCost(latency_s=1e-12, bandwidth_Bps=1e9)
 
 # A failing division leaves inf and nan behind; sums of them warn (they are compared exactly).
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -127,6 +131,7 @@ DERIVED = {
 class Pipeline(RuleBasedStateMachine):
     @initialize(start=st.sampled_from(["host", "gpu", "uninitialised"]))
     def start(self, start):
+        self.previous_cost = sa.set_transfer_cost(EXACT)
         if start == "uninitialised":
             self.a = sa.SmartArray(shape=N, dtype=np.float64)
             self.a[...] = 0.0  # the model needs defined values; this write moves nothing
@@ -396,6 +401,12 @@ class Pipeline(RuleBasedStateMachine):
         for i in range(N):  # and every element is current somewhere
             assert any(state.is_valid(w, i * ITEM, (i + 1) * ITEM) for w in ("host", "gpu"))
 
+    def teardown(self):
+        if hasattr(self, "previous_cost"):
+            sa.set_transfer_cost(self.previous_cost)
+
 
 Pipeline.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+
+
 TestPipeline = Pipeline.TestCase

@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _residency, memory
+from smartarray import _residency, _simulator, memory
 from smartarray.testing import is_strict, strict
 
 N = 32  # elements of each test array
@@ -493,6 +493,67 @@ def test_device_arrays_handed_out_keep_their_copy_until_dropped(budget):
     assert "r0" not in resident_names()
 
 
+@cuda.jit
+def k_set_minus_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = -1.0
+
+
+@pytest.mark.parametrize(
+    "derive",
+    [lambda d: d[2:4], lambda d: d.reshape(4, N // 4)[1, :], lambda d: d[::2][1:]],
+    ids=["slice", "reshape-row", "strided-slice"],
+)
+def test_views_of_a_dropped_hand_out_keep_the_copy_resident(budget, derive):
+    """Only ``v = a.gpu()[2:4]`` kept: the copy was evicted, the user wrote through ``v`` into
+    freed memory, and ``gpu_changed()`` declared a fresh device copy current (issue 25, E15)."""
+    a, b = arrays(2)
+    budget(NB)
+    v = derive(a.gpu())  # the hand-out itself is dropped at once
+    gc.collect()
+    with pytest.raises(sa.DeviceMemoryError, match="still referenced"):
+        launch(k_add_one, b)  # needs room: a's copy may not go while v shows it
+    k_set_minus_one[1, 32](v)  # the user writes through v (a numba device array)
+    a.gpu_changed()
+    expected = np.arange(N, dtype=np.float64)
+    derive(expected)[...] = -1.0
+    np.testing.assert_array_equal(np.asarray(a), expected)
+    del v
+    gc.collect()
+    launch(k_add_one, b)  # now it may go
+    np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
+
+
+def test_views_of_a_hand_out_keep_its_token_on_numba_cudas_real_target():
+    """On a GPU a slice of a numba device array owns a new ``MemoryPointer``: the hand-out's
+    token must be its owner, handed on to every view (checked on numba-cuda's real target
+    with a stand-in allocation; there is no GPU here)."""
+    code = (
+        "import ctypes, gc, weakref\n"
+        "import numpy as np\n"
+        "from numba.cuda.cudadrv.driver import MemoryPointer\n"
+        "from numba.cuda.cudadrv.devicearray import DeviceNDArray\n"
+        "from smartarray import _byteranges, _simulator\n"
+        "assert not _simulator.SIMULATOR\n"
+        "mem = MemoryPointer(None, ctypes.c_void_p(1 << 20), 256)\n"
+        "raw = DeviceNDArray((256,), (1,), np.uint8, gpu_data=mem)\n"
+        "dev, token = _byteranges.handout_view(raw, 16, (8,), (8,), np.float64)\n"
+        "ref = weakref.ref(token)\n"
+        "del token\n"
+        "# DeviceNDArray.__getitem__ without its context check (no driver here)\n"
+        "v = dev._do_getitem(slice(2, 4)).reshape(2, 1)\n"
+        "del dev\n"
+        "gc.collect()\n"
+        "assert ref() is not None, 'a view of the hand-out keeps its token'\n"
+        "assert v.gpu_data.device_pointer_value == (1 << 20) + 32\n"
+        "del v\n"
+        "gc.collect()\n"
+        "assert ref() is None, 'the token dies with the last view'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
+
+
 def test_memory_shared_through_the_cuda_array_interface_is_never_evicted(budget):
     a, b = arrays(2)
     budget(NB)
@@ -600,6 +661,58 @@ def test_numba_out_of_memory_error_of_a_gpu_is_recognised():
     subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
 
 
+# RMM's numba plugin (RMMNumbaManager) allocates an rmm.DeviceBuffer: its C++ rmm::out_of_memory
+# (a std::bad_alloc) reaches Python as MemoryError("std::bad_alloc: out_of_memory: ..."), and
+# CuPy's allocator raises cupy.cuda.memory.OutOfMemoryError (a MemoryError).
+RMM_OUT_OF_MEMORY = MemoryError(
+    "std::bad_alloc: out_of_memory: CUDA error at: rmm/mr/device/cuda_memory_resource.hpp:60: "
+    "cudaErrorMemoryAllocation out of memory"
+)
+
+
+class OutOfMemoryError(MemoryError):
+    """CuPy's name for it."""
+
+
+@pytest.mark.parametrize(
+    "error", [RMM_OUT_OF_MEMORY, OutOfMemoryError("Out of memory allocating 512 bytes")]
+)
+def test_an_allocator_plugins_out_of_memory_evicts_and_retries(monkeypatch, error):
+    sa.set_device_budget(None)
+    _clear_others()
+    other, a = arrays(2, prefix="plugin")
+    launch(k_add_one, other)  # resident, dirty: the eviction downloads it
+    real = memory.device_array
+    failures = []
+
+    def plugin_device_array(*args, **kwargs):  # the plugin runs out once
+        if not failures:
+            failures.append(1)
+            raise error
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(memory, "device_array", plugin_device_array)
+    with sa.trace() as t:
+        launch(k_add_one, a)
+    assert failures and [(e.array, e.reason) for e in t.evictions] == [("plugin0", "out of memory")]
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 100 + 1)
+    np.testing.assert_array_equal(np.asarray(other), np.arange(N) + 1)
+
+
+def test_a_memory_error_that_does_not_say_out_of_device_memory_is_not_evicted_for(monkeypatch):
+    sa.set_device_budget(None)
+    _clear_others()
+    other, a = arrays(2, prefix="host-oom")
+    launch(k_add_one, other)
+    monkeypatch.setattr(
+        memory, "device_array", lambda *args, **kwargs: (_ for _ in ()).throw(MemoryError())
+    )
+    with sa.trace() as t, pytest.raises(MemoryError):
+        launch(k_add_one, a)
+    assert not t.evictions
+    assert not _simulator.out_of_memory(sa.DeviceMemoryError("the device is out of memory"))
+
+
 def test_eviction_flushes_numba_cudas_deferred_frees():
     """numba-cuda defers cuMemFree of device allocations on the memory manager's pending list:
     after an eviction, give_back_freed flushes it (and the context's), so a retried allocation
@@ -635,7 +748,9 @@ def test_eviction_flushes_numba_cudas_deferred_frees():
 
 M = 4  # arrays
 # Few distinct bounds: valid sets stay within the fragmentation cap (DEFAULT_MAX_RUNS), so the
-# bytes moved are exactly the stale ones (no consolidation copies).
+# bytes moved are exactly the stale ones (no consolidation copies), under a transfer cost model
+# whose latency is worth no bytes (no cost-based coalescing: tests/test_coherence.py has that).
+EXACT = sa.TransferCost(latency_s=1e-12, bandwidth_Bps=1e9)
 slices = st.sampled_from(
     [slice(0, N), slice(0, 8), slice(5, 27), slice(8, 20), slice(20, N), slice(13, 14)]
 )
@@ -644,7 +759,8 @@ which = st.integers(0, M - 1)
 
 class Budgeted(RuleBasedStateMachine):
     """Several arrays under a budget of three: host writes and reads, launches of one and
-    three arguments, njit calls, get('gpu'), keep-resident blocks. After every step: the
+    three arguments, njit calls, get('gpu'), views of dropped hand-outs written through,
+    keep-resident blocks. After every step: the
     values against NumPy, every byte marked valid holds the current value, the bytes moved
     are exactly the stale ones (evictions included: each downloads exactly the bytes its
     device copy alone held), and the budget holds."""
@@ -658,10 +774,13 @@ class Budgeted(RuleBasedStateMachine):
         self.gpu_valid = [np.zeros(N, bool) for _ in range(M)]
         self.budget = _kept_bytes() + 3 * NB
         sa.set_device_budget(self.budget)
+        self.previous_cost = sa.set_transfer_cost(EXACT)
         self.views = {}
 
     def teardown(self):
         sa.set_device_budget(None)
+        if hasattr(self, "previous_cost"):
+            sa.set_transfer_cost(self.previous_cost)
 
     def view(self, k, sl):
         key = (k, sl.start, sl.stop)
@@ -778,6 +897,33 @@ class Budgeted(RuleBasedStateMachine):
     def get_gpu(self, k):
         self.run(lambda: self.xs[k].get("gpu"), up=lambda: {k: int((~self.gpu_valid[k]).sum())})
         self.gpu_valid[k][:] = True  # the device array handed out is dropped at once
+
+    @rule(k=which, sl=slices)
+    def write_through_a_view_of_a_dropped_hand_out(self, k, sl):
+        """``v = a.gpu()[sl]`` (the hand-out dropped), launches on every other array (room
+        is made: ``a`` becomes the least recently used), a write through ``v``, then
+        ``gpu_changed()``: ``v`` keeps the copy resident, so the write is the array's."""
+        v = self.run(lambda: self.xs[k].gpu()[sl], up=lambda: {k: int((~self.gpu_valid[k]).sum())})
+        self.gpu_valid[k][:] = True
+        gc.collect()  # only v shows the device copy now
+        for other in range(M):
+            if other == k:
+                continue
+            self.run(
+                lambda o=other: launch(k_add_one, self.xs[o]),
+                up=lambda o=other: {o: int((~self.gpu_valid[o]).sum())},
+            )
+            self.ref[other] += 1.0
+            self.gpu_valid[other][:] = True
+            self.host_valid[other][:] = False
+        assert self.xs[k]._buf.device_bytes is not None  # v keeps it resident
+        k_add_one[1, 32](v)  # the user writes through v (a numba device array)
+        self.run(self.xs[k].gpu_changed)
+        self.ref[k][sl] += 1.0
+        self.gpu_valid[k][:] = True
+        self.host_valid[k][:] = False
+        del v
+        gc.collect()
 
     @rule(k=which, other=which)
     def kernel_while_kept(self, k, other):

@@ -338,7 +338,13 @@ def test_launch_prepares_arguments_on_its_stream_and_runs_retr_before_the_body()
         s = cuda.stream()
         d = cuda.to_device(np.zeros(4), stream=s)
         add_one[1, 32, s](Probe(d))
-        assert seen == [("prepare", s), ("retr", 0)]  # retr ran before anything ran
+        # As numba-cuda's _LaunchConfiguration: a cuda.core-like Stream wrapping the launch
+        # stream's handle (sync(), __cuda_stream__, no synchronize()), not the user's object.
+        (what, given), after = seen
+        assert what == "prepare" and given is not s and given.handle == s.handle
+        assert given.__cuda_stream__() == (0, s.handle)
+        assert callable(given.sync) and not hasattr(given, "synchronize")
+        assert after == ("retr", 0)  # retr ran before anything ran
         s.synchronize()
         assert state.log == ["copy h2d", "kernel add_one"]
 

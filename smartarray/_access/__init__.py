@@ -36,13 +36,15 @@ with no write at all is read only whatever is passed.
 
 Layout (one concept per module): :mod:`.results` (the report types), :mod:`.known` (what is
 known about callees without reading them), :mod:`.values` (aliases with levels, index kinds),
-:mod:`.transfer` (the per-statement rules), :mod:`.driver` (IR, fixpoints, callees, cache).
+:mod:`.transfer` (the per-statement rules), :mod:`.deps` (the bindings an analysis resolved,
+to redo it when one is rebound), :mod:`.driver` (IR, fixpoints, callees, cache).
 """
 
 from __future__ import annotations
 
-from .driver import analyse
+from .deps import Deps
+from .driver import analyse, analysis
 from .results import NEG, Access, ParamAccess, Write
 from .results import NEVER as NEVER  # not in __all__ (as before): read by jit.py and tests
 
-__all__ = ["NEG", "Access", "ParamAccess", "Write", "analyse"]
+__all__ = ["NEG", "Access", "Deps", "ParamAccess", "Write", "analyse", "analysis"]

@@ -5,7 +5,10 @@ which gets the untyped IR (``numba.core.compiler.run_frontend``), computes the i
 (greatest fixpoint) and the aliases (least fixpoint), then applies the transfer rules once more
 to record the writes; and ``device_call``, which analyses a called Numba function with the
 caller's index kinds and maps its writes and returned aliases back to the caller's arguments
-(cached per function and argument kinds; a function on the stack counts as unknown).
+(cached per function and argument kinds; a function on the stack counts as unknown). Each
+cached analysis keeps what it depended on (:class:`~.deps.Deps`): a rebound global or closure
+cell makes the next look-up analyse again, and :func:`analysis` merges every analysis of a
+function so far (Numba may still run code compiled with an old helper).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import threading
 import weakref
 from typing import Any
 
+from .deps import Deps
 from .known import _py_func
 from .results import NEG, Access, ParamAccess, Write
 from .transfer import _Transfer
@@ -45,7 +49,8 @@ class _Analyser(_Transfer):
             self.kinds.get(bound[j].name) if j in bound else None for j in range(len(names))
         )
         arg_kinds = tuple(None if k == _TOP else k for k in arg_kinds)
-        callee = _analyse(py_func, self.stack, arg_kinds, self.cuda)
+        callee, deps = _analyse(py_func, self.stack, arg_kinds, self.cuda)
+        self.deps.extend(deps)
         line = loc.line if loc else 0
         if emit:
             for j, v in bound.items():
@@ -84,6 +89,10 @@ class _Analyser(_Transfer):
         for s, _ in stmts:
             if isinstance(s, ir.Assign):
                 self.defs.setdefault(s.target.name, []).append(s.value)
+                if isinstance(s.value, ir.Global):
+                    self.deps.global_(fn, s.value.name, s.value.value)
+                elif isinstance(s.value, ir.FreeVar):
+                    self.deps.cell(fn, s.value.index, s.value.value)
         # kinds: greatest fixpoint
         self.kinds = {name: _TOP for name in self.defs}
         for _ in range(100):
@@ -130,29 +139,70 @@ class _Analyser(_Transfer):
         return Access(self.fn.__qualname__, params, dict.fromkeys(range(len(names)), NEG))
 
 
-# function -> {kinds of its arguments (a device function's indexes): analysis}
-_cache: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Access]] = weakref.WeakKeyDictionary()
+# function -> {(cuda, kinds of its arguments): (analysis, what it depended on)}
+_cache: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], tuple[Access, Deps]]]
+_cache = weakref.WeakKeyDictionary()
+# function -> {cuda: (every analysis so far, merged; what the newest depended on)}
+_seen: weakref.WeakKeyDictionary[Any, dict[bool, tuple[Access, Deps]]]
+_seen = weakref.WeakKeyDictionary()
 _lock = threading.RLock()
 
 
 def _analyse(
     fn: Any, stack: tuple[Any, ...], arg_kinds: tuple[Any, ...] = (), cuda: bool = False
-) -> Access:
+) -> tuple[Access, Deps]:
     with _lock:
         per_fn = _cache.get(fn)
         if per_fn is None:
             per_fn = _cache[fn] = {}
         key = (cuda, arg_kinds)
         got = per_fn.get(key)
-        if got is None:
+        if got is None or not got[1].current():
             # A callee analysed while a caller is on the stack saw calls back into that caller
             # as unknown (written): conservative, so its result is still sound to keep.
-            got = per_fn[key] = _Analyser(fn, stack, arg_kinds, cuda).run()
+            analyser = _Analyser(fn, stack, arg_kinds, cuda)
+            got = per_fn[key] = (analyser.run(), analyser.deps)
         return got
+
+
+def analysis(fn: Any, cuda: bool) -> tuple[Access, Deps]:
+    """The analysis of the Python function ``fn`` and what it depended on (cached).
+
+    When a binding it depended on changed (a global helper rebound), ``fn`` is analysed again
+    and the result merged with every earlier one: Numba keeps the code it compiled with the
+    old helper for the signatures it compiled then (and compiles new signatures with the new
+    one), so whatever any of them writes may be written.
+    """
+    with _lock:
+        per_fn = _seen.get(fn)
+        if per_fn is None:
+            per_fn = _seen[fn] = {}
+        got = per_fn.get(cuda)
+        if got is not None and got[1].current():
+            return got
+        access, deps = _analyse(fn, (), (), cuda)
+        if got is not None and got[0] is not access:
+            access = _merge(got[0], access)
+        got = per_fn[cuda] = (access, deps)
+        return got
+
+
+def _merge(old: Access, new: Access) -> Access:
+    params = []
+    for a, b in zip(old.params, new.params, strict=True):
+        writes = list(dict.fromkeys(a.writes + b.writes))
+        writes.sort(key=lambda w: (w.level, w.line))
+        params.append(ParamAccess(b.name, writes))
+    returns = dict(old.returns)
+    _union(returns, new.returns)
+    return Access(new.name, params, returns)
 
 
 def analyse(func: Any, cuda: bool | None = None) -> Access:
     """The access analysis of a Python function or a Numba dispatcher (cached per function).
+
+    Analysed again when a global, closure cell or attribute it resolved was rebound since; the
+    result then also holds the writes of every earlier analysis (see :func:`analysis`).
 
     Parameters
     ----------
@@ -181,7 +231,7 @@ def analyse(func: Any, cuda: bool | None = None) -> Access:
         )
     if cuda is None:
         cuda = _is_cuda_dispatcher(func)
-    return _analyse(fn, (), (), cuda)
+    return analysis(fn, cuda)[0]
 
 
 def _is_cuda_dispatcher(func: Any) -> bool:

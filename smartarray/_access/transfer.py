@@ -70,7 +70,14 @@ class _Transfer(_Values):
             return _shift(self.alias_of_var(value.value), self.removal(value.index))
         if op == "getattr":
             if value.attr in _VALUE_ATTRS:
-                return {}
+                # An array's shape, size, ... are plain values; but a record may have a field
+                # of that name (``x[i].shape`` is then a nested array inside ``x``): an
+                # element (level >= 1) or a value of unknown rank keeps its alias.
+                return {
+                    p: lvl
+                    for p, lvl in self.alias_of_var(value.value).items()
+                    if lvl >= 1 or lvl <= NEG
+                }
             if value.attr in _SAME_RANK_ATTRS:
                 return dict(self.alias_of_var(value.value))
             return _shift(self.alias_of_var(value.value), NEG)
@@ -132,6 +139,64 @@ class _Transfer(_Values):
                 return False
         return True
 
+    def is_array_value(self, var: Any) -> bool:
+        """Whether ``var`` is surely an array or an element of one, never a container.
+
+        A greatest fixpoint over the definitions (computed once): parameters (the hints only
+        ever reach arrays), new arrays, and what indexing, ``.T``/``.real``/``.imag`` or a
+        view-giving method or NumPy function makes of such a value. Anything else (a list, a
+        dict, an unknown call's result, arithmetic, which may concatenate lists) may be a
+        container.
+        """
+        if self._array_values is None:
+            self._array_values = self._array_value_fixpoint()
+        return var.name in self._array_values
+
+    def _array_value_fixpoint(self) -> set[str]:
+        ir = self.ir
+        names = set(self.defs)
+
+        def ok(d: Any) -> bool:
+            if isinstance(d, ir.Arg):
+                return True
+            if isinstance(d, ir.Var):
+                return d.name in names
+            if not isinstance(d, ir.Expr):
+                return False
+            if d.op in ("getitem", "static_getitem"):
+                item = self.tuple_item(d)
+                return (item if item is not None else d.value).name in names
+            if d.op == "getattr":
+                return d.attr in _SAME_RANK_ATTRS and d.value.name in names
+            if d.op == "cast":
+                return d.value.name in names
+            if d.op == "phi":
+                return all(v.name in names for v in d.incoming_values)
+            if d.op != "call":
+                return False
+            if self.is_new_array(d):
+                return True
+            fdefs = self.defs.get(d.func.name, ())
+            if len(fdefs) == 1 and isinstance(fdefs[0], ir.Expr) and fdefs[0].op == "getattr":
+                known = _METHODS.get(fdefs[0].attr)
+                return (
+                    known is not None
+                    and known[1] in ("same", "view")
+                    and fdefs[0].value.name in names
+                )
+            obj = self.resolve(d.func)
+            name = getattr(obj, "__name__", None) if obj is not _UNRESOLVED else None
+            return bool(name) and name in _NUMPY_VIEW and getattr(np, name, None) is obj
+
+        changed = True
+        while changed:
+            changed = False
+            for name in list(names):
+                if not all(ok(d) for d in self.defs[name]):
+                    names.discard(name)
+                    changed = True
+        return names
+
     def is_new_array(self, value: Any) -> bool:
         if not (isinstance(value, self.ir.Expr) and value.op == "call"):
             return False
@@ -175,6 +240,10 @@ class _Transfer(_Values):
                 for v in every:
                     written(v, NEG, why)
                 return self.union_vars([obj, *every], NEG)
+            if name == "copy" and not self.is_array_value(obj):
+                # ``list.copy`` / ``dict.copy`` are shallow: the copy's items are the
+                # receiver's (only an array's ``copy`` is new memory).
+                return dict(self.alias_of_var(obj))
             inputs, result = known
             why = f"passed as an output of .{name}() at line {line}: {self.src(loc)}"
             for v in args[inputs:]:

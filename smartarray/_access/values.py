@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from .deps import Deps
 from .known import _CUDA_INDEX_OBJECTS, _SCALAR_ATTRS, _cuda_paths, _is_prange
 from .results import NEG, Write
 
@@ -81,6 +82,8 @@ class _Values:
         self.kinds: dict[str, Any] = {}
         self.events: list[tuple[int, Write]] = []
         self.returns: dict[int, int] = {}
+        self._array_values: set[str] | None = None  # see ``_Transfer.is_array_value``
+        self.deps = Deps()  # the bindings this analysis resolved (and its callees')
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -112,9 +115,11 @@ class _Values:
             if base is _UNRESOLVED:
                 return _UNRESOLVED
             try:
-                return getattr(base, value.attr)
+                got = getattr(base, value.attr)
             except Exception:
                 return _UNRESOLVED
+            self.deps.attr(base, value.attr, got)
+            return got
         return _UNRESOLVED
 
     def cuda_path(self, var: Any) -> tuple[str, ...] | None:

@@ -59,12 +59,22 @@ def _install() -> None:
     def default_stream() -> StrictStream:
         return _state.current().default_stream
 
+    def legacy_default_stream() -> StrictStream:
+        return _state.current().legacy_default_stream
+
+    def per_thread_default_stream() -> StrictStream:
+        return _state.current().per_thread_default_stream
+
     def external_stream(ptr: int) -> StrictStream:
         # Another library's stream, named by its handle: strict mode's stream of that handle
         # (a new one for a handle no stream has), as numba wraps a CUstream on a GPU.
         scheduler = _state.current().scheduler
         found = scheduler.streams.get(int(ptr))
-        return found if found is not None else StrictStream(scheduler, handle=int(ptr))
+        # A handle no strict stream has is another library's stream: modelled non-blocking
+        # (CuPy's, PyTorch's and JAX's side streams are), so nothing orders it with stream 0.
+        if found is not None:
+            return found
+        return StrictStream(scheduler, handle=int(ptr), nonblocking=True)
 
     def synchronize() -> None:
         _state.current().scheduler.host_wait_all()
@@ -75,8 +85,8 @@ def _install() -> None:
     functions = {
         "stream": stream,
         "default_stream": default_stream,
-        "legacy_default_stream": default_stream,
-        "per_thread_default_stream": default_stream,
+        "legacy_default_stream": legacy_default_stream,
+        "per_thread_default_stream": per_thread_default_stream,
         "external_stream": external_stream,
         "synchronize": synchronize,
         "event": event,

@@ -16,7 +16,6 @@ from numba.cuda.simulator.cudadrv import devicearray as _sim
 
 from . import state as _state
 from .devmem import byte_extent, in_kernel, is_page_locked, pointer
-from .scheduler import DEFAULT
 
 __all__ = ["PATCHES"]
 
@@ -56,7 +55,9 @@ def copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> np.ndarray:
     else:
         _sim.check_array_compatibility(self, ary)
         host = ary
-        synchronous = sch.key(stream) is DEFAULT or not is_page_locked(ary)
+        # As numba-cuda: any stream object (even one of the default stream, as a launch's
+        # cuda.core Stream) takes cuMemcpyDtoHAsync, asynchronous into page-locked memory.
+        synchronous = not stream or not is_page_locked(ary)
     src = self._ary
     op = sch.enqueue(stream, lambda: np.copyto(host, src), "copy d2h")
     if not synchronous:
@@ -89,7 +90,9 @@ def copy_to_device(self: Any, ary: Any, stream: Any = 0) -> None:
         copy=None,
     )
     _sim.check_array_compatibility(self_core, ary_core)
-    if sch.key(stream) is DEFAULT:
+    if not stream:
+        # cuMemcpyHtoD (numba-cuda takes it for stream 0 only): synchronous. Any stream object,
+        # even one of the default stream (a launch's cuda.core Stream), takes the Async call.
         op = sch.enqueue(stream, lambda: np.copyto(dst, ary_core), "copy h2d")
         sch.count_host_sync()
         sch.run_until([op])
@@ -127,7 +130,7 @@ def _setitem(self: Any, idx: Any, val: Any) -> None:
     else:
         staged = np.array(val, copy=True)
         op = sch.enqueue(self.stream, lambda: dst.__setitem__(idx, staged), "setitem")
-    if sch.key(self.stream) is DEFAULT:
+    if sch.is_default_key(sch.key(self.stream)):
         sch.count_host_sync()
         sch.run_until([op])
 

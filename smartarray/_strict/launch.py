@@ -23,6 +23,7 @@ from numba.cuda.simulator.kernelapi import FakeCUDAModule, swapped_cuda_module
 
 from . import state as _state
 from .devmem import byte_extent, pointer
+from .scheduler import StrictModeError, core_stream
 
 __all__ = ["StrictLaunch", "StrictModeError", "kernel_getitem"]
 
@@ -30,10 +31,6 @@ try:
     from numba.cuda.errors import normalize_kernel_dimensions
 except ImportError:  # pragma: no cover - older numba-cuda
     from numba.cuda.simulator.kernel import normalize_kernel_dimensions
-
-
-class StrictModeError(RuntimeError):
-    """Strict mode found what a GPU would report as a crash (bad pointer, illegal access)."""
 
 
 def _param_names(fn: Any, n: int) -> list[str]:
@@ -120,13 +117,17 @@ _RAISE = dis.opmap["RAISE_VARARGS"]
 
 
 class StrictLaunch:
-    """``kernel[griddim, blockdim, stream, sharedmem]``: a configured launch."""
+    """``kernel[griddim, blockdim, stream, sharedmem]``: a configured launch (numba-cuda's
+    ``_LaunchConfiguration``)."""
 
     def __init__(self, kernel: Any, griddim: Any, blockdim: Any, stream: Any, sharedmem: Any):
         self.dispatcher = kernel
         self.griddim = griddim
         self.blockdim = blockdim
-        self.stream = stream
+        # As numba-cuda's _LaunchConfiguration: the launch stream as a new, non-owning
+        # cuda.core-like Stream per configuration (``sync()``, no ``synchronize()``); every
+        # argument's ``to_device`` receives it, and it does not keep the user's stream alive.
+        self.stream = core_stream(_state.current().scheduler, stream)
         self.sharedmem = sharedmem
 
     def __call__(self, *args: Any) -> None:
@@ -149,6 +150,37 @@ def kernel_forall(self: Any, ntasks: int, tpb: int = 0, stream: Any = 0, sharedm
     return kernel_getitem(self, (ntasks, 1, stream, sharedmem))
 
 
+def _numba_hint(hint: Any, retr: list[Any], stream: Any) -> Any:
+    """numba's own ``In`` / ``Out`` / ``InOut`` as numba-cuda 0.30's ``args`` runs them.
+
+    The copy in goes on the launch's cuda.core Stream (``cuMemcpyHtoDAsync``, even for the
+    default stream: from page-locked memory the DMA reads the host bytes when it runs); the
+    copy back of ``Out`` / ``InOut`` is synchronous on handle 0 (``cuMemcpyDtoH`` and a
+    default-stream sync), asynchronous on another stream. (The simulator's versions copy
+    back on the launch's stream object.) Other hints run as they are.
+    """
+    cls = type(hint)
+    if cls not in (_args.In, _args.Out, _args.InOut):
+        return hint.to_device(retr, stream)
+    from .devmem import auto_device
+
+    devary, converted = auto_device(hint.value, copy=cls is not _args.Out, stream=stream)
+    if cls is _args.In:
+        retr.append(lambda: devary)  # keeps the device array alive until the launch ran
+    elif converted:
+        value = hint.value
+        if getattr(stream, "handle", 0):
+            retr.append(lambda: devary.copy_to_host(value, stream=stream))
+        else:
+
+            def copy_back() -> None:
+                devary.stream = 0  # (its own stream is the launch's: that would be async)
+                devary.copy_to_host(value, stream=0)
+
+            retr.append(copy_back)
+    return devary
+
+
 def launch(kernel: Any, args: tuple, griddim: Any, blockdim: Any, stream: Any, shmem: Any) -> None:
     st = _state.current()
     sch = st.scheduler
@@ -159,9 +191,9 @@ def launch(kernel: Any, args: tuple, griddim: Any, blockdim: Any, stream: Any, s
     prepared = []
     for arg in args:
         if isinstance(arg, np.ndarray) and arg.ndim > 0:
-            ret = _args.InOut(arg).to_device(retr, stream)
+            ret = _numba_hint(_args.InOut(arg), retr, stream)
         elif isinstance(arg, _args.ArgHint):
-            ret = arg.to_device(retr, stream)
+            ret = _numba_hint(arg, retr, stream)
         elif isinstance(arg, np.void):
             ret = FakeCUDAArray(arg)  # a record passed by value
             prepared.append((None, ret))

@@ -18,7 +18,19 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["DEFAULT", "Op", "Scheduler", "StrictEvent", "StrictStream"]
+__all__ = [
+    "DEFAULT",
+    "Op",
+    "Scheduler",
+    "StrictCoreStream",
+    "StrictEvent",
+    "StrictModeError",
+    "StrictStream",
+]
+
+
+class StrictModeError(RuntimeError):
+    """Strict mode found what a GPU would report as a crash (bad pointer, illegal access)."""
 
 
 def _ran() -> None:
@@ -51,14 +63,29 @@ class StrictStream:
     and ``legacy_default_stream()`` give the legacy default stream).
     """
 
-    _ids = itertools.count(1)
+    # Handles start past 2 (1 and 2 name the legacy and the per-thread default stream) and are
+    # never reused: a handle whose stream was collected stays dead (see Scheduler.key).
+    _ids = itertools.count(3)
 
-    def __init__(self, scheduler: Scheduler, default: bool = False, handle: int = 0) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        default: bool = False,
+        handle: int = 0,
+        nonblocking: bool = False,
+    ) -> None:
         self._scheduler = scheduler
         self.is_default = default
-        self.handle = 0 if default else (handle or next(self._ids))
+        # A default stream's handle says which: 0 the default stream (the legacy one, or the
+        # calling thread's with per-thread default streams), 1 the legacy default stream,
+        # 2 the calling thread's per-thread default stream.
+        self.handle = handle if default else (handle or next(self._ids))
         if not default:
             scheduler.streams[self.handle] = self  # for external_stream(handle)
+            if nonblocking:
+                # Not ordered with the legacy default stream (cudaStreamNonBlocking), as
+                # CuPy's, PyTorch's and JAX's side streams are.
+                scheduler.nonblocking.add(self.handle)
 
     def synchronize(self) -> None:
         """Block the host until all work queued on this stream has run."""
@@ -83,8 +110,51 @@ class StrictStream:
 
     def __repr__(self) -> str:
         if self.is_default:
-            return "<strict legacy default stream>"
+            which = ("default", "legacy default", "per-thread default")[self.handle]
+            return f"<strict {which} stream>"
         return f"<strict stream {self.handle}>"
+
+
+class StrictCoreStream:
+    """What numba-cuda's ``_LaunchConfiguration`` hands ``ArgHint.to_device``: a cuda.core
+    ``Stream`` made with ``Stream.from_handle`` (a fresh object per launch configuration).
+
+    It has exactly the surface smartarray may rely on: ``handle``, ``__cuda_stream__()``,
+    ``sync()``, ``==`` by handle; no ``synchronize()``. It does not own its stream: once the
+    stream it names is destroyed (collected), any use of it is a :class:`StrictModeError`,
+    where a GPU would use a dead ``CUstream`` (undefined behaviour).
+    """
+
+    __slots__ = ("_scheduler", "handle")
+
+    def __init__(self, scheduler: Scheduler, handle: int) -> None:
+        self._scheduler = scheduler
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+    def sync(self) -> None:
+        """Block the host until all work queued on the stream has run."""
+        self._scheduler.host_wait_stream(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StrictCoreStream) and other.handle == self.handle
+
+    def __hash__(self) -> int:
+        return hash(self.handle)
+
+    def __repr__(self) -> str:
+        return f"<strict cuda.core Stream handle={self.handle}>"
+
+
+def core_stream(scheduler: Scheduler, stream: Any) -> StrictCoreStream:
+    """``driver._to_core_stream(stream)``: the launch's stream as a non-owning cuda.core one."""
+    if not stream:
+        return StrictCoreStream(scheduler, 0)
+    if isinstance(stream, StrictCoreStream):
+        return stream
+    return StrictCoreStream(scheduler, int(getattr(stream, "handle", 0) or 0))
 
 
 class StrictEvent:
@@ -135,20 +205,57 @@ class Scheduler:
         self.queues: dict[Any, deque[Op]] = {}
         # Live streams by handle: what ``cuda.external_stream(handle)`` finds.
         self.streams: weakref.WeakValueDictionary[int, StrictStream] = weakref.WeakValueDictionary()
+        self.nonblocking: set[int] = set()  # handles of streams not ordered with the legacy one
         self.last_default: Op | None = None
         self.host_syncs = 0
         self.log: list[str] = []
         self._seq = itertools.count()
         # Host threads share the queues (a GPU's queues are shared by every host thread).
         self.lock = threading.RLock()
+        self._thread = threading.local()
+        self._threads = itertools.count(1)
 
     # -- queueing --------------------------------------------------------------------------
 
     def key(self, stream: Any) -> Any:
-        """The queue of ``stream``: ``DEFAULT`` for 0, None, foreign or default streams."""
-        if isinstance(stream, StrictStream) and not stream.is_default:
-            return stream
+        """The queue of ``stream`` (its handle): ``DEFAULT`` for 0, None and default streams.
+
+        Queues are keyed by handle, not by stream object: a stream collected with work queued
+        is destroyed, and its work still runs (as ``cuStreamDestroy`` lets it). A stream named
+        by the handle of a destroyed stream is a :class:`StrictModeError`.
+        """
+        cls = stream.__class__
+        if cls is StrictStream:
+            return self._default_key(stream.handle) if stream.is_default else stream.handle
+        if cls is StrictCoreStream:
+            handle = stream.handle
+            if handle in (0, 1, 2):
+                return self._default_key(handle)
+            if self.streams.get(handle) is None:
+                raise StrictModeError(
+                    f"stream handle {handle:#x} was used after its stream was destroyed (the "
+                    "stream object was collected; on a GPU: a dead CUstream, undefined "
+                    "behaviour): keep an event recorded on it, not its handle"
+                )
+            return handle
+        return self._default_key(0)
+
+    def _default_key(self, handle: int) -> Any:
+        """The queue of default-stream handle 0, 1 or 2: the legacy default stream's, or the
+        calling thread's own per-thread default stream's (handle 2, and 0 when per-thread
+        default streams are on), a distinct stream for each host thread."""
+        if handle == 2 or (handle == 0 and self.per_thread):
+            key = getattr(self._thread, "key", None)
+            if key is None:
+                # Numbered per thread, never reused (thread idents are, once a thread ended).
+                key = self._thread.key = ("per-thread default stream", next(self._threads))
+            return key
         return DEFAULT
+
+    @staticmethod
+    def is_default_key(key: Any) -> bool:
+        """Whether ``key`` is the queue of a default stream (legacy or per-thread)."""
+        return key is DEFAULT or key.__class__ is tuple
 
     def enqueue(
         self, stream: Any, fn: Callable[[], None], label: str, deps: list[Op] | None = None
@@ -167,9 +274,13 @@ class Scheduler:
         elif key is DEFAULT:
             # The legacy default stream waits for the work of every (blocking) stream.
             for other, queue in self.queues.items():
-                if other is not DEFAULT and queue:
+                if other is not DEFAULT and queue and other not in self.nonblocking:
                     deps.append(queue[-1])
-        elif self.last_default is not None and not self.last_default.done:
+        elif (
+            self.last_default is not None
+            and not self.last_default.done
+            and key not in self.nonblocking
+        ):
             deps.append(self.last_default)  # ... and every stream waits for it
         op = Op(fn, key, label, deps)
         op.seq = next(self._seq)

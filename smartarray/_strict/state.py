@@ -36,7 +36,9 @@ class StrictState:
 
         self.seed = seed
         self.scheduler = Scheduler(seed, per_thread_default_stream)
-        self.default_stream = StrictStream(self.scheduler, default=True)
+        self.default_stream = StrictStream(self.scheduler, default=True)  # handle 0
+        self.legacy_default_stream = StrictStream(self.scheduler, default=True, handle=1)
+        self.per_thread_default_stream = StrictStream(self.scheduler, default=True, handle=2)
         self.device_memory = DEFAULT_DEVICE_MEMORY if device_memory is None else device_memory
         self.device_used = 0
         self.device_ranges = Ranges()

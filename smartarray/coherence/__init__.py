@@ -1,8 +1,8 @@
 """Byte-interval sets and the per-buffer validity state machine.
 
 One private module per concept: ``_intervals.py`` (:class:`IntervalSet`), ``_plan.py``
-(:class:`Plan`, :class:`Copy`) and ``_state.py`` (:class:`BufferState`); the public names are
-the ones exported here.
+(:class:`Plan`, :class:`Copy`), ``_cost.py`` (:class:`TransferCost`, the process-wide model)
+and ``_state.py`` (:class:`BufferState`); the public names are the ones exported here.
 
 This package is the heart of smartarray's coherence model (see "The coherence model" in
 ``docs/user_guide.rst``). It is pure Python: it imports nothing from NumPy, Numba or the rest
@@ -54,27 +54,67 @@ it never marks a byte valid that was not copied, and never leaves a byte valid n
   location's smallest runs whose bytes are also valid in another location, then, if that is not
   enough, it fills the gaps that are cheapest to copy.
 
-Bound on the extra bytes. A set in ``[0, n)`` with ``m + k`` runs has ``m + k - 1`` gaps between
-its runs, holding together at most ``n - |V|`` bytes that are stale at that location. Filling
-the ``k`` cheapest of them copies at most ``k * (n - |V|) / (m + k - 1) < k * n / m`` extra bytes.
-When the cap holds before each operation (the caller runs ``plan_consolidate`` right after every
-``mark_changed``), ``k <= 1``, so:
+The transfer cost model
+-----------------------
+Each state plans with a :class:`TransferCost` (its own, or the process-wide one:
+:func:`transfer_cost`, :func:`set_transfer_cost`): a copy costs ``latency_s + nbytes /
+bandwidth_Bps``. It decides two things in :meth:`BufferState.plan_read`, both conservative
+(only bytes copied become valid, every copy reads bytes valid at its source):
+
+* merging: once the target holds ``SCATTER_RUNS`` runs or more, two copies of one plan from
+  the same source become one when the bytes between them number fewer than
+  :attr:`TransferCost.break_even_bytes` and are valid at both the source and the target. The
+  merged copy rewrites those target bytes with the value they already hold, so no valid set
+  changes (this and the span copy below are the only copies that land on valid bytes);
+* scattered reads (ski rental): when the target already holds ``r >= SCATTER_RUNS`` runs (each
+  paid a copy's latency), the read copies, in one copy from one source, the span from the first
+  to the last byte touched, widened up to ``r * break_even_bytes``, if that span's transfer
+  takes no longer than those ``r`` latencies. The state remembers ``(r, span)`` for that
+  location; the next time it is stale, its first read copies the span at once if that still
+  costs at most ``r`` latencies. A read thus costs at most ``r + 1`` latencies more than its
+  exact copy, and a scattered series costs at most about twice the better of "one exact copy
+  per read" and "one whole copy", then once the whole copy per round.
+
+With a model whose latency is worth no bytes (``break_even_bytes == 0``) every plan is exact, as
+described above, up to the cap.
+
+Bound on the extra bytes (exact model). A set in ``[0, n)`` with ``m + k`` runs has
+``m + k - 1`` gaps between its runs, holding together at most ``n - |V|`` bytes that are stale
+at that location. Filling the ``k`` cheapest of them copies at most
+``k * (n - |V|) / (m + k - 1) < k * n / m`` extra bytes. When the cap holds before each
+operation (the caller runs ``plan_consolidate`` right after every ``mark_changed``),
+``k <= 1``, so:
 
 * a ``plan_read`` copies at most ``n / max_runs`` bytes beyond the stale bytes it needs;
 * a ``plan_consolidate`` copies at most ``n / max_runs`` bytes into each location that is over the
   cap, i.e. at most ``len(locations) * n / max_runs`` bytes in all.
 """
 
+from ._cost import (
+    DEFAULT_TRANSFER_COST,
+    NVLINK_C2C,
+    PCIE5_X16,
+    TransferCost,
+    set_transfer_cost,
+    transfer_cost,
+)
 from ._intervals import IntervalSet
 from ._plan import EMPTY_PLAN, Copy, Plan, StalePlanError
-from ._state import DEFAULT_MAX_RUNS, BufferState
+from ._state import DEFAULT_MAX_RUNS, SCATTER_RUNS, BufferState
 
 __all__ = [
     "DEFAULT_MAX_RUNS",
+    "DEFAULT_TRANSFER_COST",
     "EMPTY_PLAN",
+    "NVLINK_C2C",
+    "PCIE5_X16",
+    "SCATTER_RUNS",
     "BufferState",
     "Copy",
     "IntervalSet",
     "Plan",
     "StalePlanError",
+    "TransferCost",
+    "set_transfer_cost",
+    "transfer_cost",
 ]

@@ -22,6 +22,7 @@ __all__ = [
     "StalePlanError",
     "consolidated",
     "copy_start",
+    "merged_copies",
     "new_copy",
     "sourced",
 ]
@@ -168,6 +169,32 @@ def sourced(
     if sources > 1:
         copies.sort(key=copy_start)
     return copies
+
+
+def merged_copies(
+    copies: list[Copy], valid: Mapping[str, IntervalSet], break_even_bytes: int
+) -> list[Copy]:
+    """Merge consecutive copies (ordered by offset, one target) across short gaps.
+
+    Two copies from the same source become one when the bytes between them number fewer than
+    ``break_even_bytes`` (moving them costs less than one more copy's latency) and are valid at
+    both the source and the target: the merged copy rewrites those target bytes with the value
+    they already hold, so no valid set changes and no copy overlaps another.
+    """
+    out = [copies[0]]
+    for c in copies[1:]:
+        last = out[-1]
+        gap_a, gap_b = last.stop, c.start
+        if (
+            last.source == c.source
+            and gap_b - gap_a < break_even_bytes
+            and valid[c.target].contains(gap_a, gap_b)
+            and valid[c.source].contains(gap_a, gap_b)
+        ):
+            out[-1] = new_copy(Copy, (last.source, last.target, last.start, c.stop))
+        else:
+            out.append(c)
+    return out
 
 
 def consolidated(

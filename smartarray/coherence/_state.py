@@ -10,6 +10,7 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from operator import index
 
+from ._cost import TransferCost, _checked, _current
 from ._intervals import (
     EMPTY_SET,
     IntervalSet,
@@ -17,9 +18,18 @@ from ._intervals import (
     with_span,
     without_span,
 )
-from ._plan import EMPTY_PLAN, Copy, Plan, StalePlanError, consolidated, sourced
+from ._plan import (
+    EMPTY_PLAN,
+    Copy,
+    Plan,
+    StalePlanError,
+    consolidated,
+    merged_copies,
+    new_copy,
+    sourced,
+)
 
-__all__ = ["DEFAULT_MAX_RUNS", "BufferState"]
+__all__ = ["DEFAULT_MAX_RUNS", "SCATTER_RUNS", "BufferState"]
 
 DEFAULT_MAX_RUNS = 8
 """Default cap on the number of runs in each location's valid set.
@@ -31,6 +41,14 @@ slow-path operation works on at most nine runs, and one sync issues at most nine
 than one larger copy). The price, when the cap does coalesce, is at most ``nbytes / 8`` extra
 bytes per location and operation (see the docstring of :mod:`smartarray.coherence`). The fast
 path is a bisection, so the cap barely affects it.
+"""
+
+SCATTER_RUNS = 3
+"""Runs in a location's valid set from which a read counts as one of a scattered series.
+
+Reads that leave a location with this many separate runs have each paid a copy's latency; from
+here the planner weighs copying the whole span they touch (see :meth:`BufferState.plan_read`).
+Two or fewer runs (a halo at each end, one window) are common exact patterns, left alone.
 """
 
 
@@ -48,6 +66,9 @@ class BufferState:
         name: the buffer is current only there.
     max_runs : int, default DEFAULT_MAX_RUNS
         Cap on the number of runs of each location's valid set (at least 1).
+    cost : TransferCost or None, default None
+        The transfer cost model that decides when to coalesce copies; ``None`` follows the
+        process-wide model (:func:`~smartarray.coherence.transfer_cost`) at each decision.
 
     Raises
     ------
@@ -55,7 +76,8 @@ class BufferState:
         If ``nbytes`` is negative, ``locations`` is empty or repeats a name, ``valid_at`` is not
         one of ``locations``, or ``max_runs < 1``.
     TypeError
-        If ``nbytes`` or ``max_runs`` is not an integer, or a location is not a str.
+        If ``nbytes`` or ``max_runs`` is not an integer, a location is not a str, or ``cost``
+        is not a :class:`~smartarray.coherence.TransferCost` or None.
 
     Notes
     -----
@@ -81,7 +103,16 @@ class BufferState:
     IntervalSet([])
     """
 
-    __slots__ = ("_nbytes", "_locations", "_valid", "_max_runs", "_version")
+    __slots__ = (
+        "_nbytes",
+        "_locations",
+        "_valid",
+        "_max_runs",
+        "_version",
+        "_cost",
+        "_break_even",
+        "_scatter",
+    )
 
     def __init__(
         self,
@@ -89,6 +120,7 @@ class BufferState:
         locations: Iterable[str] = ("host", "gpu"),
         valid_at: str | None = None,
         max_runs: int = DEFAULT_MAX_RUNS,
+        cost: TransferCost | None = None,
     ) -> None:
         try:
             nbytes = index(nbytes)
@@ -116,6 +148,8 @@ class BufferState:
             raise TypeError(f"max_runs must be an integer, got {max_runs!r}") from None
         if max_runs < 1:
             raise ValueError(f"max_runs must be >= 1, got {max_runs}")
+        if cost is not None:
+            cost = _checked(cost)
         whole = IntervalSet.span(0, nbytes)
         self._nbytes = nbytes
         self._locations = locs
@@ -124,6 +158,11 @@ class BufferState:
             loc: whole if valid_at is None or loc == valid_at else EMPTY_SET for loc in locs
         }
         self._version = 0
+        self._cost = cost
+        self._break_even = -1 if cost is None else cost.break_even_bytes  # -1: the process's
+        # per location that was read scattered: (copies paid, span start, span stop) of the
+        # span copy that ended the series; a hint for the next time it is stale, not validity
+        self._scatter: dict[str, tuple[int, int, int]] = {}
 
     # -- properties ------------------------------------------------------------------------
 
@@ -141,6 +180,11 @@ class BufferState:
     def max_runs(self) -> int:
         """int: the cap on the number of runs of each location's valid set."""
         return self._max_runs
+
+    @property
+    def cost(self) -> TransferCost:
+        """TransferCost: the cost model this state plans with (its own, or the process's)."""
+        return self._cost or _current[0]
 
     @property
     def version(self) -> int:
@@ -225,6 +269,11 @@ class BufferState:
             A location name.
         start, stop : int
             The byte interval; ``stop=None`` means ``nbytes``.
+        coalesce : bool, default True
+            Whether the cost model may copy bytes that are already valid at ``where`` (merged
+            copies, span copies). The caller says False while ``where``'s copy may hold writes
+            not recorded yet (a host array the user holds and writes before announcing it):
+            rewriting a byte "with the same value" would bring the old value back.
 
         Returns
         -------
@@ -282,7 +331,9 @@ class BufferState:
                     return False
         return True
 
-    def plan_read(self, where: str, start: int = 0, stop: int | None = None) -> Plan:
+    def plan_read(
+        self, where: str, start: int = 0, stop: int | None = None, *, coalesce: bool = True
+    ) -> Plan:
         """Plan the copies that make ``[start, stop)`` current at ``where``.
 
         The copies are exactly the bytes of the interval that are stale at ``where``, each
@@ -291,6 +342,9 @@ class BufferState:
         copy. If installing the read would leave ``where`` with more than :attr:`max_runs` runs,
         the plan also copies the smallest gaps of ``where``'s valid set (stale there, valid
         elsewhere) until it is within the cap; see :mod:`smartarray.coherence` for the bound.
+        The state's transfer cost model (:attr:`cost`) may merge copies across short gaps valid
+        at both ends, and copy the whole span of a scattered series of reads in one copy (see
+        "The transfer cost model" in :mod:`smartarray.coherence`).
 
         Fast path: when the interval is already valid this returns the shared
         :data:`EMPTY_PLAN` in O(log max_runs) time without allocating.
@@ -320,9 +374,20 @@ class BufferState:
         i = bisect_right(valid._starts, start) - 1
         if i >= 0 and valid._stops[i] >= stop:
             return EMPTY_PLAN
-        return self._plan_read_slow(where, valid, start, stop)
+        return self._plan_read_slow(where, valid, start, stop, coalesce)
 
-    def _plan_read_slow(self, where: str, valid: IntervalSet, start: int, stop: int) -> Plan:
+    def _plan_read_slow(
+        self, where: str, valid: IntervalSet, start: int, stop: int, coalesce: bool
+    ) -> Plan:
+        break_even = self._break_even  # bytes worth one copy's latency; 0: exact copies
+        if break_even < 0:
+            break_even = _current[1]
+        if not coalesce:
+            break_even = 0  # exact copies: nothing valid at ``where`` is rewritten
+        if break_even and (len(valid) >= SCATTER_RUNS or where in self._scatter):
+            plan = self._plan_span(where, valid, start, stop, break_even)
+            if plan is not None:
+                return plan
         final = with_span(valid, start, stop)
         need = valid.gaps(start, stop)  # the stale bytes of the interval
         excess = len(final) - self._max_runs
@@ -331,7 +396,59 @@ class BufferState:
             final = final.union(fill)
             need = need.union(fill)
         copies = sourced(self._locations, where, need, self._valid)
-        return Plan(tuple(copies), {where: final}, self, self._version, need.total)
+        nbytes = need.total
+        if break_even and len(copies) > 1 and len(valid) >= SCATTER_RUNS:
+            # only once reads scatter: a plain sync keeps moving exactly its stale bytes
+            merged = merged_copies(copies, self._valid, break_even)
+            if len(merged) < len(copies):
+                copies = merged
+                nbytes = sum(c.stop - c.start for c in copies)
+        return Plan(tuple(copies), {where: final}, self, self._version, nbytes)
+
+    def _plan_span(
+        self, where: str, valid: IntervalSet, start: int, stop: int, break_even: int
+    ) -> Plan | None:
+        """One copy of the span a scattered series of reads touches, when the cost model
+        says it is worth it; None otherwise (plan the read exactly).
+
+        A series: ``where`` already holds ``r >= SCATTER_RUNS`` runs, each of which paid a
+        copy's latency. Copying the span from the first to the last byte touched (this read
+        included) in one copy is chosen when its transfer takes no longer than those ``r``
+        latencies (ski rental: stop paying per piece once the pieces cost what the whole does),
+        i.e. spans at most ``r * break_even`` bytes, and the span is widened within that
+        budget. The span is remembered: the next time ``where`` goes stale, its first read
+        copies it at once if that still costs no more than the ``r`` copies the series paid.
+        """
+        runs = len(valid)
+        n = self._nbytes
+        if runs >= SCATTER_RUNS:
+            paid = runs
+            lo = valid._starts[0] if valid._starts[0] < start else start
+            hi = valid._stops[-1] if valid._stops[-1] > stop else stop
+        else:
+            paid, lo, hi = self._scatter[where]
+            lo = lo if lo < start else start
+            hi = hi if hi > stop else stop
+        budget = paid * break_even
+        if hi - lo > budget:
+            return None
+        slack = budget - (hi - lo)  # widen within the budget: the series' next reads are free
+        grow_lo = min(lo, slack // 2)
+        grow_hi = min(n - hi, slack - grow_lo)
+        lo, hi = lo - grow_lo, hi + grow_hi
+        lo = max(0, lo - (slack - grow_lo - grow_hi))
+        final = with_span(valid, lo, hi)
+        if len(final) > self._max_runs:
+            return None
+        for source in self._locations:
+            if source != where and self._valid[source].contains(lo, hi):
+                break
+        else:  # no single source holds the span: copy the pieces
+            return None
+        if runs >= SCATTER_RUNS:
+            self._scatter[where] = (paid, lo, hi)
+        copy = new_copy(Copy, (source, where, lo, hi))
+        return Plan((copy,), {where: final}, self, self._version, hi - lo)
 
     def plan_consolidate(self) -> Plan:
         """Plan bringing every location's valid set back within :attr:`max_runs` runs.

@@ -1,0 +1,243 @@
+"""Driver entries for memory: allocation, page-locking, pointer attributes, copies, memset.
+
+CUDA's rules for what is synchronous (the "API synchronization behavior" page): a copy that
+is not ``Async`` runs on the legacy default stream and returns once done; an ``Async`` copy
+from *pageable* host memory reads the source at the call (a staging copy) and one to pageable
+host memory returns once done; an ``Async`` copy from or to *page-locked* memory touches the
+host bytes only when it runs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from ._errors import CUDA_ERROR_INVALID_VALUE, CudaError
+from ._queue import Stream
+
+__all__ = ["MemoryEntries"]
+
+_CU_MEMORYTYPE_HOST, _CU_MEMORYTYPE_DEVICE = 1, 2
+
+
+def _put(ptr: int, ctype: type, value: object) -> None:
+    if not ptr:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, "a NULL output pointer")
+    ctypes.cast(ptr, ctypes.POINTER(ctype))[0] = value
+
+
+class MemoryEntries:
+    """Mixin of :class:`~smartarray._fakegpu.driver.FakeDriver`."""
+
+    # allocation -----------------------------------------------------------------------------
+    def cuMemAlloc(self, p: int, nbytes: int) -> None:
+        self._context()
+        _put(p, ctypes.c_uint64, self.heap.alloc(nbytes))
+
+    def cuMemFree(self, ptr: int) -> None:
+        # cuMemFree waits for the device to finish using the memory: run what is queued.
+        self._run(self.queue.synchronize_all)
+        self.heap.free(ptr)
+
+    def cuMemAllocAsync(self, p: int, nbytes: int, stream: int | None) -> None:
+        self.queue.stream(stream)
+        _put(p, ctypes.c_uint64, self.heap.alloc(nbytes))
+
+    def cuMemFreeAsync(self, ptr: int, stream: int | None) -> None:
+        self.heap.check(ptr, 0, "cuMemFreeAsync")
+        self.queue.enqueue(self.queue.stream(stream), lambda: self.heap.free(ptr), "free")
+
+    # stream-ordered allocation (cuda.core's DeviceMemoryResource) --------------------------
+    def cuDeviceGetDefaultMemPool(self, p: int, dev: int) -> None:
+        self._device(dev)
+        _put(p, ctypes.c_void_p, self.mempool)
+
+    cuDeviceGetMemPool = cuDeviceGetDefaultMemPool
+
+    def _pool(self, pool: int | None) -> None:
+        if pool != self.mempool:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"memory pool {pool}")
+
+    def cuMemPoolGetAttribute(self, pool: int | None, attr: int, value: int) -> None:
+        self._pool(pool)
+        # 1-3 are int flags (reuse policies, on); the rest are 64-bit byte counts.
+        if attr <= 3:
+            _put(value, ctypes.c_int, 1)
+        else:
+            _put(value, ctypes.c_uint64, self.heap.used if attr >= 5 else 0)
+
+    def cuMemPoolSetAttribute(self, pool: int | None, attr: int, value: int) -> None:
+        self._pool(pool)
+
+    def cuMemPoolTrimTo(self, pool: int | None, keep: int) -> None:
+        self._pool(pool)
+
+    def cuMemAllocFromPoolAsync(
+        self, p: int, nbytes: int, pool: int | None, stream: int | None
+    ) -> None:
+        self._pool(pool)
+        self.cuMemAllocAsync(p, nbytes, stream)
+
+    def cuMemGetInfo(self, free: int, total: int) -> None:
+        _put(free, ctypes.c_size_t, self.heap.size - self.heap.used)
+        _put(total, ctypes.c_size_t, self.heap.size)
+
+    def cuMemGetAddressRange(self, pbase: int, psize: int, ptr: int) -> None:
+        found = self.heap.find(ptr)
+        if found is None:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not device memory")
+        if pbase:
+            _put(pbase, ctypes.c_uint64, found[0])
+        if psize:
+            _put(psize, ctypes.c_size_t, found[1])
+
+    def cuMemHostAlloc(self, p: int, nbytes: int, flags: int) -> None:
+        _put(p, ctypes.c_void_p, self.host.allocate(nbytes))
+
+    def cuMemAllocHost(self, p: int, nbytes: int) -> None:
+        self.cuMemHostAlloc(p, nbytes, 0)
+
+    def cuMemFreeHost(self, ptr: int) -> None:
+        self._run(self.queue.synchronize_all)
+        self.host.free(ptr)
+
+    def cuMemHostRegister(self, ptr: int, nbytes: int, flags: int) -> None:
+        if not ptr or not nbytes:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister of nothing")
+        self.host.register(ptr, nbytes)
+
+    def cuMemHostUnregister(self, ptr: int) -> None:
+        self._run(self.queue.synchronize_all)
+        self.host.unregister(ptr)
+
+    def cuMemHostGetDevicePointer(self, p: int, ptr: int, flags: int) -> None:
+        # Unified addressing: a mapped page-locked host range has the same address on the device.
+        if not self.host.page_locked(ptr, 1):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not page-locked host memory")
+        _put(p, ctypes.c_uint64, ptr)
+
+    # pointer attributes ---------------------------------------------------------------------
+    def _attribute(self, attribute: int, ptr: int) -> tuple[type, object]:
+        dev = self.heap.find(ptr)
+        host = None if dev else self.host.find(ptr)
+        if dev is None and host is None:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not known to the driver")
+        start, size = dev or host
+        ctx = self.contexts[0]
+        table = {
+            1: (ctypes.c_void_p, ctx),  # CONTEXT
+            2: (ctypes.c_uint, _CU_MEMORYTYPE_DEVICE if dev else _CU_MEMORYTYPE_HOST),
+            3: (ctypes.c_uint64, ptr),  # DEVICE_POINTER
+            4: (ctypes.c_void_p, None if dev else ptr),  # HOST_POINTER
+            6: (ctypes.c_uint, 0),  # SYNC_MEMOPS
+            7: (ctypes.c_ulonglong, start),  # BUFFER_ID
+            8: (ctypes.c_int, 0),  # IS_MANAGED
+            9: (ctypes.c_int, 0),  # DEVICE_ORDINAL
+            11: (ctypes.c_uint64, start),  # RANGE_START_ADDR
+            12: (ctypes.c_size_t, size),  # RANGE_SIZE
+            13: (ctypes.c_int, 1),  # MAPPED
+            16: (ctypes.c_int, 0),  # IS_LEGACY_CUDA_IPC_CAPABLE
+            17: (ctypes.c_void_p, None),  # MEMPOOL_HANDLE
+        }
+        if attribute not in table:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"pointer attribute {attribute}")
+        return table[attribute]
+
+    def cuPointerGetAttribute(self, data: int, attribute: int, ptr: int) -> None:
+        ctype, value = self._attribute(attribute, ptr)
+        _put(data, ctype, value)
+
+    def cuPointerGetAttributes(self, n: int, attributes: int, data: int, ptr: int) -> None:
+        attrs = ctypes.cast(attributes, ctypes.POINTER(ctypes.c_int))
+        outs = ctypes.cast(data, ctypes.POINTER(ctypes.c_void_p))
+        known = self.heap.find(ptr) or self.host.find(ptr)
+        for i in range(n):
+            if known is None:  # CUDA: an unknown pointer reads as zeros, not an error
+                if attrs[i] == 2:
+                    _put(outs[i], ctypes.c_uint, 0)
+                continue
+            ctype, value = self._attribute(attrs[i], ptr)
+            _put(outs[i], ctype, value)
+
+    # copies ---------------------------------------------------------------------------------
+    def _copy(
+        self,
+        dst: int,
+        src: int,
+        n: int,
+        stream: Stream,
+        label: str,
+        wait: bool,
+        keep: object = None,
+    ) -> None:
+        """Queue a copy of ``n`` bytes; device ranges are checked now and again when it runs."""
+        for ptr, what in ((dst, "destination"), (src, "source")):
+            if self.heap.owns(ptr):
+                self.heap.check(ptr, n, f"{label} {what}")
+
+        def run() -> None:
+            for ptr, what in ((dst, "destination"), (src, "source")):
+                if self.heap.owns(ptr):
+                    self.heap.check(ptr, n, f"{label} {what} (when it ran)")
+            ctypes.memmove(dst, src, n)
+            del keep_alive[:]
+
+        keep_alive = [keep]  # a staging buffer lives until the copy ran
+        op = self.queue.enqueue(stream, run, label)
+        if wait:
+            self._run(lambda: self.queue.run_until([op]))
+
+    @staticmethod
+    def _staged(src: int, n: int) -> tuple[int, object]:
+        buf = ctypes.create_string_buffer(ctypes.string_at(src, n), max(n, 1))
+        return ctypes.addressof(buf), buf
+
+    def cuMemcpyHtoD(self, dst: int, src: int, n: int) -> None:
+        self._copy(dst, src, n, self.queue.stream(0), "HtoD", wait=True)
+
+    def cuMemcpyDtoH(self, dst: int, src: int, n: int) -> None:
+        self._copy(dst, src, n, self.queue.stream(0), "DtoH", wait=True)
+
+    def cuMemcpyDtoD(self, dst: int, src: int, n: int) -> None:
+        self._copy(dst, src, n, self.queue.stream(0), "DtoD", wait=True)
+
+    def cuMemcpy(self, dst: int, src: int, n: int) -> None:
+        self._copy(dst, src, n, self.queue.stream(0), "copy", wait=True)
+
+    def cuMemcpyHtoDAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
+        s = self.queue.stream(stream)
+        keep = None
+        if not self.host.page_locked(src, n):
+            src, keep = self._staged(src, n)  # pageable: the bytes are taken now
+        self._copy(dst, src, n, s, "HtoDAsync", wait=False, keep=keep)
+
+    def cuMemcpyDtoHAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
+        pageable = not self.host.page_locked(dst, n)
+        self._copy(dst, src, n, self.queue.stream(stream), "DtoHAsync", wait=pageable)
+
+    def cuMemcpyDtoDAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
+        self._copy(dst, src, n, self.queue.stream(stream), "DtoDAsync", wait=False)
+
+    def cuMemcpyAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
+        s = self.queue.stream(stream)
+        keep = None
+        if not self.heap.owns(src) and not self.host.page_locked(src, n):
+            src, keep = self._staged(src, n)
+        wait = not self.heap.owns(dst) and not self.host.page_locked(dst, n)
+        self._copy(dst, src, n, s, "copyAsync", wait=wait, keep=keep)
+
+    def _memset(self, dst: int, value: int, n: int, stream: Stream, wait: bool) -> None:
+        self.heap.check(dst, n, "cuMemsetD8")
+
+        def run() -> None:
+            self.heap.check(dst, n, "cuMemsetD8 (when it ran)")
+            ctypes.memset(dst, value, n)
+
+        op = self.queue.enqueue(stream, run, "memset")
+        if wait:
+            self._run(lambda: self.queue.run_until([op]))
+
+    def cuMemsetD8(self, dst: int, value: int, n: int) -> None:
+        self._memset(dst, value, n, self.queue.stream(0), wait=True)
+
+    def cuMemsetD8Async(self, dst: int, value: int, n: int, stream: int | None) -> None:
+        self._memset(dst, value, n, self.queue.stream(stream), wait=False)

@@ -1,0 +1,239 @@
+"""Kernels of the fake CUDA driver: numba-cuda's kernel, run by the simulator's interpreter.
+
+``cuLaunchKernel`` names a kernel by its entry (mangled) name. The numba-cuda ``_Kernel`` with
+that ``entry_name`` (found once among live objects, numba-cuda is not patched) gives the
+Python function and the argument types; the launch's ``kernelParams`` are decoded by those
+types' data models (an array is ``meminfo, parent, nitems, itemsize, data, shape..., strides...``),
+each array becomes a NumPy array over the fake device memory, and the body runs block by block
+on numba's CUDA simulator threads. An array that is not inside one live allocation, or a
+misaligned one, fails the launch with ``CUDA_ERROR_ILLEGAL_ADDRESS`` /
+``CUDA_ERROR_MISALIGNED_ADDRESS``; so does an out-of-bounds index in the body. An exception in
+the body is reported for ``debug=True`` kernels only (through numba's own error globals), as
+on a GPU; without ``debug`` the faulting thread just stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import re
+import sys
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from ._errors import (
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_MISALIGNED_ADDRESS,
+    CudaError,
+)
+
+__all__ = ["prepare"]
+
+_found: dict[str, object] = {}
+
+
+def _kernel_object(name: str) -> object:
+    """numba-cuda's ``_Kernel`` whose entry name is ``name``."""
+    kernel = _found.get(name)
+    if kernel is None:
+        from numba.cuda.dispatcher import _Kernel
+
+        for obj in gc.get_objects():
+            # type(), not isinstance(): a dead weak proxy among the objects raises on isinstance.
+            if issubclass(type(obj), _Kernel) and getattr(obj, "entry_name", None) == name:
+                kernel = _found[name] = obj
+                break
+    if kernel is None:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"no numba-cuda kernel named {name}")
+    return kernel
+
+
+class _Params:
+    """Reads ``kernelParams`` in order: each entry points to one parameter's bytes."""
+
+    def __init__(self, params: int) -> None:
+        self._array = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+        self._next = 0
+
+    def read(self, ctype: type) -> object:
+        ptr = self._array[self._next]
+        self._next += 1
+        return ctype.from_address(ptr).value
+
+
+def _decode(ty: object, params: _Params) -> object:
+    """One argument of numba type ``ty``, as plain values (an array as a tuple)."""
+    from numba.core import types
+
+    if isinstance(ty, types.Array):
+        params.read(ctypes.c_void_p)  # meminfo
+        params.read(ctypes.c_void_p)  # parent
+        params.read(ctypes.c_int64)  # nitems
+        itemsize = params.read(ctypes.c_int64)
+        data = params.read(ctypes.c_uint64) or 0
+        shape = tuple(params.read(ctypes.c_int64) for _ in range(ty.ndim))
+        strides = tuple(params.read(ctypes.c_int64) for _ in range(ty.ndim))
+        return ("array", ty, data, shape, strides, itemsize)
+    if isinstance(ty, types.Boolean):
+        return bool(params.read(ctypes.c_bool))
+    if isinstance(ty, types.Integer):
+        return params.read(getattr(ctypes, f"c_{'' if ty.signed else 'u'}int{ty.bitwidth}"))
+    if ty == types.float16:
+        return np.uint16(params.read(ctypes.c_uint16)).view(np.float16)
+    if ty == types.float32:
+        return np.float32(params.read(ctypes.c_float))
+    if ty == types.float64:
+        return params.read(ctypes.c_double)
+    if ty == types.complex64:
+        return np.complex64(complex(params.read(ctypes.c_float), params.read(ctypes.c_float)))
+    if ty == types.complex128:
+        return complex(params.read(ctypes.c_double), params.read(ctypes.c_double))
+    if isinstance(ty, types.CPointer):
+        return params.read(ctypes.c_uint64)
+    if isinstance(ty, types.BaseTuple):
+        return tuple(_decode(t, params) for t in ty)
+    if isinstance(ty, types.EnumMember):
+        return ty.instance_class(_decode(ty.dtype, params))
+    if isinstance(ty, (types.NPDatetime, types.NPTimedelta)):
+        return np.int64(params.read(ctypes.c_int64)).view(
+            ty.unit and f"{'M' if isinstance(ty, types.NPDatetime) else 'm'}8[{ty.unit}]"
+        )
+    if isinstance(ty, types.Record):
+        return ("record", ty, params.read(ctypes.c_uint64), (), (), ty.size)
+    raise CudaError(CUDA_ERROR_INVALID_VALUE, f"fake GPU cannot decode kernel argument type {ty}")
+
+
+def _materialise(driver: object, kernel: str, argname: str, value: object) -> object:
+    """Turn decoded arrays into simulator arrays over device memory, checking the range."""
+    if isinstance(value, tuple) and value and value[0] in ("array", "record"):
+        kind, ty, data, shape, strides, itemsize = value
+        from numba.np import numpy_support
+
+        dtype = numpy_support.as_dtype(ty.dtype if kind == "array" else ty)
+        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n)
+        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n) + itemsize
+        empty = any(n == 0 for n in shape)
+        if not empty:
+            _check_range(driver, kernel, argname, data + lo, hi - lo)
+            if data % max(1, min(dtype.alignment, 16)):
+                raise CudaError(
+                    CUDA_ERROR_MISALIGNED_ADDRESS,
+                    f"kernel {kernel}: argument {argname!r} data pointer {data:#x} is misaligned",
+                )
+        from numba.cuda.simulator.cudadrv.devicearray import (
+            FakeCUDAArray,
+            FakeWithinKernelCUDAArray,
+        )
+
+        if empty:
+            arr = np.empty(shape, dtype=dtype)
+        else:
+            buf = (ctypes.c_char * (hi - lo)).from_address(data + lo)
+            arr = np.ndarray(shape, dtype=dtype, buffer=buf, offset=-lo, strides=strides)
+        if kind == "record":
+            return arr.reshape(())[()]
+        return FakeWithinKernelCUDAArray(FakeCUDAArray(arr))
+    if isinstance(value, tuple):
+        return tuple(_materialise(driver, kernel, argname, v) for v in value)
+    return value
+
+
+def _check_range(driver: object, kernel: str, argname: str, start: int, nbytes: int) -> None:
+    found = driver.heap.find(start)
+    if found is not None and start + nbytes <= found[0] + found[1]:
+        return
+    if driver.host.page_locked(start, nbytes):  # mapped page-locked host memory
+        return
+    where = "freed device memory" if driver.heap.owns(start) else "not device memory"
+    raise CudaError(
+        CUDA_ERROR_ILLEGAL_ADDRESS,
+        f"kernel {kernel}: argument {argname!r} spans {nbytes} bytes at {start:#x} ({where})",
+    )
+
+
+@contextlib.contextmanager
+def _device_functions_swapped(fn: Callable[..., object]) -> Iterator[None]:
+    """Calls to numba-cuda device functions inside the body run their Python function."""
+    from numba.cuda.dispatcher import CUDADispatcher
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+
+    globs = fn.__globals__
+    orig = {k: v for k, v in globs.items() if isinstance(v, CUDADispatcher)}
+    for k, v in orig.items():
+        globs[k] = FakeCUDAKernel(v.py_func, device=True, debug=v.targetoptions.get("debug", False))
+    try:
+        yield
+    finally:
+        globs.update(orig)
+
+
+def prepare(
+    driver: object, name: str, params: int, grid: tuple, block: tuple, smem: int
+) -> Callable[[], None]:
+    """Decode a launch now (CUDA copies ``kernelParams`` at launch); the returned call runs it."""
+    kernel = _kernel_object(name)
+    reader = _Params(params)
+    decoded = [_decode(ty, reader) for ty in kernel.argument_types]
+    argnames = list(kernel.py_func.__code__.co_varnames[: kernel.py_func.__code__.co_argcount])
+    argnames += [f"#{i}" for i in range(len(argnames), len(decoded))]
+
+    def run() -> None:
+        args = [_materialise(driver, name, a, v) for a, v in zip(argnames, decoded, strict=False)]
+        _execute(driver, kernel, name, args, grid, block, smem)
+
+    return run
+
+
+def _execute(
+    driver: object, kernel: object, name: str, args: list, grid: tuple, block: tuple, smem: int
+) -> None:
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator.kernelapi import swapped_cuda_module
+
+    fn = kernel.py_func
+    fake_module = simkernel.FakeCUDAModule(grid, block, smem)
+    with (
+        simkernel._push_kernel_context(fake_module),
+        swapped_cuda_module(fn, fake_module),
+        _device_functions_swapped(fn),
+    ):
+        for grid_point in np.ndindex(*grid[::-1]):
+            manager = simkernel.BlockManager(fn, grid, block, kernel.debug)
+            try:
+                manager.run(grid_point[::-1], *args)
+            except IndexError as exc:
+                raise CudaError(
+                    CUDA_ERROR_ILLEGAL_ADDRESS,
+                    f"kernel {fn.__qualname__} ({name}): out-of-bounds access: {exc}",
+                ) from exc
+            except Exception as exc:
+                if kernel.debug:
+                    _report_exception(driver, kernel, name, exc)
+                    return
+                # Without debug a GPU does not check: the faulting thread stops, others run on.
+                print(
+                    f"fakegpu: kernel {name}: unchecked exception ignored: {exc!r}", file=sys.stderr
+                )
+
+
+def _report_exception(driver: object, kernel: object, name: str, exc: Exception) -> None:
+    """Write numba's ``__errcode__`` globals so numba-cuda raises the kernel's exception."""
+    exceptions = getattr(kernel.call_helper, "exceptions", {})
+    code = next((c for c, (cls, *_rest) in exceptions.items() if isinstance(exc, cls)), None)
+    if code is None:
+        raise CudaError(CUDA_ERROR_LAUNCH_FAILED, f"kernel {name} raised {exc!r}") from exc
+    # The simulator's message starts "tid=[x, y, z] ctaid=[x, y, z]": numba-cuda reads both
+    # back from the kernel's globals to name the faulting thread.
+    found = re.match(r"tid=\[(\d+), (\d+), (\d+)\] ctaid=\[(\d+), (\d+), (\d+)\]", str(exc))
+    ids = [int(v) for v in found.groups()] if found else [0] * 6
+    values = {"errcode": code}
+    values.update({f"tid{a}": v for a, v in zip("xyz", ids[:3], strict=False)})
+    values.update({f"ctaid{a}": v for a, v in zip("xyz", ids[3:], strict=False)})
+    libs = [lib for (lib, gname) in driver.globals if gname == f"{name}__errcode__"]
+    for lib in libs:
+        for key, value in values.items():
+            ctypes.c_int.from_address(driver.global_address(lib, f"{name}__{key}__")).value = value

@@ -1,0 +1,138 @@
+"""Device memory and host page-locking of the fake CUDA driver.
+
+Device memory comes from one anonymous mapping, apart from every host allocation, so a device
+pointer is never a valid host pointer by accident. Freed blocks are poisoned (``0xDB``) and
+leave the table of live allocations, so a copy or a kernel that touches them fails with
+``CUDA_ERROR_ILLEGAL_ADDRESS`` / ``CUDA_ERROR_INVALID_VALUE`` instead of reading stale bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import mmap
+import os
+
+from ._errors import (
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_OUT_OF_MEMORY,
+    CudaError,
+)
+
+__all__ = ["DeviceHeap", "HostRegistry"]
+
+_ALIGN = 256
+POISON = 0xDB
+
+
+def _env_bytes(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if not value:
+        return default
+    text = value.strip().upper()
+    for suffix, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if text.endswith(suffix) or text.endswith(suffix + "B") or text.endswith(suffix + "IB"):
+            return int(float(text.rstrip("IB").rstrip(suffix)) * scale)
+    return int(text)
+
+
+class DeviceHeap:
+    """First-fit allocator over one mapping of ``SMARTARRAY_FAKE_GPU_MEMORY`` bytes (1 GiB)."""
+
+    def __init__(self) -> None:
+        self.size = _env_bytes("SMARTARRAY_FAKE_GPU_MEMORY", 1 << 30)
+        self._map = mmap.mmap(-1, self.size)
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
+        self._starts: list[int] = []  # sorted starts of live allocations
+        self._sizes: dict[int, int] = {}
+        self.used = 0
+
+    def alloc(self, nbytes: int) -> int:
+        if nbytes == 0:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, "cuMemAlloc of 0 bytes")
+        need = -(-nbytes // _ALIGN) * _ALIGN
+        cursor = self.base
+        for start in self._starts:
+            if start - cursor >= need:
+                break
+            cursor = start + (-(-self._sizes[start] // _ALIGN) * _ALIGN)
+        if cursor + need > self.base + self.size:
+            raise CudaError(CUDA_ERROR_OUT_OF_MEMORY, f"fake device has no {nbytes} bytes free")
+        bisect.insort(self._starts, cursor)
+        self._sizes[cursor] = nbytes
+        self.used += need
+        return cursor
+
+    def free(self, ptr: int) -> None:
+        size = self._sizes.pop(ptr, None)
+        if size is None:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuMemFree of {ptr:#x}: not an allocation")
+        self._starts.remove(ptr)
+        self.used -= -(-size // _ALIGN) * _ALIGN
+        ctypes.memset(ptr, POISON, size)
+
+    def find(self, ptr: int) -> tuple[int, int] | None:
+        """``(start, size)`` of the live allocation holding ``ptr``."""
+        i = bisect.bisect_right(self._starts, ptr) - 1
+        if i < 0:
+            return None
+        start = self._starts[i]
+        size = self._sizes[start]
+        return (start, size) if ptr < start + max(size, 1) else None
+
+    def owns(self, ptr: int) -> bool:
+        return self.base <= ptr < self.base + self.size
+
+    def check(self, ptr: int, nbytes: int, what: str) -> None:
+        """Raise unless ``[ptr, ptr + nbytes)`` lies in one live allocation."""
+        found = self.find(ptr)
+        if found is None or ptr + nbytes > found[0] + found[1]:
+            state = "freed or never allocated" if self.owns(ptr) else "not device memory"
+            raise CudaError(
+                CUDA_ERROR_INVALID_VALUE, f"{what}: {nbytes} bytes at {ptr:#x} ({state})"
+            )
+
+
+class HostRegistry:
+    """Page-locked host ranges: ``cuMemHostAlloc`` blocks and ``cuMemHostRegister`` ranges."""
+
+    def __init__(self) -> None:
+        self._ranges: dict[int, tuple[int, bool, object]] = {}  # start -> (size, allocated, keep)
+
+    def allocate(self, nbytes: int) -> int:
+        buf = ctypes.create_string_buffer(max(nbytes, 1))
+        ptr = ctypes.addressof(buf)
+        self._ranges[ptr] = (nbytes, True, buf)
+        return ptr
+
+    def free(self, ptr: int) -> None:
+        entry = self._ranges.get(ptr)
+        if entry is None or not entry[1]:
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuMemFreeHost of {ptr:#x}")
+        del self._ranges[ptr]
+
+    def register(self, ptr: int, nbytes: int) -> None:
+        if self.find(ptr) or self.find(ptr + max(nbytes, 1) - 1):
+            raise CudaError(
+                CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+                f"cuMemHostRegister: {ptr:#x} is already page-locked",
+            )
+        self._ranges[ptr] = (nbytes, False, None)
+
+    def unregister(self, ptr: int) -> None:
+        entry = self._ranges.get(ptr)
+        if entry is None or entry[1]:
+            raise CudaError(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, f"{ptr:#x} is not registered")
+        del self._ranges[ptr]
+
+    def find(self, ptr: int) -> tuple[int, int] | None:
+        for start, (size, _, _) in self._ranges.items():
+            if start <= ptr < start + max(size, 1):
+                return start, size
+        return None
+
+    def page_locked(self, ptr: int, nbytes: int) -> bool:
+        found = self.find(ptr)
+        return found is not None and ptr + nbytes <= found[0] + found[1]

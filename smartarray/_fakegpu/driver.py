@@ -1,0 +1,324 @@
+"""The semantics of the fake CUDA driver: one Python function per driver entry point.
+
+The C shim (``fake_cuda.c``) answers ``cuGetProcAddress`` with ctypes callbacks made here from
+the prototypes cuda-bindings declares (:mod:`._signatures`). Each entry takes the raw C
+arguments (pointers as integers), raises :class:`CudaError` to fail, and returns nothing on
+success. An unexpected Python error is logged and becomes ``CUDA_ERROR_UNKNOWN``. A kernel
+fault is sticky, as on a GPU: every later call returns it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import sys
+import threading
+import traceback
+from collections import Counter
+from collections.abc import Callable
+
+from ._copies import MemoryEntries
+from ._errors import (
+    CUDA_ERROR_INVALID_CONTEXT,
+    CUDA_ERROR_INVALID_DEVICE,
+    CUDA_ERROR_INVALID_VALUE,
+    CUDA_ERROR_NOT_INITIALIZED,
+    CUDA_ERROR_NOT_READY,
+    CUDA_ERROR_UNKNOWN,
+    CUDA_SUCCESS,
+    CudaError,
+)
+from ._launch import ExecutionEntries
+from ._memory import DeviceHeap, HostRegistry
+from ._queue import Queue
+from ._signatures import prototype
+
+__all__ = ["FakeDriver"]
+
+DRIVER_VERSION = 13000
+_ATTRIBUTES = {  # CUdevice_attribute values of an H100-like device (others read 0)
+    1: 1024,
+    2: 1024,
+    3: 1024,
+    4: 64,
+    5: 2147483647,
+    6: 65535,
+    7: 65535,
+    8: 49152,
+    9: 65536,
+    10: 32,
+    11: 2147483647,
+    12: 65536,
+    13: 1755000,
+    14: 512,
+    15: 1,
+    16: 132,
+    17: 0,
+    18: 0,
+    19: 1,
+    20: 0,
+    30: 512,
+    31: 1,
+    33: 0,
+    34: 0,
+    35: 0,
+    36: 2619000,
+    37: 5120,
+    38: 52428800,
+    39: 2048,
+    40: 2,
+    41: 1,
+    50: 0,
+    75: 9,
+    76: 0,
+    78: 1,
+    79: 1,
+    80: 1,
+    81: 233472,
+    82: 65536,
+    83: 1,
+    84: 1,
+    85: 0,
+    86: 1,
+    87: 64,
+    88: 1,
+    89: 1,
+    90: 0,
+    91: 1,
+    95: 1,
+    96: 1,
+    97: 232448,
+    98: 1,
+    99: 1,
+    100: 1,
+    101: 1,
+    102: 1,
+    106: 32,
+    115: 1,
+    116: 1,
+}
+# Queries that still answer after a kernel fault (every other call returns the fault).
+_UNAFFECTED_BY_FAULTS = frozenset(
+    "cuGetErrorName cuGetErrorString cuCtxGetCurrent cuCtxSetCurrent cuCtxPushCurrent "
+    "cuCtxPopCurrent cuCtxGetDevice cuDriverGetVersion cuDeviceGet cuDeviceGetCount "
+    "cuDeviceGetAttribute cuDeviceGetName".split()
+)
+
+
+def _put(ptr: int, ctype: type, value: object) -> None:
+    if not ptr:
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, "a NULL output pointer")
+    ctypes.cast(ptr, ctypes.POINTER(ctype))[0] = value
+
+
+def _cstr(ptr: int) -> str:
+    return ctypes.string_at(ptr).decode()
+
+
+class FakeDriver(MemoryEntries, ExecutionEntries):
+    """State of the fake driver: devices, contexts, memory, streams, modules."""
+
+    def __init__(self) -> None:
+        self.device_count = int(os.environ.get("SMARTARRAY_FAKE_GPU_DEVICES", "1"))
+        self._handle_ids = itertools.count(0x10000, 0x10)
+        self.heap = DeviceHeap()
+        self.host = HostRegistry()
+        self.queue = Queue(lambda: next(self._handle_ids))
+        self.initialized = False
+        self.contexts = {d: next(self._handle_ids) for d in range(self.device_count)}
+        self.mempool = next(self._handle_ids)
+        self._current = threading.local()
+        self.libraries: dict[int, bytes] = {}
+        self.kernels: dict[int, str] = {}  # CUkernel / CUfunction handle -> entry name
+        self.globals: dict[tuple[int, str], int] = {}
+        self.sticky: CudaError | None = None
+        self.calls: Counter[str] = Counter()  # how often each entry point was called
+        self._log = os.environ.get("SMARTARRAY_FAKE_GPU_LOG", "") not in ("", "0")
+        self._callbacks: dict[str, object] = {}
+        self._strings: dict[int, ctypes.Array] = {}
+        self.lock = threading.RLock()
+
+    # plumbing ---------------------------------------------------------------------------------
+    def resolve(self, name: bytes) -> int:
+        """Address of the callback for entry ``name``, or 0 when the fake does not provide it."""
+        text = name.decode()
+        impl = getattr(self, text, None) if text.startswith("cu") else None
+        proto = prototype(text) if impl is not None else None
+        if impl is None or proto is None:
+            if self._log:
+                print(f"fakegpu: absent {text}", file=sys.stderr)
+            return 0
+        if text not in self._callbacks:
+            callback = proto(self._wrap(text, impl))
+            # The bindings keep the address for the life of the process, past interpreter
+            # teardown: the callback must never be freed.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(callback))
+            self._callbacks[text] = callback
+        return ctypes.cast(self._callbacks[text], ctypes.c_void_p).value or 0
+
+    def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
+        def entry(*args: object) -> int:
+            with self.lock:
+                self.calls[name] += 1
+                if name != "cuInit" and not self.initialized and name != "cuDriverGetVersion":
+                    return CUDA_ERROR_NOT_INITIALIZED
+                if self.sticky is not None and name not in _UNAFFECTED_BY_FAULTS:
+                    return self.sticky.code
+                try:
+                    impl(*args)
+                except CudaError as exc:
+                    if self._log or exc.code != CUDA_ERROR_NOT_READY:
+                        print(f"fakegpu: {name}: error {exc.code}: {exc}", file=sys.stderr)
+                    return exc.code
+                except BaseException:
+                    print(f"fakegpu: {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
+                    return CUDA_ERROR_UNKNOWN
+                return CUDA_SUCCESS
+
+        return entry
+
+    def clear_fault(self) -> CudaError | None:
+        """Forget a sticky kernel fault and drop the queued work; returns the fault.
+
+        On a GPU the process must start afresh; a test session calls this between tests so
+        that one test's fault does not fail every later one.
+        """
+        fault, self.sticky = self.sticky, None
+        if fault is not None:
+            for op in list(self.queue.ops):
+                op.done = True
+            self.queue.ops.clear()
+        return fault
+
+    def _run(self, fn: Callable[[], None]) -> None:
+        """Run queued work; a fault in a kernel or copy becomes sticky, as on a GPU."""
+        try:
+            fn()
+        except CudaError as exc:
+            self.sticky = exc
+            raise
+
+    def _device(self, dev: int) -> int:
+        if not 0 <= dev < self.device_count:
+            raise CudaError(CUDA_ERROR_INVALID_DEVICE, f"device {dev}")
+        return dev
+
+    def _context(self) -> int:
+        ctx = getattr(self._current, "ctx", 0)
+        if not ctx:
+            raise CudaError(CUDA_ERROR_INVALID_CONTEXT, "no current context")
+        return ctx
+
+    # initialisation, devices, contexts -------------------------------------------------------
+    def cuInit(self, flags: int) -> None:
+        self.initialized = True
+
+    def cuDriverGetVersion(self, p: int) -> None:
+        _put(p, ctypes.c_int, DRIVER_VERSION)
+
+    def cuDeviceGetCount(self, p: int) -> None:
+        _put(p, ctypes.c_int, self.device_count)
+
+    def cuDeviceGet(self, p: int, ordinal: int) -> None:
+        _put(p, ctypes.c_int, self._device(ordinal))
+
+    def cuDeviceGetAttribute(self, p: int, attrib: int, dev: int) -> None:
+        self._device(dev)
+        _put(p, ctypes.c_int, _ATTRIBUTES.get(attrib, 0))
+
+    def cuDeviceGetName(self, name: int, length: int, dev: int) -> None:
+        text = f"smartarray fake GPU {self._device(dev)} (cc 9.0)".encode()[: length - 1]
+        ctypes.memmove(name, text + b"\0", len(text) + 1)
+
+    def cuDeviceGetUuid(self, p: int, dev: int) -> None:
+        ctypes.memmove(p, bytes([0xFA, 0x4E, self._device(dev)] + [0] * 13), 16)
+
+    cuDeviceGetUuid_v2 = cuDeviceGetUuid
+
+    def cuDeviceTotalMem(self, p: int, dev: int) -> None:
+        self._device(dev)
+        _put(p, ctypes.c_size_t, self.heap.size)
+
+    def cuDeviceGetPCIBusId(self, p: int, length: int, dev: int) -> None:
+        text = f"0000:{self._device(dev) + 1:02x}:00.0".encode()[: length - 1]
+        ctypes.memmove(p, text + b"\0", len(text) + 1)
+
+    def cuDeviceCanAccessPeer(self, p: int, dev: int, peer: int) -> None:
+        _put(p, ctypes.c_int, int(self._device(dev) != self._device(peer)))
+
+    def cuDevicePrimaryCtxRetain(self, p: int, dev: int) -> None:
+        _put(p, ctypes.c_void_p, self.contexts[self._device(dev)])
+
+    def cuDevicePrimaryCtxRelease(self, dev: int) -> None:
+        self._device(dev)
+
+    def cuDevicePrimaryCtxReset(self, dev: int) -> None:
+        self._device(dev)
+        self.queue.synchronize_all()
+
+    def cuDevicePrimaryCtxGetState(self, dev: int, flags: int, active: int) -> None:
+        self._device(dev)
+        _put(flags, ctypes.c_uint, 0)
+        _put(active, ctypes.c_int, 1)
+
+    def cuCtxGetCurrent(self, p: int) -> None:
+        _put(p, ctypes.c_void_p, getattr(self._current, "ctx", 0) or None)
+
+    def cuCtxSetCurrent(self, ctx: int | None) -> None:
+        if ctx and ctx not in self.contexts.values():
+            raise CudaError(CUDA_ERROR_INVALID_CONTEXT, f"context {ctx:#x}")
+        self._current.ctx = ctx or 0
+
+    def cuCtxPushCurrent(self, ctx: int | None) -> None:
+        stack = self._current.__dict__.setdefault("stack", [])
+        stack.append(getattr(self._current, "ctx", 0))
+        self.cuCtxSetCurrent(ctx)
+
+    def cuCtxPopCurrent(self, p: int) -> None:
+        if p:
+            _put(p, ctypes.c_void_p, getattr(self._current, "ctx", 0) or None)
+        stack = self._current.__dict__.setdefault("stack", [])
+        self._current.ctx = stack.pop() if stack else 0
+
+    def cuCtxGetDevice(self, p: int) -> None:
+        ctx = self._context()
+        _put(p, ctypes.c_int, next(d for d, c in self.contexts.items() if c == ctx))
+
+    def cuCtxGetId(self, ctx: int | None, p: int) -> None:
+        _put(p, ctypes.c_ulonglong, ctx or self._context())
+
+    def cuCtxSynchronize(self) -> None:
+        self._context()
+        self._run(self.queue.synchronize_all)
+
+    def cuCtxGetStreamPriorityRange(self, least: int, greatest: int) -> None:
+        if least:
+            _put(least, ctypes.c_int, 0)
+        if greatest:
+            _put(greatest, ctypes.c_int, -5)
+
+    def cuCtxGetLimit(self, p: int, limit: int) -> None:
+        _put(p, ctypes.c_size_t, 1024)
+
+    def cuCtxSetLimit(self, limit: int, value: int) -> None:
+        pass
+
+    def cuCtxEnablePeerAccess(self, ctx: int | None, flags: int) -> None:
+        pass
+
+    def cuGetErrorName(self, code: int, p: int) -> None:
+        self._string_out(p, f"CUDA_ERROR_{code}")
+
+    def cuGetErrorString(self, code: int, p: int) -> None:
+        self._string_out(p, f"fake CUDA driver error {code}")
+
+    def _string_out(self, p: int, text: str) -> None:
+        buf = self._strings.setdefault(hash(text), ctypes.create_string_buffer(text.encode()))
+        _put(p, ctypes.c_void_p, ctypes.addressof(buf))
+
+    def cuProfilerStart(self) -> None:
+        pass
+
+    def cuProfilerStop(self) -> None:
+        pass

@@ -1,0 +1,440 @@
+"""The fake CUDA driver (``SMARTARRAY_FAKE_GPU=1``): numba-cuda's real target without a GPU.
+
+Each test runs a child process on the fake driver (this session runs on the simulator), which
+prints one JSON line with what it observed; the test asserts on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests._targets import real_target_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_fake(code: str, *, seed: int = 0, check: bool = True, simulator: bool = False) -> dict:
+    """Run ``code`` in a child on the fake driver (or the simulator); it prints JSON last."""
+    env = real_target_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    else:
+        env.update(SMARTARRAY_FAKE_GPU="1", SMARTARRAY_FAKE_GPU_SEED=str(seed))
+    prelude = "import json, numpy as np, smartarray as sa\nfrom numba import cuda\n"
+    done = subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    try:  # the whole output (an indented report), or its last line after other prints
+        out = json.loads(done.stdout)
+    except ValueError:
+        lines = done.stdout.strip().splitlines()
+        out = json.loads(lines[-1]) if lines else {}
+    out.update(_stderr=done.stderr, _returncode=done.returncode)
+    return out
+
+
+KERNEL = """
+@cuda.jit
+def scale(a, x):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = a[i] * x + i
+"""
+
+
+def test_the_real_stack_runs_over_the_fake_driver() -> None:
+    """numba-cuda's dispatcher and devicearray, cuda.core's launch and cuda-bindings all run."""
+    out = run_fake(
+        KERNEL
+        + """
+import sys
+from smartarray import _fakegpu
+d = cuda.to_device(np.arange(40.0))
+scale[2, 32](d, 2.0)  # compile and warm up outside the trace
+seen = set()
+def profile(frame, event, arg):
+    if event == "call":
+        seen.add(frame.f_code.co_filename.replace("\\\\", "/"))
+    elif event == "c_call":
+        seen.add("C:" + str(getattr(arg, "__module__", "") or getattr(type(arg), "__module__", "")))
+sys.setprofile(profile)
+scale[2, 32](d, 2.0)
+sys.setprofile(None)
+fake = _fakegpu.current()
+print(json.dumps({
+    "simulator": cuda.simulator_available() if hasattr(cuda, "simulator_available") else None,
+    "is_sim": type(cuda.get_current_device()).__module__,
+    "values": d.copy_to_host().tolist(),
+    "files": sorted(seen),
+    "calls": dict(fake.calls),
+    "stack": fake.launch_stack,
+    "launch_module": sys.modules["numba.cuda.dispatcher"].launch.__module__,
+}))
+"""
+    )
+    expected = ((np.arange(40.0) * 2 + np.arange(40)) * 2 + np.arange(40)).tolist()
+    assert out["values"] == expected
+    assert "simulator" not in out["is_sim"]
+    files = "\n".join(out["files"])
+    assert "numba_cuda/numba/cuda/dispatcher.py" in files  # _Kernel.launch
+    assert "numba_cuda/numba/cuda/cudadrv/devicearray.py" in files
+    # The frames above the driver: the fake driver's own callback wrapper, then numba-cuda's
+    # _Kernel.launch, which called cuda.core's compiled launch (no Python frame between).
+    callers = [(Path(f).name, fn) for f, fn in out["stack"] if "_fakegpu" not in f]
+    assert callers[0] == ("dispatcher.py", "launch")
+    assert any("numba_cuda/numba/cuda/dispatcher.py" in f for f, _ in out["stack"])
+    assert out["launch_module"] == "cuda.core._launcher"
+    assert out["calls"].get("cuLaunchKernelEx", 0) + out["calls"].get("cuLaunchKernel", 0) >= 2
+    assert out["calls"]["cuLibraryLoadData"] >= 1  # the cubin nvJitLink made was loaded
+
+
+import numpy as np  # noqa: E402
+
+
+def test_copies_streams_and_events_on_the_real_target() -> None:
+    out = run_fake(
+        """
+s = cuda.stream()
+h = cuda.pinned_array(8)
+h[:] = np.arange(8)
+d = cuda.to_device(h, stream=s)   # async from page-locked memory: reads h when it runs
+h[:] = -1                         # CUDA lets this race; the fake driver runs the copy late
+s.synchronize()
+raced = d.copy_to_host().tolist()
+e = cuda.event()
+d2 = cuda.to_device(np.arange(8.0) + 10)
+e.record()
+e.synchronize()
+print(json.dumps({"raced": raced, "d2": d2.copy_to_host().tolist(), "done": e.query()}))
+"""
+    )
+    assert out["raced"] == [-1.0] * 8  # the DMA read the host bytes when it ran
+    assert out["d2"] == (np.arange(8.0) + 10).tolist()
+    assert out["done"] is True
+
+
+def test_use_after_free_and_destroyed_streams_are_errors() -> None:
+    out = run_fake(
+        """
+from cuda.bindings import driver as drv
+cuda.current_context()  # numba-cuda initialises the driver and makes its context current
+_, dptr = drv.cuMemAlloc(32)
+drv.cuMemFree(dptr)
+host = np.empty(4)
+err, = drv.cuMemcpyDtoH(host.ctypes.data, dptr, 32)
+err2, h = drv.cuStreamCreate(0)
+err3, = drv.cuStreamDestroy(h)
+err4, = drv.cuStreamSynchronize(h)
+codes = {"after_free": err, "create": err2, "destroy": err3, "dead": err4}
+print(json.dumps({k: int(v) for k, v in codes.items()}))
+"""
+    )
+    assert out["after_free"] == 1  # CUDA_ERROR_INVALID_VALUE: freed memory is no longer mapped
+    assert (out["create"], out["destroy"]) == (0, 0)
+    assert out["dead"] == 400  # CUDA_ERROR_INVALID_HANDLE
+
+
+def test_an_out_of_bounds_access_faults_the_context_naming_the_kernel() -> None:
+    out = run_fake(
+        """
+from numba.cuda.cudadrv.driver import CudaAPIError
+@cuda.jit
+def unchecked(values):
+    i = cuda.grid(1)
+    values[i] = 1.0   # no bounds check: 64 threads, 10 elements
+d = cuda.to_device(np.zeros(10))
+unchecked[1, 64](d)
+codes = []
+for step in (cuda.synchronize, lambda: cuda.to_device(np.zeros(2))):
+    try:
+        step()
+        codes.append(0)
+    except CudaAPIError as exc:
+        codes.append(int(exc.code))
+print(json.dumps({"codes": codes}))
+"""
+    )
+    assert out["codes"] == [700, 700]  # CUDA_ERROR_ILLEGAL_ADDRESS, sticky as on a GPU
+    assert "kernel unchecked" in out["_stderr"] and "out of bounds" in out["_stderr"]
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_a_kernel_exception_is_reported_only_with_debug(debug: bool) -> None:
+    out = run_fake(
+        f"""
+@cuda.jit(debug={debug}, opt=False)
+def boom(values):
+    i = cuda.grid(1)
+    if i == 3:
+        raise ValueError("three")
+    values[i] = 1.0
+d = cuda.to_device(np.zeros(8))
+try:
+    boom[1, 8](d)
+    cuda.synchronize()
+    error = None
+except ValueError as exc:
+    error = str(exc)
+print(json.dumps({{"error": error, "values": d.copy_to_host().tolist()}}))
+"""
+    )
+    if debug:
+        assert "three" in out["error"] and "tid=[0, 0, 3]" in out["error"]
+    else:
+        assert out["error"] is None  # a GPU does not check without debug
+        assert out["values"][:3] == [1.0, 1.0, 1.0]
+
+
+def test_a_smartarray_through_a_kernel_moves_only_stale_bytes() -> None:
+    out = run_fake(
+        """
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
+a = sa.SmartArray(np.zeros(1000))
+add_one[8, 128](a)
+a[10:20] = 5.0
+with sa.trace() as t:
+    add_one[8, 128](a)
+values = np.asarray(a).tolist()
+print(json.dumps({"h2d": t.stats.h2d_bytes, "values": values}))
+"""
+    )
+    expected = np.full(1000, 2.0)
+    expected[10:20] = 6.0
+    assert out["values"] == expected.tolist()
+    assert out["h2d"] == 80
+
+
+DEMO_STRATEGIES = """
+from smartarray import _demo
+figures = {}
+for key in ("hand", "smartarray"):
+    with sa.trace() as t:
+        final = _demo.STRATEGIES[key][1](16, 6, 3)
+    figures[key] = [t.stats.h2d_bytes, t.stats.d2h_bytes, float(np.asarray(final).sum())]
+print(json.dumps(figures))
+"""
+
+
+def test_the_demo_strategies_move_the_same_bytes_as_on_the_simulator() -> None:
+    fake = run_fake(DEMO_STRATEGIES)
+    simulated = run_fake(DEMO_STRATEGIES, simulator=True)
+    for key in ("hand", "smartarray"):
+        assert fake[key][:2] == simulated[key][:2], key
+        assert fake[key][2] == pytest.approx(simulated[key][2])
+
+
+DEMO = (
+    "import runpy, sys; "
+    "sys.argv = ['smartarray', 'demo', '--size', '16', '--steps', '6', '--every', '3', '--json']; "
+    "runpy.run_module('smartarray', run_name='__main__')"
+)
+
+
+def test_python_m_smartarray_demo_runs_on_the_real_target() -> None:
+    """The automatic-copy strategy forwards numba-cuda's cuda.core Stream to sa.to_device."""
+    code = DEMO.replace("; ", "\n") + "\n"
+    fake = run_fake(code, check=False)
+    assert fake["_returncode"] == 0, fake["_stderr"][-2000:]
+    simulated = run_fake(code, simulator=True)
+    for key, figures in simulated["strategies"].items():
+        got = fake["strategies"][key]
+        assert (got["h2d_bytes"], got["d2h_bytes"]) == (figures["h2d_bytes"], figures["d2h_bytes"])
+
+
+ADD_ONE = """
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
+"""
+
+
+def test_a_host_read_after_the_launch_stream_was_destroyed() -> None:
+    """The buffer must wait on an event it owns, not on the (now dead) launch stream handle."""
+    out = run_fake(
+        ADD_ONE
+        + """
+from cuda.bindings import driver as drv
+cuda.current_context()
+_, handle = drv.cuStreamCreate(1)  # a non-blocking stream that a library owns (CuPy-like)
+a = sa.SmartArray(np.zeros(64))
+add_one[1, 64, cuda.external_stream(int(handle))](a)
+destroyed, = drv.cuStreamDestroy(handle)   # the owner drops its stream: legal in CUDA
+print(json.dumps({"destroyed": int(destroyed), "values": np.asarray(a).tolist()}))
+""",
+        check=False,
+    )
+    assert out.get("destroyed") == 0, out["_stderr"][-2000:]
+    assert out["values"] == [1.0] * 64
+
+
+def test_a_hint_may_forward_numba_cudas_stream_to_smartarray() -> None:
+    """numba-cuda hands ArgHint.to_device a cuda.core Stream (sync(), __cuda_stream__)."""
+    out = run_fake(
+        ADD_ONE
+        + """
+from numba.cuda import args as numba_args
+class Forwarding(numba_args.ArgHint):
+    def __init__(self, value):
+        self.value = value
+    @property
+    def _numba_type_(self):
+        from numba import typeof
+        return typeof(self.value)
+    def to_device(self, retr, stream=0):
+        self.stream_type = type(stream).__module__ + "." + type(stream).__name__
+        dev = sa.to_device(self.value, stream=stream)
+        retr.append(lambda: dev.copy_to_host(self.value, stream=stream))
+        # numba-cuda reads .ptr of what to_device returns: what its own In returns
+        return numba_args.In(dev).to_device(retr, stream)
+host = np.zeros(8)
+hint = Forwarding(host)
+add_one[1, 8](hint)
+print(json.dumps({"values": host.tolist(), "stream": hint.stream_type}))
+""",
+        check=False,
+    )
+    assert out.get("values") == [1.0] * 8, out["_stderr"][-2000:]
+
+
+def test_a_cuda_array_interface_export_with_a_held_host_array() -> None:
+    """The consumer's writes must reach the host: the held range is stale once exported."""
+    out = run_fake(
+        ADD_ONE
+        + """
+a = sa.SmartArray(np.zeros(4))
+view = np.asarray(a)              # a held host array
+add_one[1, 32](cuda.as_cuda_array(a))
+cuda.synchronize()
+print(json.dumps({"read": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["read"] == [1.0] * 4
+
+
+def test_sa_jit_with_a_page_locked_input_is_done_reading_it_when_the_launch_returns() -> None:
+    """``sa.jit`` makes it numba's ``In``: an async upload a host write right after races."""
+    out = run_fake(
+        """
+@sa.jit
+def copy(src, dst):
+    i = cuda.grid(1)
+    if i < src.size:
+        dst[i] = src[i]
+src = cuda.pinned_array(64)
+src[:] = np.arange(64)
+dst = sa.SmartArray(np.zeros(64))
+copy[1, 64](src, dst)
+src[:] = -1                       # plain cuda.jit (InOut) waited before returning
+print(json.dumps({"read": np.asarray(dst).tolist()}))
+"""
+    )
+    assert out["read"] == np.arange(64.0).tolist()
+
+
+# The queue of the fake driver, in this process (pure Python: no driver is loaded) -----------
+
+
+def _queue(seed: int):
+    import itertools
+
+    from smartarray._fakegpu import _queue
+
+    os.environ["SMARTARRAY_FAKE_GPU_SEED"] = str(seed)
+    try:
+        ids = itertools.count(0x100, 0x10)
+        return _queue.Queue(lambda: next(ids))
+    finally:
+        del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+
+
+def test_queued_work_keeps_stream_and_event_order_in_every_seeded_order() -> None:
+    orders = set()
+    for seed in range(12):
+        q = _queue(seed)
+        a, b = q.create_stream(1), q.create_stream(1)  # two non-blocking streams
+        for i in range(3):
+            q.enqueue(a, lambda: None, f"a{i}")
+            q.enqueue(b, lambda: None, f"b{i}")
+        e = q.create_event(0)
+        e.op = q.enqueue(a, lambda: None, "record")
+        q.enqueue(b, lambda: None, "wait", after=[e.op])
+        q.enqueue(b, lambda: None, "b_after")
+        q.synchronize_all()
+        ran = q.ran  # labels in the order the work ran
+        assert [x for x in ran if x in ("a0", "a1", "a2", "record")] == ["a0", "a1", "a2", "record"]
+        assert [x for x in ran if x.startswith("b")] == ["b0", "b1", "b2", "b_after"]
+        assert ran.index("b_after") > ran.index("record")  # the event wait
+        orders.add(tuple(ran))
+    assert len(orders) > 1  # the seed changes the interleaving
+
+
+def test_waiting_for_one_stream_runs_only_what_it_needs() -> None:
+    q = _queue(0)
+    a, b = q.create_stream(1), q.create_stream(1)
+    ran: list[str] = []
+    q.enqueue(a, lambda: ran.append("a"), "a")
+    q.enqueue(b, lambda: ran.append("b"), "b")
+    q.synchronize(a)
+    assert ran == ["a"] and not q.idle(b)
+
+
+@pytest.mark.parametrize(("flags", "waits"), [(0, True), (1, False)])
+def test_the_legacy_default_stream_waits_only_for_blocking_streams(flags: int, waits: bool) -> None:
+    q = _queue(0)
+    s = q.create_stream(flags)
+    ran: list[str] = []
+    q.enqueue(s, lambda: ran.append("side"), "side")
+    q.enqueue(q.stream(0), lambda: ran.append("legacy"), "legacy")
+    q.synchronize(q.stream(0))
+    assert ran == (["side", "legacy"] if waits else ["legacy"])
+
+
+def test_a_destroyed_stream_handle_is_refused_but_its_work_still_runs() -> None:
+    from smartarray._fakegpu._errors import CudaError
+
+    q = _queue(0)
+    s = q.create_stream(0)
+    ran: list[str] = []
+    q.enqueue(s, lambda: ran.append("work"), "work")
+    q.destroy_stream(s.handle)
+    with pytest.raises(CudaError) as info:
+        q.stream(s.handle)
+    assert info.value.code == 400
+    q.synchronize_all()
+    assert ran == ["work"]
+
+
+def test_polling_an_event_sees_it_pending_once_then_done() -> None:
+    out = run_fake(
+        """
+s = cuda.stream()
+d = cuda.to_device(np.zeros(4), stream=s)
+e = cuda.event()
+e.record(s)
+polls = [e.query() for _ in range(3)]
+print(json.dumps({"polls": polls}))
+"""
+    )
+    assert out["polls"] == [False, True, True]
