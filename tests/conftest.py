@@ -32,9 +32,14 @@ def _cuda_driver_present() -> bool:
     return out.stdout.strip().endswith("True")
 
 
+def _switched_on(name: str) -> bool:
+    """An environment switch read as smartarray reads it (``smartarray/_environment.py``)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 #: The fake CUDA driver for the whole session (``SMARTARRAY_FAKE_GPU=1``): numba-cuda's real
 #: target over smartarray's fake ``libcuda.so.1``, loaded before numba.cuda is imported.
-FAKE_GPU = os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0")
+FAKE_GPU = _switched_on("SMARTARRAY_FAKE_GPU")
 if FAKE_GPU:
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
     import smartarray  # noqa: F401  (loads the fake driver first)
@@ -46,10 +51,7 @@ elif "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
 
 #: Strict mode for the whole session (``SMARTARRAY_STRICT=1``): smartarray turns it on when it is
 #: imported, on the simulator.
-STRICT = (
-    os.environ.get("SMARTARRAY_STRICT", "").strip().lower() in ("1", "true", "yes", "on")
-    and not FAKE_GPU
-)
+STRICT = _switched_on("SMARTARRAY_STRICT") and not FAKE_GPU
 if STRICT:
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
