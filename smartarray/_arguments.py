@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _numba_cpu, _numba_cuda, _residency, _streams, memory
-from ._engine import GPU, HOST, IN, INOUT, LaunchFailures, LaunchWrites
+from ._engine import GPU, HOST, IN, INOUT
+from ._launch_records import LaunchFailures, LaunchWrites
 from .errors import TransferError
 
 if TYPE_CHECKING:  # pragma: no cover

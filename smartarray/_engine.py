@@ -32,13 +32,14 @@ import numpy as np
 
 from . import _perf, _residency, _streams, guard, memory
 from ._held import HeldHostArrays
+from ._launch_records import LaunchWrites
 from .coherence import BufferState, IntervalSet, Plan
 from .errors import TransferError
 
 if TYPE_CHECKING:  # pragma: no cover - the views the engine arms (array layer, above)
     from .array import SmartArray
 
-__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "Buffer", "LaunchWrites"]
+__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "Buffer"]
 
 #: Locations of a buffer's copies: the host copy (NumPy memory) and the device copy.
 HOST: Final = "host"
@@ -56,32 +57,6 @@ _REFRESH = "eager refresh of an exported view"  # the reason of a held host arra
 
 # Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
 _names = itertools.count()
-
-
-class LaunchWrites:
-    """The writes of one launch to one buffer (identified by the launch's ``retr`` list)."""
-
-    __slots__ = ("retr", "pending", "ranges")
-
-    def __init__(self, retr: list[Any]) -> None:
-        self.retr = retr
-        self.pending = 0  # argument callbacks still to run
-        self.ranges: list[tuple[int, int]] = []
-
-
-class LaunchFailures:
-    """The last post-launch callback of a launch whose host refresh failed: raises then."""
-
-    def __init__(self) -> None:
-        self.errors: list[TransferError] = []
-
-    def __call__(self) -> None:
-        first = self.errors[0]
-        raise TransferError(
-            f"the kernel ran and its writes are recorded, but refreshing {len(self.errors)} "
-            "held host array(s) failed; they are marked stale and the next host read "
-            f"downloads again (do not launch again to retry): {first}"
-        ) from first
 
 
 def _refused(plan: Plan) -> bool:
