@@ -438,3 +438,48 @@ print(json.dumps({"polls": polls}))
 """
     )
     assert out["polls"] == [False, True, True]
+
+
+def test_numba_cudas_own_kernels_run_on_the_fake_driver() -> None:
+    """``d[:] = 1.0`` launches numba-cuda's ``_assign_kernel``, which closes over ``numba.cuda``."""
+    out = run_fake(
+        """
+d = cuda.device_array(8)
+d[:] = 1.5
+d[2:4] = np.array([7.0, 8.0])
+print(json.dumps({"values": d.copy_to_host().tolist()}))
+"""
+    )
+    assert out["values"] == [1.5, 1.5, 7.0, 8.0, 1.5, 1.5, 1.5, 1.5]
+
+
+def test_what_the_fake_driver_cannot_run_fails_the_launch_loudly() -> None:
+    """A kernel calling what has no Python equivalent fails its launch: never a silent no-op."""
+    out = run_fake(
+        """
+from numba.cuda.cudadrv.driver import CudaAPIError
+from numba import types
+from numba.cuda.extending import intrinsic
+
+@intrinsic
+def forty_two(typingctx):  # an intrinsic has no Python body
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.float64, 42.0)
+    return types.float64(), codegen
+
+@cuda.jit
+def uses_an_intrinsic(x):
+    x[0] = forty_two()
+
+d = cuda.to_device(np.zeros(2))
+try:
+    uses_an_intrinsic[1, 1](d)
+    cuda.synchronize()
+    error = None
+except CudaAPIError as exc:
+    error = str(exc)
+print(json.dumps({"error": error}))
+"""
+    )
+    assert out["error"] is not None and "LAUNCH_FAILED" in out["error"], out
+    assert "uses_an_intrinsic" in out["_stderr"] and "forty_two" in out["_stderr"]

@@ -19,6 +19,7 @@ import ctypes
 import gc
 import re
 import sys
+import types
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -155,16 +156,59 @@ def _check_range(driver: object, kernel: str, argname: str, start: int, nbytes: 
     )
 
 
+def _closure_swapped(fn: Callable[..., object], fake_module: object) -> Callable[..., object]:
+    """``fn`` with closure cells that hold ``numba.cuda`` holding the simulator's module.
+
+    The simulator swaps the module in a kernel's globals only; numba-cuda's own kernels made in
+    a function (``devicearray._assign_kernel`` does ``from numba import cuda`` and closes over
+    it) would otherwise call ``cuda.grid`` as a compiled intrinsic and fail.
+    """
+    from numba import cuda
+
+    cells = fn.__closure__
+    if not cells or not any(_cell_holds(c, cuda) for c in cells):
+        return fn
+    swapped = tuple(types.CellType(fake_module) if _cell_holds(c, cuda) else c for c in cells)
+    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, swapped)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    return new
+
+
+def _cell_holds(cell: types.CellType, value: object) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
+        return False
+
+
+def _python_intrinsics() -> dict[int, Callable[..., object]]:
+    """Python equivalents of the numba intrinsics numba-cuda's own kernels call (by id)."""
+    from numba.cuda.np.unsafe.ndarray import to_fixed_tuple
+
+    return {id(to_fixed_tuple): lambda array, length: tuple(array[:length])}
+
+
 @contextlib.contextmanager
 def _device_functions_swapped(fn: Callable[..., object]) -> Iterator[None]:
-    """Calls to numba-cuda device functions inside the body run their Python function."""
+    """Calls to numba-cuda device functions (and to the numba intrinsics numba-cuda's own
+    kernels use) inside the body run Python functions."""
     from numba.cuda.dispatcher import CUDADispatcher
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
     globs = fn.__globals__
-    orig = {k: v for k, v in globs.items() if isinstance(v, CUDADispatcher)}
+    python = _python_intrinsics()
+    orig = {
+        k: v
+        for k, v in globs.items()
+        if isinstance(v, CUDADispatcher) or (not isinstance(v, type) and id(v) in python)
+    }
     for k, v in orig.items():
-        globs[k] = FakeCUDAKernel(v.py_func, device=True, debug=v.targetoptions.get("debug", False))
+        if isinstance(v, CUDADispatcher):
+            debug = v.targetoptions.get("debug", False)
+            globs[k] = FakeCUDAKernel(v.py_func, device=True, debug=debug)
+        else:
+            globs[k] = python[id(v)]
     try:
         yield
     finally:
@@ -194,8 +238,8 @@ def _execute(
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
-    fn = kernel.py_func
     fake_module = simkernel.FakeCUDAModule(grid, block, smem)
+    fn = _closure_swapped(kernel.py_func, fake_module)
     with (
         simkernel._push_kernel_context(fake_module),
         swapped_cuda_module(fn, fake_module),
@@ -211,6 +255,13 @@ def _execute(
                     f"kernel {fn.__qualname__} ({name}): out-of-bounds access: {exc}",
                 ) from exc
             except Exception as exc:
+                if isinstance(exc, NotImplementedError) and "pure-python" in str(exc):
+                    # The fake driver's own limit, not the kernel's fault: never silent.
+                    raise CudaError(
+                        CUDA_ERROR_LAUNCH_FAILED,
+                        f"kernel {fn.__qualname__} ({name}) calls what the fake driver cannot "
+                        f"run in Python: {exc}",
+                    ) from exc
                 if kernel.debug:
                     _report_exception(driver, kernel, name, exc)
                     return
