@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from . import _residency, _streams, memory
+from . import _simulator as _sim
 from ._engine import GPU, HOST, INOUT
 from .array import SmartArray
 from .coherence import IntervalSet
@@ -333,8 +334,6 @@ def _from_interface(desc: dict[str, Any], owner: Any, sync: bool) -> Any:
         return memory._adopt(cuda.from_cuda_array_interface(desc, owner=owner, sync=sync))
     if desc.get("mask") is not None:
         raise NotImplementedError("Masked arrays are not supported")
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
     shape = tuple(int(d) for d in desc["shape"])
     dtype = np.dtype(desc["typestr"])
     if 0 in shape:
@@ -352,7 +351,7 @@ def _from_interface(desc: dict[str, Any], owner: Any, sync: bool) -> Any:
         }
         ary = np.asarray(holder)  # its base is the holder, which holds the owner
     # The simulator's streams complete at once: nothing to wait for.
-    return memory._adopt(FakeCUDAArray(ary))
+    return memory._adopt(_sim.fake_device_array(ary))
 
 
 def _device_of(obj: Any, sync: bool = True) -> tuple[Any, bool]:
@@ -377,10 +376,8 @@ def _byte_view(dev: Any) -> Any:
     """A 1-D uint8 device array over the same (contiguous) memory as ``dev``."""
     nbytes = int(dev.size) * np.dtype(dev.dtype).itemsize
     if memory.SIMULATOR:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
         raw = dev._ary.reshape(-1, order="A" if dev._ary.flags.f_contiguous else "C")
-        return memory._adopt(FakeCUDAArray(raw.view(np.uint8)[:nbytes]))
+        return memory._adopt(_sim.fake_device_array(raw.view(np.uint8)[:nbytes]))
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
     return memory._adopt(DeviceNDArray((nbytes,), (1,), np.uint8, gpu_data=dev.gpu_data))
@@ -493,7 +490,7 @@ def as_cuda_array(obj: Any, sync: bool = True) -> Any:
     Returns
     -------
     DeviceNDArray
-        ``FakeCUDAArray`` on the simulator.
+        the simulator's device array on the simulator.
 
     Raises
     ------
@@ -502,9 +499,7 @@ def as_cuda_array(obj: Any, sync: bool = True) -> Any:
     """
     if memory._is_device_array(obj) and memory.SIMULATOR:
         # The plain simulator's device arrays have no interface: a view, as a GPU makes.
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-        return memory._adopt(FakeCUDAArray(obj._ary, stream=obj.stream))
+        return memory._adopt(_sim.fake_device_array(obj._ary, stream=obj.stream))
     desc = getattr(obj, "__cuda_array_interface__", None)
     if desc is None:
         raise TypeError("*obj* doesn't implement the cuda array interface.")

@@ -70,9 +70,7 @@ def _driver_copy(direction: str) -> Callable[..., tuple[str, int]]:
 
 
 def _sim_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> tuple[str, int]:
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-    return ("d2d" if isinstance(ary, FakeCUDAArray) else "h2d"), _nbytes(self)
+    return ("d2d" if _sim.is_fake_device_array(ary) else "h2d"), _nbytes(self)
 
 
 def _sim_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> tuple[str, int]:
@@ -89,11 +87,10 @@ def _targets() -> list[tuple[Any, str, Callable[..., Any]]]:
     from numba import cuda
 
     if _sim.SIMULATOR:  # strict mode's device surface, when on, is patched onto the same names
-        from numba.cuda.simulator.cudadrv import devicearray
-
+        fake_array, devicearray = _sim.device_array_copy_methods()
         return [
-            (devicearray.FakeCUDAArray, "copy_to_device", _sim_copy_to_device),
-            (devicearray.FakeCUDAArray, "copy_to_host", _sim_copy_to_host),
+            (fake_array, "copy_to_device", _sim_copy_to_device),
+            (fake_array, "copy_to_host", _sim_copy_to_host),
             (devicearray, "to_device", _sim_to_device),
             (cuda, "to_device", _sim_to_device),  # numba.cuda's name for it, bound at import
         ]

@@ -143,11 +143,29 @@ def keep_alive_ndarray(ary: np.ndarray, token: Any) -> np.ndarray:
     return out if out.dtype == ary.dtype else out.view(ary.dtype)
 
 
-def fake_device_array(ary: np.ndarray) -> Any:
+def fake_device_array(ary: np.ndarray, stream: Any = 0) -> Any:
     """A simulated device array wrapping ``ary`` (not counted)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    return FakeCUDAArray(ary)
+    return FakeCUDAArray(ary, stream=stream)
+
+
+def is_fake_device_array(obj: object) -> bool:
+    """Whether ``obj`` is a simulated device array (its class is private to the simulator)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return isinstance(obj, FakeCUDAArray)
+
+
+def device_array_copy_methods() -> tuple[type, Any]:
+    """The simulator's device array class and its ``devicearray`` module (the copy chokepoints).
+
+    Gap: the simulator copies in ``FakeCUDAArray.copy_to_device``/``copy_to_host`` and its
+    module's ``to_device``, where a GPU's numba-cuda copies in ``driver.host_to_device`` & co.
+    """
+    from numba.cuda.simulator.cudadrv import devicearray
+
+    return devicearray.FakeCUDAArray, devicearray
 
 
 def device_record_like(rec: np.void, stream: Any) -> Any:
