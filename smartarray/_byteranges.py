@@ -158,7 +158,8 @@ def handout_view(
         token_ary = _sim.keep_alive_ndarray(ary, token)
         return _adopt(_sim.fake_device_array(token_ary)), token
     gpu_data = view.gpu_data
-    if gpu_data is None:  # no elements: nothing to keep resident
+    # No elements: numba-cuda hands a NULL pointer (device_pointer_value None), nothing to keep.
+    if gpu_data is None or not gpu_data.device_pointer_value:
         return view, HandOut(None)
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
     from numba.cuda.cudadrv.driver import MemoryPointer

@@ -84,7 +84,7 @@ class _Counted(_sim.DeviceArrayGaps):
         _record(direction, nbytes, "copy_to_device", describe(self), stream=stream, began=began)
 
     def __getitem__(self, item: Any) -> Any:
-        result = super().__getitem__(item)  # type: ignore[misc]
+        result = super().__getitem__(_without_ellipsis(item, self.ndim))  # type: ignore[misc,attr-defined]
         if _is_device_array(result):
             return _adopt(result)
         if _sim.in_kernel():
@@ -105,7 +105,7 @@ class _Counted(_sim.DeviceArrayGaps):
             nbytes = np.asarray(value).nbytes
             began = _begin("h2d", nbytes, "element write", describe(self))
         try:
-            super().__setitem__(key, value)  # type: ignore[misc]
+            super().__setitem__(_without_ellipsis(key, self.ndim), value)  # type: ignore[misc,attr-defined]
         except BaseException:
             _abort(began)
             raise
@@ -383,3 +383,20 @@ def _base_class(dev: Any) -> type:
             mixins = (_Counted, _sim.DeviceArrayGaps)
             base = next(c for c in cls.__mro__[1:] if not issubclass(c, mixins))
     return base
+
+
+def _without_ellipsis(key: Any, ndim: int) -> Any:
+    """``key`` with its ``...`` spelled out as full slices.
+
+    numba-cuda's device arrays index through ``dummyarray``, which has no ``Ellipsis`` (on a GPU
+    ``d[...] = 0`` raises ``TypeError``; the simulator indexes the ndarray it wraps).
+    """
+    if key is Ellipsis:
+        return (slice(None),) * ndim if ndim else key  # 0-d: ``d[...]`` is a view, not a read
+    if type(key) is not tuple or not any(k is Ellipsis for k in key):
+        return key
+    at = [i for i, k in enumerate(key) if k is Ellipsis]
+    if len(at) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    fill = (slice(None),) * max(ndim - (len(key) - 1), 0)
+    return key[: at[0]] + fill + key[at[0] + 1 :]

@@ -483,3 +483,21 @@ print(json.dumps({"error": error}))
     )
     assert out["error"] is not None and "LAUNCH_FAILED" in out["error"], out
     assert "uses_an_intrinsic" in out["_stderr"] and "forty_two" in out["_stderr"]
+
+
+def test_an_ellipsis_indexes_a_smartarrays_device_view_on_the_real_target() -> None:
+    """numba-cuda's device arrays have no ``...`` (``d[...] = 0`` raises on a GPU): ours do."""
+    out = run_fake(
+        """
+a = sa.SmartArray(np.zeros((2, 3)))
+d = a.gpu()
+d[...] = 1.0
+d[..., 1] = 2.0
+d[0, ...] = d[1, ...]
+col = d[..., 2].copy_to_host().tolist()
+a.gpu_changed()
+print(json.dumps({"values": np.asarray(a).tolist(), "col": col}))
+"""
+    )
+    assert out["values"] == [[1.0, 2.0, 1.0], [1.0, 2.0, 1.0]]
+    assert out["col"] == [1.0, 1.0]
