@@ -139,7 +139,8 @@ def test_copy_to_device_strided_device_source_reports_contiguity_before_shape():
     [
         (lambda: np.zeros(6, np.float32), TypeError, "dtype"),
         (lambda: np.zeros(5), ValueError, "shape"),
-        (lambda: sa.device_array((6, 4)).T, ValueError, "strides"),
+        # F order, not .T: numba-cuda's .T is a transposed copy on a GPU (C order again)
+        (lambda: sa.device_array((4, 6), order="F"), ValueError, "strides"),
     ],
     ids=["dtype", "shape", "strides"],
 )
@@ -205,7 +206,7 @@ def test_copy_to_device_into_broadcast_device_arrays_across_orders():
     [
         (lambda m: m.device_array(6), lambda m: np.zeros(6, np.float32)),
         (lambda m: m.device_array(6), lambda m: np.zeros(5)),
-        (lambda m: m.device_array((4, 6)), lambda m: m.device_array((6, 4)).T),
+        (lambda m: m.device_array((4, 6)), lambda m: m.device_array((4, 6), order="F")),
         (lambda m: m.device_array(6), lambda m: m.device_array((4, 6))[:, ::2]),
         (lambda m: m.device_array((4, 6))[:, ::2], lambda m: np.zeros((4, 3))),
     ],

@@ -501,3 +501,32 @@ print(json.dumps({"values": np.asarray(a).tolist(), "col": col}))
     )
     assert out["values"] == [[1.0, 2.0, 1.0], [1.0, 2.0, 1.0]]
     assert out["col"] == [1.0, 1.0]
+
+
+def test_kernels_made_in_a_factory_call_the_device_functions_they_close_over() -> None:
+    """A kernel factory (as numba-cuda's ``cuda.reduce`` is one) closes over device functions."""
+    out = run_fake(
+        """
+def make(scale):
+    @cuda.jit(device=True)
+    def inner(v):
+        return v * scale
+
+    @cuda.jit(device=True)
+    def outer(v):
+        return inner(v) + 1.0
+
+    @cuda.jit
+    def kernel(x):
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] = outer(x[i])
+
+    return kernel
+
+a = sa.SmartArray(np.arange(4.0))
+make(3.0)[1, 4](a)
+print(json.dumps({"values": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["values"] == [1.0, 4.0, 7.0, 10.0], out["_stderr"][-2000:]

@@ -157,29 +157,71 @@ def _check_range(driver: object, kernel: str, argname: str, start: int, nbytes: 
 
 
 def _closure_swapped(fn: Callable[..., object], fake_module: object) -> Callable[..., object]:
-    """``fn`` with closure cells that hold ``numba.cuda`` holding the simulator's module.
+    """``fn`` with closure cells holding what only compiles re-pointed at Python equivalents.
 
-    The simulator swaps the module in a kernel's globals only; numba-cuda's own kernels made in
-    a function (``devicearray._assign_kernel`` does ``from numba import cuda`` and closes over
-    it) would otherwise call ``cuda.grid`` as a compiled intrinsic and fail.
+    The simulator swaps ``numba.cuda`` in a kernel's globals only. numba-cuda's own kernels are
+    made in functions and close over what they call: ``devicearray._assign_kernel`` over
+    ``numba.cuda`` (``cuda.grid`` would be the compiled intrinsic), ``cuda.reduce``'s kernel
+    over the device functions its factory made (called in Python they ask for a launch
+    configuration). Cells holding ``numba.cuda`` get the simulator's module, cells holding a
+    device function a Python device function, cells holding a known intrinsic its equivalent.
     """
-    from numba import cuda
-
     cells = fn.__closure__
-    if not cells or not any(_cell_holds(c, cuda) for c in cells):
+    if not cells:
         return fn
-    swapped = tuple(types.CellType(fake_module) if _cell_holds(c, cuda) else c for c in cells)
+    swapped = tuple(_python_cell(c, fake_module) for c in cells)
+    if all(new is old for new, old in zip(swapped, cells, strict=True)):
+        return fn
     new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, swapped)
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__qualname__ = fn.__qualname__
     return new
 
 
-def _cell_holds(cell: types.CellType, value: object) -> bool:
+def _python_cell(cell: types.CellType, fake_module: object) -> types.CellType:
     try:
-        return cell.cell_contents is value
+        value = cell.cell_contents
     except ValueError:  # an empty cell
-        return False
+        return cell
+    python = _in_python(value, fake_module)
+    return cell if python is value else types.CellType(python)
+
+
+def _in_python(value: object, fake_module: object) -> object:
+    """What a kernel body running in Python calls instead of ``value`` (``value`` itself if
+    it runs in Python as it is)."""
+    from numba import cuda
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    if value is cuda:
+        return fake_module
+    if isinstance(value, CUDADispatcher):
+        return _PythonDeviceFunction(value, fake_module)
+    if not isinstance(value, type):
+        return _python_intrinsics().get(id(value), value)
+    return value
+
+
+class _PythonDeviceFunction:
+    """A numba-cuda device function called from a kernel body that runs in Python.
+
+    Its body runs as the simulator runs device functions (its ``numba.cuda`` swapped), with
+    the device functions and intrinsics it reaches through its own globals and closure cells
+    running in Python too, whichever module they live in.
+    """
+
+    def __init__(self, dispatcher: object, fake_module: object) -> None:
+        self._fn = _closure_swapped(dispatcher.py_func, fake_module)  # type: ignore[attr-defined]
+        self._fake_module = fake_module
+
+    def __call__(self, *args: object) -> object:
+        from numba.cuda.simulator.kernelapi import swapped_cuda_module
+
+        with (
+            swapped_cuda_module(self._fn, self._fake_module),
+            _device_functions_swapped(self._fn, self._fake_module),
+        ):
+            return self._fn(*args)
 
 
 def _python_intrinsics() -> dict[int, Callable[..., object]]:
@@ -190,25 +232,20 @@ def _python_intrinsics() -> dict[int, Callable[..., object]]:
 
 
 @contextlib.contextmanager
-def _device_functions_swapped(fn: Callable[..., object]) -> Iterator[None]:
+def _device_functions_swapped(fn: Callable[..., object], fake_module: object) -> Iterator[None]:
     """Calls to numba-cuda device functions (and to the numba intrinsics numba-cuda's own
-    kernels use) inside the body run Python functions."""
-    from numba.cuda.dispatcher import CUDADispatcher
-    from numba.cuda.simulator.kernel import FakeCUDAKernel
+    kernels use) through ``fn``'s globals run Python functions."""
+    from numba import cuda
 
     globs = fn.__globals__
-    python = _python_intrinsics()
-    orig = {
-        k: v
-        for k, v in globs.items()
-        if isinstance(v, CUDADispatcher) or (not isinstance(v, type) and id(v) in python)
+    # numba.cuda itself is the simulator's swap (swapped_cuda_module), counted per module.
+    swaps = {
+        k: python
+        for k, v in list(globs.items())
+        if v is not cuda and (python := _in_python(v, fake_module)) is not v
     }
-    for k, v in orig.items():
-        if isinstance(v, CUDADispatcher):
-            debug = v.targetoptions.get("debug", False)
-            globs[k] = FakeCUDAKernel(v.py_func, device=True, debug=debug)
-        else:
-            globs[k] = python[id(v)]
+    orig = {k: globs[k] for k in swaps}
+    globs.update(swaps)
     try:
         yield
     finally:
@@ -243,7 +280,7 @@ def _execute(
     with (
         simkernel._push_kernel_context(fake_module),
         swapped_cuda_module(fn, fake_module),
-        _device_functions_swapped(fn),
+        _device_functions_swapped(fn, fake_module),
     ):
         for grid_point in np.ndindex(*grid[::-1]):
             manager = simkernel.BlockManager(fn, grid, block, kernel.debug)
@@ -255,7 +292,7 @@ def _execute(
                     f"kernel {fn.__qualname__} ({name}): out-of-bounds access: {exc}",
                 ) from exc
             except Exception as exc:
-                if isinstance(exc, NotImplementedError) and "pure-python" in str(exc):
+                if _beyond_the_interpreter(exc):
                     # The fake driver's own limit, not the kernel's fault: never silent.
                     raise CudaError(
                         CUDA_ERROR_LAUNCH_FAILED,
@@ -269,6 +306,20 @@ def _execute(
                 print(
                     f"fakegpu: kernel {name}: unchecked exception ignored: {exc!r}", file=sys.stderr
                 )
+
+
+def _beyond_the_interpreter(exc: Exception) -> bool:
+    """Whether ``exc`` says the body called what the simulator's interpreter cannot run.
+
+    An intrinsic with no Python body, a part of ``numba.cuda`` the simulator lacks (warp-level
+    primitives such as ``syncwarp``), a device function the swaps above did not reach.
+    """
+    text = str(exc)
+    return (
+        (isinstance(exc, NotImplementedError) and "pure-python" in text)
+        or (isinstance(exc, AttributeError) and "'FakeCUDAModule'" in text)
+        or (isinstance(exc, ValueError) and "launch configuration was not specified" in text)
+    )
 
 
 def _report_exception(driver: object, kernel: object, name: str, exc: Exception) -> None:
