@@ -146,6 +146,13 @@ def pytest_report_header(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if not SIMULATOR:
+        skip_strict = pytest.mark.skip(
+            reason="turns strict mode on, which runs on numba's CUDA simulator only"
+        )
+        for item in items:
+            if item.get_closest_marker("strict_mode") is not None:
+                item.add_marker(skip_strict)
     if FAKE_GPU:
         for item in items:
             reason = FAKE_GPU_GAPS.get(item.nodeid)

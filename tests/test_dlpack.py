@@ -20,8 +20,12 @@ import pytest
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _streams, memory
+from smartarray import _fakegpu, _streams, memory
 from smartarray.testing import strict
+
+#: Device memory the host can read: the simulator's, and the fake driver's (one mapping in this
+#: process). On a GPU the tests that read it from the host are skipped.
+HOST_READABLE_DEVICE = memory.SIMULATOR or _fakegpu.current() is not None
 
 N = 6
 
@@ -141,7 +145,7 @@ class Consumer:
     def values(self) -> np.ndarray:
         """The elements the tensor describes (the device address is host memory here), once
         the device work queued for the consumer (its upload, on a stream) has run."""
-        assert memory.SIMULATOR
+        assert HOST_READABLE_DEVICE
         cuda.synchronize()
         itemsize = self.dtype.itemsize
         strides = None if self.strides is None else tuple(s * itemsize for s in self.strides)
@@ -170,7 +174,7 @@ def export(a, **kwargs):
 # -- the capsule ------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not memory.SIMULATOR, reason="reads device memory from the host")
+@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_versioned_capsule_points_at_the_current_device_copy():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     cap = export(a, stream=1)
@@ -229,7 +233,7 @@ def test_a_capsule_freed_while_an_exception_unwinds_keeps_the_exception():
     assert ref() is None
 
 
-@pytest.mark.skipif(not memory.SIMULATOR, reason="reads device memory from the host")
+@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_legacy_capsule_of_a_strided_view():
     a = sa.SmartArray(np.arange(12, dtype=np.int32).reshape(3, 4))
     cap = export(a[:, 1], max_version=None, stream=None)
@@ -250,7 +254,7 @@ def test_max_version_below_one_gets_the_legacy_form():
     t.release()
 
 
-@pytest.mark.skipif(not memory.SIMULATOR, reason="reads device memory from the host")
+@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_dtypes_and_a_2d_fortran_array():
     for dtype in (np.bool_, np.uint8, np.int8, np.float32, np.complex128):
         a = sa.SmartArray(np.arange(4).astype(dtype))
@@ -317,7 +321,7 @@ def test_held_host_arrays_are_refreshed_when_the_write_is_recorded():
 # -- copies -----------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not memory.SIMULATOR, reason="reads device memory from the host")
+@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_copy_true_is_a_fresh_device_copy_counted_d2d():
     a = sa.SmartArray(np.arange(N, dtype=np.float64), where="gpu")
     add_one[1, 32](a)
@@ -332,7 +336,7 @@ def test_copy_true_is_a_fresh_device_copy_counted_d2d():
     t.release()
 
 
-@pytest.mark.skipif(not memory.SIMULATOR, reason="reads device memory from the host")
+@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_copy_true_of_host_data_uploads_once():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     t = Consumer(export(a, copy=True))
@@ -342,7 +346,7 @@ def test_copy_true_of_host_data_uploads_once():
     t.release()
 
 
-@pytest.mark.skipif(not memory.SIMULATOR, reason="reads device memory from the host")
+@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_strides_that_need_a_copy():
     rec = np.zeros(4, dtype=[("x", "<f8"), ("y", "<i4")])
     rec["x"] = np.arange(4.0)
@@ -395,6 +399,7 @@ def test_the_transfer_guard_refuses_before_anything_is_recorded():
 # -- streams ----------------------------------------------------------------------------------
 
 
+@pytest.mark.strict_mode
 def test_pending_work_is_ordered_before_the_consumer_stream_without_a_host_wait(monkeypatch):
     from smartarray._engine import Buffer
     from smartarray._strict.scheduler import StrictEvent
@@ -422,6 +427,7 @@ def test_pending_work_is_ordered_before_the_consumer_stream_without_a_host_wait(
         assert not ordered and not waited  # -1: the consumer synchronizes itself
 
 
+@pytest.mark.strict_mode
 def test_strict_mode_consumer_stream_sees_the_data_only_after_the_event():
     with strict(seed=3) as state:
         a = sa.SmartArray(np.arange(N, dtype=np.float64))
@@ -445,6 +451,7 @@ def test_strict_mode_consumer_stream_sees_the_data_only_after_the_event():
         np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
 
 
+@pytest.mark.strict_mode
 def test_strict_mode_host_reads_wait_for_a_legacy_default_stream_consumer():
     with strict(seed=5, per_thread_default_stream=True) as state:  # no implicit order
         a = sa.SmartArray(np.arange(N, dtype=np.float64))
@@ -458,6 +465,7 @@ def test_strict_mode_host_reads_wait_for_a_legacy_default_stream_consumer():
         t.release()
 
 
+@pytest.mark.strict_mode
 def test_strict_mode_a_consumer_stream_handle_is_not_kept():
     """A stream handle may die with its owner (a CuPy or PyTorch stream): the array keeps no
     reference to it. Its own upload is ordered before later work with an event; the
@@ -599,7 +607,7 @@ def test_pytorch_from_dlpack():
 # -- a held host array while the device copy is exported (issue 24, finding 3) ---------------
 
 
-@pytest.mark.skipif(not memory.SIMULATOR, reason="writes device memory from the host")
+@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="writes device memory from the host")
 def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_wrote():
     """The export refreshed held host arrays before the consumer wrote and marked them
     current: the next host read returned the old values."""

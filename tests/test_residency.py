@@ -5,6 +5,7 @@ arrays under a small budget against a NumPy model."""
 from __future__ import annotations
 
 import gc
+import os
 import subprocess
 import sys
 import threading
@@ -19,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _residency, _simulator, memory
+from smartarray import _fakegpu, _residency, _simulator, memory
 from smartarray.testing import is_strict, strict
 
 N = 32  # elements of each test array
@@ -293,15 +294,16 @@ def test_a_launch_never_evicts_its_own_arguments(budget):
     launch(k_sum_into, sa.In(x), sa.Out(sa.SmartArray(shape=1)))  # x clean, resident
     gc.collect()
     with sa.trace() as t:
-        launch(k_add3, sa.In(x), y, z)
+        launch(k_in_then_two, sa.In(x), y, z)  # reads x (a GPU refuses writes to an In)
     assert [e.array for e in t.evictions] == ["r3"]  # not r0, though r0 is clean
     ref_x = np.arange(N, dtype=np.float64)
-    ref_y = ref_x + 100 + 2
-    np.testing.assert_array_equal(np.asarray(z), ref_x + 200 + (ref_x + 1) + ref_y)
-    np.testing.assert_array_equal(np.asarray(y), ref_y)
+    np.testing.assert_array_equal(np.asarray(z), ref_x + 200 + 2 * ref_x)
+    np.testing.assert_array_equal(np.asarray(y), ref_x + 100 + ref_x)
+    np.testing.assert_array_equal(np.asarray(x), ref_x)
     np.testing.assert_array_equal(np.asarray(other), np.arange(N) + 301)
 
 
+@pytest.mark.strict_mode
 def test_a_launch_prepared_in_another_thread_keeps_its_arguments(budget):
     """Thread 1 prepared ``a`` and is still preparing its next argument; thread 2 needs room:
     ``a`` is pinned (its lock is free by then), so it is not evicted under the launch. (In
@@ -409,8 +411,11 @@ def test_a_failed_launch_does_not_keep_its_arguments_pinned(budget):
     budget(NB)
 
     def fails():
-        with pytest.raises(Exception):  # noqa: B017 - the simulator's out-of-bounds error
-            k_out_of_bounds[1, 1](x)
+        with pytest.raises(Exception):  # noqa: B017 - the target's own launch error
+            if memory.SIMULATOR:  # raises the kernel's out-of-bounds error at the launch
+                k_out_of_bounds[1, 1](x)
+            else:  # a GPU faults such a kernel later (a dead context); it refuses this launch
+                k_add_one[1, 4096](x)  # more threads per block than any GPU has
 
     worker = threading.Thread(target=fails)
     worker.start()
@@ -563,6 +568,7 @@ def test_memory_shared_through_the_cuda_array_interface_is_never_evicted(budget)
     np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 100)
 
 
+@pytest.mark.strict_mode
 def test_queued_device_work_is_waited_for_before_eviction(budget):
     """A copy whose launch is still queued on a stream (strict mode runs it only when waited
     for) is evicted only after that work ran: the eviction downloads the kernel's result."""
@@ -597,6 +603,7 @@ def test_a_transfer_guard_refusing_downloads_refuses_dirty_evictions_only(budget
 # -- strict mode: a device that runs out ----------------------------------------------------
 
 
+@pytest.mark.strict_mode
 def test_strict_device_memory_out_of_memory_evicts_and_retries():
     """No budget set: strict mode's finite device memory fails an allocation with numba's
     CUDA_ERROR_OUT_OF_MEMORY; eviction gives memory back and the allocation is retried."""
@@ -614,6 +621,7 @@ def test_strict_device_memory_out_of_memory_evicts_and_retries():
     assert t.evictions and {e.reason for e in t.evictions} == {"out of memory"}
 
 
+@pytest.mark.strict_mode
 def test_strict_out_of_memory_never_evicts_the_launchs_own_arguments():
     """No budget set, but strict mode's allocations can fail: a launch pins its arguments
     there too, so the out-of-memory eviction while preparing the third argument takes the
@@ -626,15 +634,16 @@ def test_strict_out_of_memory_never_evicts_the_launchs_own_arguments():
         launch(k_sum_into, sa.In(x), sa.Out(sa.SmartArray(shape=1)))  # x clean, resident
         gc.collect()
         with sa.trace() as t:
-            launch(k_add3, sa.In(x), y, z)
+            launch(k_in_then_two, sa.In(x), y, z)
         assert [(e.array, e.reason) for e in t.evictions] == [("p3", "out of memory")]
         ref_x = np.arange(N, dtype=np.float64)
-        ref_y = ref_x + 100 + 2
-        np.testing.assert_array_equal(np.asarray(z), ref_x + 200 + (ref_x + 1) + ref_y)
-        np.testing.assert_array_equal(np.asarray(y), ref_y)
+        np.testing.assert_array_equal(np.asarray(z), ref_x + 200 + 2 * ref_x)
+        np.testing.assert_array_equal(np.asarray(y), ref_x + 100 + ref_x)
+        np.testing.assert_array_equal(np.asarray(x), ref_x)
         np.testing.assert_array_equal(np.asarray(other), np.arange(N) + 301)
 
 
+@pytest.mark.strict_mode
 def test_strict_out_of_memory_that_eviction_cannot_fix_is_a_clear_error():
     _clear_others()
     with strict(device_memory=NB) as state:
@@ -1006,7 +1015,15 @@ def test_a_program_ends_without_noise_on_stderr(program):
     # A resident array collected at interpreter exit ran a weakref callback that took a module
     # lock already torn down to None: "Exception ignored in ... gone ...".
     code = _NJIT_THEN_GPU if program == "njit_then_gpu" else _readme_smartarray_snippet()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = dict(os.environ)
+    if _fakegpu.current() is not None:  # the child runs on this session's target
+        env["SMARTARRAY_FAKE_GPU"] = "1"
+    # numba-cuda's own warning for a small grid on a real target is numba's voice, not noise
+    # at exit (the question here).
+    env["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
 
