@@ -19,6 +19,7 @@ import ctypes
 import gc
 import re
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 
@@ -195,11 +196,21 @@ def _in_python(value: object, fake_module: object) -> object:
 
     if value is cuda:
         return fake_module
-    if isinstance(value, CUDADispatcher):
+    if isinstance(value, CUDADispatcher) or _is_cpu_dispatcher(value):
+        # A CPU ``numba.jit`` function called from a kernel compiles for the device too
+        # (numba.cuda.random's xoroshiro128p functions): in Python, its ``py_func`` runs.
         return _PythonDeviceFunction(value, fake_module)
     if not isinstance(value, type):
         return _python_intrinsics().get(id(value), value)
     return value
+
+
+def _is_cpu_dispatcher(value: object) -> bool:
+    try:
+        from numba.core.dispatcher import Dispatcher
+    except ImportError:  # numba-cuda without numba
+        return False
+    return isinstance(value, Dispatcher)
 
 
 class _PythonDeviceFunction:
@@ -231,6 +242,14 @@ def _python_intrinsics() -> dict[int, Callable[..., object]]:
     return {id(to_fixed_tuple): lambda array, length: tuple(array[:length])}
 
 
+#: Swaps of module globals, counted per module: the simulator runs a block's threads as Python
+#: threads, and the first thread to leave a device function must not restore the compiled
+#: functions under the others (the simulator counts its own ``numba.cuda`` swap the same way).
+_swap_lock = threading.Lock()
+_swap_depth: dict[int, int] = {}
+_swap_saved: dict[int, dict[str, object]] = {}
+
+
 @contextlib.contextmanager
 def _device_functions_swapped(fn: Callable[..., object], fake_module: object) -> Iterator[None]:
     """Calls to numba-cuda device functions (and to the numba intrinsics numba-cuda's own
@@ -238,18 +257,26 @@ def _device_functions_swapped(fn: Callable[..., object], fake_module: object) ->
     from numba import cuda
 
     globs = fn.__globals__
-    # numba.cuda itself is the simulator's swap (swapped_cuda_module), counted per module.
-    swaps = {
-        k: python
-        for k, v in list(globs.items())
-        if v is not cuda and (python := _in_python(v, fake_module)) is not v
-    }
-    orig = {k: globs[k] for k in swaps}
-    globs.update(swaps)
+    key = id(globs)
+    with _swap_lock:
+        if not _swap_depth.get(key):
+            # numba.cuda itself is the simulator's swap (swapped_cuda_module).
+            swaps = {
+                k: python
+                for k, v in list(globs.items())
+                if v is not cuda and (python := _in_python(v, fake_module)) is not v
+            }
+            _swap_saved[key] = {k: globs[k] for k in swaps}
+            globs.update(swaps)
+        _swap_depth[key] = _swap_depth.get(key, 0) + 1
     try:
         yield
     finally:
-        globs.update(orig)
+        with _swap_lock:
+            _swap_depth[key] -= 1
+            if not _swap_depth[key]:
+                del _swap_depth[key]
+                globs.update(_swap_saved.pop(key))
 
 
 def prepare(
