@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from _targets import real_target_env
 
+from smartarray import _fakegpu
 from smartarray.memory import SIMULATOR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,15 +156,40 @@ SMALL_ARGS = {
 }
 
 
+def _example_command(name: str, args: list[str]) -> list[str]:
+    """How a child runs ``examples/NAME.py``: as a script, or on the fake driver's session
+    behind ``import smartarray`` (the examples import numba.cuda first, and numba-cuda looks
+    for its driver at import: the fake one must be loaded before)."""
+    path = str(EXAMPLES / f"{name}.py")
+    if _fakegpu.current() is None:
+        return [sys.executable, path, *args]
+    run = (
+        "import runpy, sys, smartarray; sys.argv = sys.argv[1:]; "
+        "runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    return [sys.executable, "-c", run, path, *args]
+
+
+def _session_target_env() -> dict[str, str]:
+    """The environment of a child that runs on this session's target (the fake driver's, or
+    the simulator), with this checkout's smartarray (not an installed one) first."""
+    env = dict(os.environ)
+    if _fakegpu.current() is not None:
+        env["SMARTARRAY_FAKE_GPU"] = "1"
+        # numba-cuda's warning for a small grid on a real target is not the example's own.
+        env["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"
+    else:
+        env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
 @pytest.mark.parametrize("name", sorted(SMALL_ARGS))
 def test_example_runs_as_a_script(name):
     """``python examples/NAME.py`` with small sizes: its command line works."""
-    env = dict(os.environ)
-    env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    # This checkout's smartarray, not whichever one the interpreter has installed.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = _session_target_env()
     out = subprocess.run(
-        [sys.executable, str(EXAMPLES / f"{name}.py"), *SMALL_ARGS[name]],
+        _example_command(name, SMALL_ARGS[name]),
         env=env,
         capture_output=True,
         text=True,
@@ -183,11 +209,9 @@ WARNING_ARGS = {**SMALL_ARGS, "inferred_access": ["--n", "512", "--steps", "3"]}
 
 @pytest.mark.parametrize("name", sorted(SMALL_ARGS))
 def test_example_prints_no_warning_unless_it_is_the_point(name):
-    env = dict(os.environ)
-    env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = _session_target_env()
     out = subprocess.run(
-        [sys.executable, str(EXAMPLES / f"{name}.py"), *WARNING_ARGS[name]],
+        _example_command(name, WARNING_ARGS[name]),
         env=env,
         capture_output=True,
         text=True,
@@ -226,7 +250,8 @@ def test_example_with_no_options_picks_its_target_and_sizes(name):
     )
     assert out.returncode == 0, out.stdout + out.stderr
     first, second = out.stdout.splitlines()[:2]
-    if SIMULATOR:
+    # The child sees the machine as a new user does: on the fake driver's session, no GPU.
+    if SIMULATOR or _fakegpu.current() is not None:
         assert first == "target: CUDA simulator (no usable CUDA GPU or driver found)"
         assert second.startswith("defaults (simulator-sized): --n ")
     else:
