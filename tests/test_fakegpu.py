@@ -530,3 +530,25 @@ print(json.dumps({"values": np.asarray(a).tolist()}))
 """
     )
     assert out["values"] == [1.0, 4.0, 7.0, 10.0], out["_stderr"][-2000:]
+
+
+def test_a_kernel_exception_keeps_its_own_message_beside_numbas_raise_sites() -> None:
+    """numba's compiled ``range`` has a ValueError raise site of its own: the user's is reported."""
+    out = run_fake(
+        """
+@cuda.jit(debug=True, opt=False)
+def raises_after_a_loop(x):
+    if cuda.grid(1) == 0:
+        for j in range(x.size):
+            x[j] += 1.0
+        raise ValueError("kernel raised after writing")
+
+try:
+    raises_after_a_loop[1, 32](cuda.to_device(np.zeros(4)))
+    error = None
+except ValueError as exc:
+    error = str(exc)
+print(json.dumps({"error": error}))
+"""
+    )
+    assert out["error"] is not None and "kernel raised after writing" in out["error"], out

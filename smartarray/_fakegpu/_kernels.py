@@ -352,7 +352,14 @@ def _beyond_the_interpreter(exc: Exception) -> bool:
 def _report_exception(driver: object, kernel: object, name: str, exc: Exception) -> None:
     """Write numba's ``__errcode__`` globals so numba-cuda raises the kernel's exception."""
     exceptions = getattr(kernel.call_helper, "exceptions", {})
-    code = next((c for c, (cls, *_rest) in exceptions.items() if isinstance(exc, cls)), None)
+    # Several raise sites may share a class (numba's own range() check raises ValueError too):
+    # the site whose arguments are this exception's, else the first of its class.
+    text = str(exc)
+    same_class = [(c, rest) for c, (cls, *rest) in exceptions.items() if isinstance(exc, cls)]
+    code = next(
+        (c for c, rest in same_class if rest and rest[0] and all(str(a) in text for a in rest[0])),
+        same_class[0][0] if same_class else None,
+    )
     if code is None:
         raise CudaError(CUDA_ERROR_LAUNCH_FAILED, f"kernel {name} raised {exc!r}") from exc
     # The simulator's message starts "tid=[x, y, z] ctaid=[x, y, z]": numba-cuda reads both
