@@ -129,21 +129,45 @@ def _check_stream(stream: Any) -> Any:
 def _foreign_stream(stream: Any) -> Any:
     """CuPy's and PyTorch's streams as numba's ``external_stream`` (numba's copies need one).
 
-    A stream with a ``handle`` (numba's) is taken as it is; one that names its CUstream
-    through ``__cuda_stream__()`` (the CUDA stream protocol) or PyTorch's ``cuda_stream`` is
-    wrapped. The simulator has no external streams: there it is taken as it is.
+    numba's own streams and cuda.core's (what numba-cuda's launches hand argument hints) are
+    taken as they are: numba-cuda's copies accept both. Any other stream that names its
+    CUstream through ``__cuda_stream__()`` (the CUDA stream protocol) or PyTorch's
+    ``cuda_stream`` is wrapped, whatever other attributes it has (numba-cuda refuses it as it
+    is). The simulator has no external streams: there it is taken as it is.
     """
     from ._simulator import SIMULATOR
 
-    if SIMULATOR or getattr(stream, "handle", None) is not None:
+    if SIMULATOR or isinstance(stream, _streams_numba_takes()):
         return stream
     protocol = getattr(stream, "__cuda_stream__", None)
     handle = protocol()[1] if callable(protocol) else getattr(stream, "cuda_stream", None)
     if handle is None:
         return stream
+    handle = int(getattr(handle, "value", handle) or 0)  # 0: the legacy default stream
+    if handle == 0:
+        return 0
     from numba import cuda
 
-    return cuda.external_stream(int(handle))
+    return cuda.external_stream(handle)
+
+
+_STREAM_TYPES: list[tuple[type, ...]] = []
+
+
+def _streams_numba_takes() -> tuple[type, ...]:
+    """numba-cuda's ``Stream`` and cuda.core's (numba-cuda's copies accept both as they are)."""
+    if not _STREAM_TYPES:
+        from numba.cuda.cudadrv.driver import Stream
+
+        types: tuple[type, ...] = (Stream,)
+        try:
+            from cuda.core import Stream as CoreStream
+        except ImportError:  # pragma: no cover - cuda.core comes with numba-cuda
+            pass
+        else:
+            types += (CoreStream,)
+        _STREAM_TYPES.append(types)
+    return _STREAM_TYPES[0]
 
 
 def _check_host_array(ary: Any, name: str) -> np.ndarray:

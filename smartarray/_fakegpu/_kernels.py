@@ -303,6 +303,9 @@ def _execute(
     from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
     fake_module = simkernel.FakeCUDAModule(grid, block, smem)
+    # What the simulator's module lacks and Python can do: time on the device is not modelled
+    # (the queue's seeded order models asynchrony), so a sleep returns at once.
+    fake_module.nanosleep = lambda ns: None
     fn = _closure_swapped(kernel.py_func, fake_module)
     with (
         simkernel._push_kernel_context(fake_module),
