@@ -14,14 +14,12 @@ on a GPU; without ``debug`` the faulting thread just stops.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import gc
 import re
 import sys
-import threading
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 
@@ -121,7 +119,10 @@ def _materialise(driver: object, kernel: str, argname: str, value: object) -> ob
         empty = any(n == 0 for n in shape)
         if not empty:
             _check_range(driver, kernel, argname, data + lo, hi - lo)
-            if data % max(1, min(dtype.alignment, 16)):
+            # An array typed unaligned (a packed record's field) compiles to byte-wise
+            # accesses: only an aligned type promises the hardware aligned loads.
+            aligned = kind == "record" or getattr(ty, "aligned", True)
+            if aligned and data % max(1, min(dtype.alignment, 16)):
                 raise CudaError(
                     CUDA_ERROR_MISALIGNED_ADDRESS,
                     f"kernel {kernel}: argument {argname!r} data pointer {data:#x} is misaligned",
@@ -157,23 +158,27 @@ def _check_range(driver: object, kernel: str, argname: str, start: int, nbytes: 
     )
 
 
-def _closure_swapped(fn: Callable[..., object], fake_module: object) -> Callable[..., object]:
-    """``fn`` with closure cells holding what only compiles re-pointed at Python equivalents.
+def _in_python_function(fn: Callable[..., object], fake_module: object) -> Callable[..., object]:
+    """``fn`` as a kernel body running in Python calls it: a copy of ``fn`` whose globals and
+    closure cells hold Python equivalents of what only compiles.
 
-    The simulator swaps ``numba.cuda`` in a kernel's globals only. numba-cuda's own kernels are
-    made in functions and close over what they call: ``devicearray._assign_kernel`` over
-    ``numba.cuda`` (``cuda.grid`` would be the compiled intrinsic), ``cuda.reduce``'s kernel
-    over the device functions its factory made (called in Python they ask for a launch
-    configuration). Cells holding ``numba.cuda`` get the simulator's module, cells holding a
-    device function a Python device function, cells holding a known intrinsic its equivalent.
+    The simulator swaps ``numba.cuda`` in a kernel's module globals, in place. Here the copy
+    has globals of its own, so nothing another host thread sees changes (a thread launching
+    ``add_one`` from the same module while a kernel of that module runs here) and the swaps
+    reach where the simulator's do not: ``numba.cuda`` in closure cells
+    (``devicearray._assign_kernel``), device functions in closures (kernel factories such as
+    ``cuda.reduce``'s) and in other modules' globals, CPU ``numba.jit`` functions that kernels
+    may call (numba.cuda.random's), and the intrinsics listed below.
     """
+    globs = dict(fn.__globals__)
+    for name, value in fn.__globals__.items():
+        python = _in_python(value, fake_module)
+        if python is not value:
+            globs[name] = python
     cells = fn.__closure__
-    if not cells:
-        return fn
-    swapped = tuple(_python_cell(c, fake_module) for c in cells)
-    if all(new is old for new, old in zip(swapped, cells, strict=True)):
-        return fn
-    new = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, swapped)
+    if cells:
+        cells = tuple(_python_cell(c, fake_module) for c in cells)
+    new = types.FunctionType(fn.__code__, globs, fn.__name__, fn.__defaults__, cells)
     new.__kwdefaults__ = fn.__kwdefaults__
     new.__qualname__ = fn.__qualname__
     return new
@@ -214,25 +219,20 @@ def _is_cpu_dispatcher(value: object) -> bool:
 
 
 class _PythonDeviceFunction:
-    """A numba-cuda device function called from a kernel body that runs in Python.
-
-    Its body runs as the simulator runs device functions (its ``numba.cuda`` swapped), with
-    the device functions and intrinsics it reaches through its own globals and closure cells
-    running in Python too, whichever module they live in.
-    """
+    """A device function (or a CPU ``numba.jit`` function) called from a kernel body that runs
+    in Python: its Python body, made on first call with :func:`_in_python_function` (lazily,
+    so that functions that name each other, or themselves, do not recurse here)."""
 
     def __init__(self, dispatcher: object, fake_module: object) -> None:
-        self._fn = _closure_swapped(dispatcher.py_func, fake_module)  # type: ignore[attr-defined]
+        self._dispatcher = dispatcher
         self._fake_module = fake_module
+        self._fn: Callable[..., object] | None = None
 
     def __call__(self, *args: object) -> object:
-        from numba.cuda.simulator.kernelapi import swapped_cuda_module
-
-        with (
-            swapped_cuda_module(self._fn, self._fake_module),
-            _device_functions_swapped(self._fn, self._fake_module),
-        ):
-            return self._fn(*args)
+        if self._fn is None:  # threads of a block may race here: both build the same copy
+            py_func = self._dispatcher.py_func  # type: ignore[attr-defined]
+            self._fn = _in_python_function(py_func, self._fake_module)
+        return self._fn(*args)
 
 
 def _python_intrinsics() -> dict[int, Callable[..., object]]:
@@ -240,43 +240,6 @@ def _python_intrinsics() -> dict[int, Callable[..., object]]:
     from numba.cuda.np.unsafe.ndarray import to_fixed_tuple
 
     return {id(to_fixed_tuple): lambda array, length: tuple(array[:length])}
-
-
-#: Swaps of module globals, counted per module: the simulator runs a block's threads as Python
-#: threads, and the first thread to leave a device function must not restore the compiled
-#: functions under the others (the simulator counts its own ``numba.cuda`` swap the same way).
-_swap_lock = threading.Lock()
-_swap_depth: dict[int, int] = {}
-_swap_saved: dict[int, dict[str, object]] = {}
-
-
-@contextlib.contextmanager
-def _device_functions_swapped(fn: Callable[..., object], fake_module: object) -> Iterator[None]:
-    """Calls to numba-cuda device functions (and to the numba intrinsics numba-cuda's own
-    kernels use) through ``fn``'s globals run Python functions."""
-    from numba import cuda
-
-    globs = fn.__globals__
-    key = id(globs)
-    with _swap_lock:
-        if not _swap_depth.get(key):
-            # numba.cuda itself is the simulator's swap (swapped_cuda_module).
-            swaps = {
-                k: python
-                for k, v in list(globs.items())
-                if v is not cuda and (python := _in_python(v, fake_module)) is not v
-            }
-            _swap_saved[key] = {k: globs[k] for k in swaps}
-            globs.update(swaps)
-        _swap_depth[key] = _swap_depth.get(key, 0) + 1
-    try:
-        yield
-    finally:
-        with _swap_lock:
-            _swap_depth[key] -= 1
-            if not _swap_depth[key]:
-                del _swap_depth[key]
-                globs.update(_swap_saved.pop(key))
 
 
 def prepare(
@@ -300,18 +263,13 @@ def _execute(
     driver: object, kernel: object, name: str, args: list, grid: tuple, block: tuple, smem: int
 ) -> None:
     from numba.cuda.simulator import kernel as simkernel
-    from numba.cuda.simulator.kernelapi import swapped_cuda_module
 
     fake_module = simkernel.FakeCUDAModule(grid, block, smem)
     # What the simulator's module lacks and Python can do: time on the device is not modelled
     # (the queue's seeded order models asynchrony), so a sleep returns at once.
     fake_module.nanosleep = lambda ns: None
-    fn = _closure_swapped(kernel.py_func, fake_module)
-    with (
-        simkernel._push_kernel_context(fake_module),
-        swapped_cuda_module(fn, fake_module),
-        _device_functions_swapped(fn, fake_module),
-    ):
+    fn = _in_python_function(kernel.py_func, fake_module)
+    with simkernel._push_kernel_context(fake_module):
         for grid_point in np.ndindex(*grid[::-1]):
             manager = simkernel.BlockManager(fn, grid, block, kernel.debug)
             try:
