@@ -1,9 +1,10 @@
 """The package's import rules, read from the source (ast), as test_coherence.py checks purity.
 
-Two rules, each with its known exceptions named here with a reason (issue 27):
+Three rules, each with its known exceptions named here with a reason (issue 27):
 
 - production modules do not import the test doubles (``smartarray._strict``,
   ``smartarray._fakegpu``) other than at the documented switch points;
+- no module imports a module of a higher layer (``LAYERS``, lowest first);
 - no import circle: a module's imports (at module level or inside functions, not under
   ``if TYPE_CHECKING:``) never lead back to it.
 
@@ -61,6 +62,87 @@ KNOWN_CIRCLES = {
         {"smartarray._strict.devmem", "smartarray._strict.launch", "smartarray._strict.state"}
     ): "strict mode's own modules (a test double); issue 27",
 }
+
+
+# The layers, lowest first: a module imports only its own layer and lower ones at run time.
+# The test doubles (_strict, _fakegpu) are outside the layers: DOUBLE_IMPORTS rules them.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # the foundation: the pure coherence model, errors, reports, checks, the simulator probe
+    (
+        "coherence",
+        "errors",
+        "_version",
+        "_environment",
+        "_frames",
+        "_report",
+        "_plot",
+        "_deferred",
+        "_simulator",
+        "_checks",
+        "guard",
+        "stats",
+        "_perf",
+        "_numba_transfers",
+    ),
+    ("_byteranges", "_counted", "_pinning", "memory", "_streams"),  # memory and streams
+    # the engine, and numba's typing of an argument (ArrayArgument, SmartArray's base class)
+    (
+        "_engine",
+        "_residency",
+        "_arguments",
+        "_launch_records",
+        "_held",
+        "_access",
+        "_numba_cuda",
+        "_numba_cpu",
+    ),
+    # the array and the concept modules it is made of
+    (
+        "array",
+        "_mixins",
+        "_geometry",
+        "_views",
+        "_numpy_api",
+        "_protocols",
+        "_exchange",
+        "_record",
+        "_results",
+        "_like",
+    ),
+    ("_interop", "_dlpack", "jit", "_mpi", "hints", "_no_device"),  # numba and interop glue
+    ("", "testing", "mpi", "__main__", "_demo", "_cli"),  # the public API ("" the package)
+)
+
+# Imports from a lower layer to a higher one allowed today, with the reason.
+UPWARD_IMPORTS = {
+    ("smartarray._residency", "smartarray.array"): "issue 27: engine move",
+    ("smartarray.array", "smartarray._interop"): "issue 27: the array registers its interop",
+    ("smartarray._exchange", "smartarray._interop"): "issue 27: exchange reads interop's buffers",
+}
+
+
+def layer_of(module: str) -> int:
+    """The layer of a module of the package (its top-level name below ``smartarray``)."""
+    top = module.split(".")[1] if "." in module else ""
+    for rank, names in enumerate(LAYERS):
+        if top in names:
+            return rank
+    raise LookupError(f"{module} is in no layer: add it to LAYERS")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) for each runtime import of a higher layer's module."""
+
+    def placed(m: str) -> bool:
+        return not m.startswith(TEST_DOUBLES)
+
+    return {
+        (name, imported)
+        for name, imports in graph.items()
+        if placed(name)
+        for imported in imports
+        if placed(imported) and layer_of(imported) > layer_of(name)
+    }
 
 
 def module_files(package: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -165,6 +247,16 @@ def double_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
 
 def test_production_imports_test_doubles_only_at_named_points() -> None:
     assert double_imports(import_graph(PACKAGE)) == set(DOUBLE_IMPORTS)
+
+
+def test_no_import_reaches_a_higher_layer_but_the_known_ones() -> None:
+    assert upward_imports(import_graph(PACKAGE)) == set(UPWARD_IMPORTS)
+
+
+def test_a_new_upward_import_is_found(tmp_path: pathlib.Path) -> None:
+    files = {"__init__.py": "", "errors.py": "def f():\n    from . import array\n", "array.py": ""}
+    found = upward_imports(import_graph(_tree(tmp_path, files)))
+    assert found == {("smartarray.errors", "smartarray.array")}
 
 
 def test_no_import_circle_but_the_known_ones() -> None:
