@@ -57,7 +57,6 @@ KNOWN_CIRCLES = {
             "smartarray.array",
         }
     ): "issue 27: engine move (the mixins and the engine reach back to array for the class)",
-    frozenset({"smartarray._checks", "smartarray._simulator"}): "issue 27: not yet untangled",
     frozenset(
         {"smartarray._strict.devmem", "smartarray._strict.launch", "smartarray._strict.state"}
     ): "strict mode's own modules (a test double); issue 27",
