@@ -43,8 +43,6 @@ import numba
 import numpy as np
 from numba import cuda
 
-from ._checks import _is_device_array
-
 #: True when numba.cuda is the CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``).
 SIMULATOR: bool = bool(numba.config.ENABLE_CUDASIM)
 
@@ -100,7 +98,9 @@ def numba_copy_source(source: Any) -> Any:
     for a counted array is a counted ``copy_to_host``: a d2d copy would also be counted as a
     d2h. There it gets the ndarray the fake device array wraps (the checks were done already).
     """
-    if SIMULATOR and _is_device_array(source) and hasattr(source, "_ary"):
+    # _checks._is_device_array's test, written here: _checks imports this module (no circle).
+    device = getattr(source, "__cuda_ndarray__", False) and not isinstance(source, np.ndarray)
+    if SIMULATOR and device and hasattr(source, "_ary"):
         return source._ary
     return source
 

@@ -1,0 +1,302 @@
+"""The package's import rules, read from the source (ast), as test_coherence.py checks purity.
+
+Three rules, each with its known exceptions named here with a reason (issue 27):
+
+- production modules do not import the test doubles (``smartarray._strict``,
+  ``smartarray._fakegpu``) other than at the documented switch points;
+- no module imports a module of a higher layer (``LAYERS``, lowest first);
+- no import circle: a module's imports (at module level or inside functions, not under
+  ``if TYPE_CHECKING:``) never lead back to it.
+
+A new forbidden import or a grown circle fails; a fixed exception fails too, so the list
+shrinks as issue 27's engine move lands.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "smartarray"
+TEST_DOUBLES = ("smartarray._strict", "smartarray._fakegpu")
+
+# Production -> test double imports allowed, with the reason.
+DOUBLE_IMPORTS = {
+    ("smartarray", "smartarray._strict"): "switch point: SMARTARRAY_STRICT installs strict mode",
+    (
+        "smartarray",
+        "smartarray._fakegpu",
+    ): "switch point: SMARTARRAY_FAKE_GPU loads the fake driver",
+    ("smartarray.testing", "smartarray._strict"): "testing is strict mode's public face",
+    ("smartarray.testing", "smartarray._strict.state"): "testing is strict mode's public face",
+    ("smartarray.testing", "smartarray._strict.launch"): "testing is strict mode's public face",
+    ("smartarray._residency", "smartarray._strict.state"): "issue 27: engine move",
+    ("smartarray._streams", "smartarray._strict.state"): "issue 27: engine move",
+    ("smartarray.jit", "smartarray._strict.state"): "issue 27: engine move",
+}
+
+# Import circles known today, with the reason. Each must stay exactly as listed (or vanish
+# from here when fixed).
+KNOWN_CIRCLES = {
+    frozenset(
+        {
+            "smartarray._arguments",
+            "smartarray._dlpack",
+            "smartarray._engine",
+            "smartarray._exchange",
+            "smartarray._geometry",
+            "smartarray._interop",
+            "smartarray._numpy_api",
+            "smartarray._protocols",
+            "smartarray._record",
+            "smartarray._residency",
+            "smartarray._results",
+            "smartarray._views",
+            "smartarray.array",
+        }
+    ): "issue 27: engine move (the mixins and the engine reach back to array for the class)",
+    frozenset(
+        {"smartarray._strict.devmem", "smartarray._strict.launch", "smartarray._strict.state"}
+    ): "strict mode's own modules (a test double); issue 27",
+}
+
+
+# The layers, lowest first: a module imports only its own layer and lower ones at run time.
+# The test doubles (_strict, _fakegpu) are outside the layers: DOUBLE_IMPORTS rules them.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # the foundation: the pure coherence model, errors, reports, checks, the simulator probe
+    (
+        "coherence",
+        "errors",
+        "_version",
+        "_environment",
+        "_frames",
+        "_report",
+        "_plot",
+        "_deferred",
+        "_simulator",
+        "_checks",
+        "guard",
+        "stats",
+        "_perf",
+        "_numba_transfers",
+    ),
+    ("_byteranges", "_counted", "_pinning", "memory", "_streams"),  # memory and streams
+    # the engine, and numba's typing of an argument (ArrayArgument, SmartArray's base class)
+    (
+        "_engine",
+        "_residency",
+        "_arguments",
+        "_launch_records",
+        "_held",
+        "_access",
+        "_numba_cuda",
+        "_numba_cpu",
+    ),
+    # the array and the concept modules it is made of
+    (
+        "array",
+        "_mixins",
+        "_geometry",
+        "_views",
+        "_numpy_api",
+        "_protocols",
+        "_exchange",
+        "_record",
+        "_results",
+        "_like",
+    ),
+    ("_interop", "_dlpack", "jit", "_mpi", "hints", "_no_device"),  # numba and interop glue
+    ("", "testing", "mpi", "__main__", "_demo", "_cli"),  # the public API ("" the package)
+)
+
+# Imports from a lower layer to a higher one allowed today, with the reason.
+UPWARD_IMPORTS = {
+    ("smartarray._residency", "smartarray.array"): "issue 27: engine move",
+    ("smartarray.array", "smartarray._interop"): "issue 27: the array registers its interop",
+    ("smartarray._exchange", "smartarray._interop"): "issue 27: exchange reads interop's buffers",
+}
+
+
+def layer_of(module: str) -> int:
+    """The layer of a module of the package (its top-level name below ``smartarray``)."""
+    top = module.split(".")[1] if "." in module else ""
+    for rank, names in enumerate(LAYERS):
+        if top in names:
+            return rank
+    raise LookupError(f"{module} is in no layer: add it to LAYERS")
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) for each runtime import of a higher layer's module."""
+
+    def placed(m: str) -> bool:
+        return not m.startswith(TEST_DOUBLES)
+
+    return {
+        (name, imported)
+        for name, imports in graph.items()
+        if placed(name)
+        for imported in imports
+        if placed(imported) and layer_of(imported) > layer_of(name)
+    }
+
+
+def module_files(package: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Map every module's dotted name to its file."""
+    modules = {}
+    for path in package.rglob("*.py"):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(test)
+
+
+def runtime_imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """The package modules ``name`` imports when it runs (``if TYPE_CHECKING:`` left out)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def target(node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = package.split(".")
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.orelse:
+                    visit(stmt)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                module = target(child)
+                for alias in child.names:
+                    full = f"{module}.{alias.name}"
+                    found.add(full if full in known else module)
+            else:
+                visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return {m for m in found if m in known and m != name}
+
+
+def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
+    """Every module's runtime imports of the package's own modules."""
+    modules = module_files(package)
+    known = set(modules)
+    return {name: runtime_imports(name, path, known) for name, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
+    """The import circles: strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+
+    def connect(v: str) -> None:  # Tarjan; the graph is small, recursion is fine
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.add(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            connect(v)
+    return found
+
+
+def double_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(production module, test double module) for each such runtime import."""
+    return {
+        (name, imported)
+        for name, imports in graph.items()
+        if not name.startswith(TEST_DOUBLES)
+        for imported in imports
+        if imported.startswith(TEST_DOUBLES)
+    }
+
+
+def test_production_imports_test_doubles_only_at_named_points() -> None:
+    assert double_imports(import_graph(PACKAGE)) == set(DOUBLE_IMPORTS)
+
+
+def test_no_import_reaches_a_higher_layer_but_the_known_ones() -> None:
+    assert upward_imports(import_graph(PACKAGE)) == set(UPWARD_IMPORTS)
+
+
+def test_a_new_upward_import_is_found(tmp_path: pathlib.Path) -> None:
+    files = {"__init__.py": "", "errors.py": "def f():\n    from . import array\n", "array.py": ""}
+    found = upward_imports(import_graph(_tree(tmp_path, files)))
+    assert found == {("smartarray.errors", "smartarray.array")}
+
+
+def test_no_import_circle_but_the_known_ones() -> None:
+    assert circles(import_graph(PACKAGE)) == set(KNOWN_CIRCLES)
+
+
+def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
+    package = tmp_path / "smartarray"
+    for name, text in files.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return package
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "from . import b\n",
+        "from .b import thing\n",
+        "import smartarray.b\n",
+        "def f():\n    from . import b\n",
+    ],
+)
+def test_a_new_circle_is_found(tmp_path: pathlib.Path, statement: str) -> None:
+    package = _tree(tmp_path, {"__init__.py": "", "a.py": statement, "b.py": "from .a import x\n"})
+    assert circles(import_graph(package)) == {frozenset({"smartarray.a", "smartarray.b"})}
+
+
+def test_a_type_only_import_is_no_circle(tmp_path: pathlib.Path) -> None:
+    a = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import b\n"
+    package = _tree(tmp_path, {"__init__.py": "", "a.py": a, "b.py": "from .a import x\n"})
+    assert circles(import_graph(package)) == set()
+
+
+def test_production_importing_a_double_is_found(tmp_path: pathlib.Path) -> None:
+    files = {
+        "__init__.py": "",
+        "_strict/__init__.py": "",
+        "_strict/state.py": "from . import __name__ as _own\n",  # doubles may import themselves
+        "engine.py": "from ._strict import state\n",
+    }
+    found = double_imports(import_graph(_tree(tmp_path, files)))
+    assert found == {("smartarray.engine", "smartarray._strict.state")}
