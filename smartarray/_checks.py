@@ -157,9 +157,9 @@ _STREAM_TYPES: list[tuple[type, ...]] = []
 def _streams_numba_takes() -> tuple[type, ...]:
     """numba-cuda's ``Stream`` and cuda.core's (numba-cuda's copies accept both as they are)."""
     if not _STREAM_TYPES:
-        from numba.cuda.cudadrv.driver import Stream
+        from numba.cuda.cudadrv import driver  # the simulator's has no Stream
 
-        types: tuple[type, ...] = (Stream,)
+        types: tuple[type, ...] = tuple(filter(None, [getattr(driver, "Stream", None)]))
         try:
             from cuda.core import Stream as CoreStream
         except ImportError:  # pragma: no cover - cuda.core comes with numba-cuda
