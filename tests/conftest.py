@@ -90,7 +90,18 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# On the fake driver every kernel (numba-cuda's own `d[:] = x` included) runs in Python, one
+# thread per element: the state machines there check the real target's paths with fewer
+# examples; the deep search runs in the simulator modes.
+settings.register_profile(
+    "fake_gpu",
+    max_examples=25,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    print_blob=True,
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fake_gpu" if FAKE_GPU else "ci"))
 
 
 @pytest.fixture(autouse=True)
