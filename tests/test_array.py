@@ -14,7 +14,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from numba import cuda
 
 import smartarray as sa
-from smartarray import memory
+from smartarray import _fakegpu, memory
 from smartarray.array import SmartArray
 from smartarray.errors import CoherenceError
 
@@ -612,7 +612,10 @@ class SmartArrayMachine(RuleBasedStateMachine):
         sa.set_transfer_cost(self.previous_cost)
 
 
-SmartArrayMachine.TestCase.settings = settings(max_examples=50, stateful_step_count=20)
+# Fewer on the fake driver, whose kernels (numba's `d[...] = v` too) run in Python threads.
+SmartArrayMachine.TestCase.settings = settings(
+    max_examples=50 if _fakegpu.current() is None else 8, stateful_step_count=20
+)
 TestSmartArrayMachine = SmartArrayMachine.TestCase
 
 

@@ -25,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from numba import cuda
 
 import smartarray as sa
-from smartarray import memory
+from smartarray import _fakegpu, memory
 from smartarray.coherence import DEFAULT_MAX_RUNS, TransferCost
 
 N = 24
@@ -406,7 +406,10 @@ class Pipeline(RuleBasedStateMachine):
             sa.set_transfer_cost(self.previous_cost)
 
 
-Pipeline.TestCase.settings = settings(max_examples=100, stateful_step_count=30, deadline=None)
+# Fewer on the fake driver, whose kernels run in Python threads.
+Pipeline.TestCase.settings = settings(
+    max_examples=100 if _fakegpu.current() is None else 15, stateful_step_count=30, deadline=None
+)
 
 
 TestPipeline = Pipeline.TestCase

@@ -980,7 +980,9 @@ class Budgeted(RuleBasedStateMachine):
 
 
 Budgeted.TestCase.settings = settings(
-    max_examples=40 if not is_strict() else 20, stateful_step_count=25, deadline=None
+    max_examples=20 if is_strict() or _fakegpu.current() is not None else 40,
+    stateful_step_count=25,
+    deadline=None,
 )
 TestBudgeted = Budgeted.TestCase
 
