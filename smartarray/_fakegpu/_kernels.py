@@ -269,6 +269,30 @@ def _execute(
     # (the queue's seeded order models asynchrony), so a sleep returns at once.
     fake_module.nanosleep = lambda ns: None
     fn = _in_python_function(kernel.py_func, fake_module)
+    # The driver's lock is held while a kernel runs, and the interpreter starts threads: a
+    # garbage collection in one of them would run numba's finalizers (cuEventDestroy, ...),
+    # which wait for that lock forever. No automatic collection while the body runs.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        _run_blocks(driver, kernel, name, fn, fake_module, args, grid, block)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run_blocks(
+    driver: object,
+    kernel: object,
+    name: str,
+    fn: Callable[..., object],
+    fake_module: object,
+    args: list,
+    grid: tuple,
+    block: tuple,
+) -> None:
+    from numba.cuda.simulator import kernel as simkernel
+
     with simkernel._push_kernel_context(fake_module):
         for grid_point in np.ndindex(*grid[::-1]):
             manager = simkernel.BlockManager(fn, grid, block, kernel.debug)
