@@ -184,9 +184,9 @@ def boom(values):
     if i == 3:
         raise ValueError("three")
     values[i] = 1.0
-d = cuda.to_device(np.zeros(8))
+d = cuda.to_device(np.zeros(16))
 try:
-    boom[1, 8](d)
+    boom[2, 8](d)  # two blocks: the second runs after the first one's exception
     cuda.synchronize()
     error = None
 except ValueError as exc:
@@ -199,6 +199,8 @@ print(json.dumps({{"error": error, "values": d.copy_to_host().tolist()}}))
     else:
         assert out["error"] is None  # a GPU does not check without debug
         assert out["values"][:3] == [1.0, 1.0, 1.0]
+        # Only the faulting thread stops: the rest of its block and the next block run on.
+        assert out["values"] == [1.0] * 3 + [0.0] + [1.0] * 12
 
 
 def test_a_smartarray_through_a_kernel_moves_only_stale_bytes() -> None:
