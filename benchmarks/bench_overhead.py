@@ -294,9 +294,151 @@ def jit_launch(quick: bool = False) -> dict[str, float]:
     return out
 
 
+def budgeted_launch(quick: bool = False) -> dict[str, float]:
+    """``jit_launch_budgeted_smartarray_ns``: bare SmartArrays to the plain kernel, as in
+    :func:`jit_launch`, with a device-memory budget in effect (the default on a GPU: each
+    launch pins its arguments against eviction), next to the device-array launch again."""
+    import smartarray as sa
+
+    kernel = _StubDispatcher()
+    number, rounds = (100, 30) if quick else (200, 150)
+    smart = tuple(sa.SmartArray(np.zeros(1024)) for _ in range(3))
+    device = tuple(sa.to_device(np.zeros(1024)) for _ in range(3))
+    old = sa.device_budget().budget
+    sa.set_device_budget(1 << 30)
+    try:
+        for _ in range(3):
+            kernel[1, 32](*smart)
+        before = sa.stats()
+        out = interleaved(
+            {
+                "jit_launch_budgeted_smartarray_ns": lambda: kernel[1, 32](*smart),
+                "jit_launch_budgeted_device_array_ns": lambda: kernel[1, 32](*device),
+            },
+            number,
+            rounds,
+        )
+        assert sa.stats() == before, "a launch of current arguments moved bytes"
+    finally:
+        sa.set_device_budget(old)
+    return out
+
+
+def _ratios(out: dict[str, float]) -> dict[str, float]:
+    """Each SmartArray launch over the same launch with device arrays (issue 28: <= 1.2)."""
+    ratios = {}
+    for variant, reference in (
+        ("plain", "plain"),
+        ("annotated", "plain"),
+        ("inferred", "inferred"),
+        ("budgeted", "budgeted"),
+    ):
+        smart = out.get(f"jit_launch_{variant}_smartarray_ns")
+        device = out.get(f"jit_launch_{reference}_device_array_ns")
+        if smart and device:
+            ratios[f"jit_launch_{variant}_over_device_array_ratio"] = smart / device
+    return ratios
+
+
+def real_launch(quick: bool = False) -> dict[str, float]:
+    """Nanoseconds per launch of ``k[1, 32](out, x, y)`` through numba-cuda's real dispatcher.
+
+    Only off the simulator: on a GPU, or on the fake CUDA driver (``SMARTARRAY_FAKE_GPU=1``),
+    where numba-cuda's ``_LaunchConfiguration``, ``_Kernel.launch``, cuda.core and
+    cuda-bindings run unmodified and only the driver is a stand-in (its calls cost a Python
+    callback each, more than a GPU driver's; kernels run at the next synchronisation,
+    outside the timed batches). Steady state, everything current on the device; a budget is
+    in effect (the default on a GPU). Variants: device arrays, bare SmartArrays, ``sa.In`` on
+    the inputs, bare SmartArrays through ``smartarray.jit``; ``real_launch_*_ratio`` is each
+    over the device-array launch (issue 28: at most 1.2). On the fake driver also: the time
+    above the driver (the fake driver's own time subtracted: what numba-cuda, cuda.core,
+    cuda-bindings and smartarray cost, as on a GPU), its ratios, and the driver calls per
+    launch.
+    """
+    import time
+    import warnings
+
+    from numba import cuda
+
+    import smartarray as sa
+    from smartarray import memory
+
+    if memory.SIMULATOR:
+        return {}
+
+    def body(out: Any, x: Any, y: Any) -> None:  # pragma: no cover - compiled
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = x[i] + y[i]
+
+    plain = cuda.jit(body)
+    inferred = sa.jit(body)
+    smart = tuple(sa.SmartArray(np.zeros(32)) for _ in range(3))
+    device = tuple(sa.to_device(np.zeros(32)) for _ in range(3))
+    variants = {
+        "device_array": lambda: plain[1, 32](*device),
+        "smartarray": lambda: plain[1, 32](*smart),
+        "annotated_smartarray": lambda: plain[1, 32](smart[0], sa.In(smart[1]), sa.In(smart[2])),
+        "inferred_smartarray": lambda: inferred[1, 32](*smart),
+    }
+    number, rounds = (20, 10) if quick else (50, 40)
+    best = dict.fromkeys(variants, float("inf"))
+    host = dict.fromkeys(variants, float("inf"))  # without the fake driver's own time
+    calls = dict.fromkeys(variants, 0.0)  # driver calls per launch
+    from smartarray import _fakegpu
+
+    fake = _fakegpu.current()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numba's low-occupancy warning, once per launch
+        for call in variants.values():
+            call()
+        cuda.synchronize()
+        before = sa.stats()
+        for r in range(rounds):
+            names = list(variants)
+            names = names[r % len(names) :] + names[: r % len(names)]
+            for name in names:
+                call = variants[name]
+                in_driver = fake.thread_time_ns if fake is not None else 0
+                made = sum(fake.calls.values()) if fake is not None else 0
+                start = time.thread_time_ns()
+                for _ in range(number):
+                    call()
+                elapsed = time.thread_time_ns() - start
+                best[name] = min(best[name], elapsed / number)
+                if fake is not None:
+                    in_driver = fake.thread_time_ns - in_driver
+                    host[name] = min(host[name], (elapsed - in_driver) / number)
+                    calls[name] = (sum(fake.calls.values()) - made) / number
+                cuda.synchronize()  # the queued kernels run here, untimed
+        assert sa.stats() == before, "a launch of current arguments moved bytes"
+    out = {f"real_launch_{name}_ns": value for name, value in best.items()}
+    for name in variants:
+        if name != "device_array":
+            out[f"real_launch_{name}_ratio"] = best[name] / best["device_array"]
+    if fake is not None:
+        # The fake driver's calls are Python callbacks (several us each, a GPU driver's far
+        # less): what the launch costs above the driver, and how many driver calls it makes.
+        for name in variants:
+            out[f"real_launch_{name}_above_driver_ns"] = host[name]
+            out[f"real_launch_{name}_driver_calls"] = calls[name]
+        for name in variants:
+            if name != "device_array":
+                out[f"real_launch_{name}_above_driver_ratio"] = host[name] / host["device_array"]
+    return out
+
+
 def run(quick: bool = False) -> dict[str, float]:
-    """All overhead figures: ``njit_*``, ``launch_prep_*``, ``jit_launch_*`` (units in names)."""
-    return {**njit_call(quick), **launch_preparation(quick), **jit_launch(quick)}
+    """All overhead figures: ``njit_*``, ``launch_prep_*``, ``jit_launch_*`` (units in names)
+    on the simulator; ``real_launch_*`` (numba-cuda's real dispatcher) off it."""
+    import smartarray as sa
+
+    if not sa.memory.SIMULATOR:
+        return real_launch(quick)
+    out = {**njit_call(quick), **launch_preparation(quick), **jit_launch(quick)}
+    out.update(budgeted_launch(quick))
+    out.update(_ratios(out))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -309,7 +451,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.spread:
         print(format_spread(spread(__file__, ["--quick"] if args.quick else [], args.spread)))
         return
-    if "numba.cuda" not in sys.modules and "NUMBA_ENABLE_CUDASIM" not in os.environ:
+    fake = os.environ.get("SMARTARRAY_FAKE_GPU", "") not in ("", "0")
+    if "numba.cuda" not in sys.modules and "NUMBA_ENABLE_CUDASIM" not in os.environ and not fake:
         from numba import cuda
 
         if not cuda.is_available():

@@ -6,10 +6,13 @@ numba-cuda's dispatcher calls :meth:`~ArgumentMethods.to_device` (the ArgHint pr
 njit unbox hooks of :mod:`smartarray._numba_cpu` call ``_njit_enter`` / ``_njit_exit`` /
 ``_njit_abort``, and the intent wrappers of :mod:`smartarray.hints` call the ``_as(intent)``
 forms. Each goes through its base buffer's :meth:`~smartarray._engine.Buffer.acquire` /
-:meth:`~smartarray._engine.Buffer.release` with this view's byte range. What is kept here is
-the per-view cache of the launch fast path (``_gpu_only_at``: the state's version at which
-this view was current on the device only; any transition changes the version) and the njit
-host ndarray (``_njit_view``, whose fast path the engine arms and disarms).
+:meth:`~smartarray._engine.Buffer.release` with this view's byte range; a launch's arguments
+gather in one :class:`smartarray._launch.Launch`, whose callback records their writes. What is
+kept here is the per-view cache of the launch fast path (``_gpu_only_at`` and ``_device_at``:
+the state's version at which this view was current on the device only, and current there; any
+transition changes the version; ``_device_view`` and ``_device_arg``, what the kernel
+receives) and the njit host ndarray (``_njit_view``, whose fast path the engine arms and
+disarms).
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _numba_cpu, _numba_cuda, _residency, _streams, memory
+from . import _launch, _numba_cpu, _numba_cuda, _residency, _streams, memory
 from ._engine import GPU, HOST, IN, INOUT
-from ._launch_records import LaunchFailures, LaunchWrites
+from ._launch import LaunchWrites
 from .errors import TransferError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,6 +52,11 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         broadcast (a zero stride), 'A' otherwise.
         """
         return self._numba_type(readonly=False)
+
+    @functools.cached_property
+    def _numba_in_type_(self) -> Any:
+        """The Numba type of this array as an ``In`` argument (read only), cached likewise."""
+        return self._numba_type(readonly=True)
 
     def _numba_type(self, readonly: bool) -> Any:
         flags = self._probe().flags
@@ -83,59 +91,49 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol).
 
         Called by the dispatcher before a launch: makes the device copy current (only stale
-        bytes move, on ``stream``), returns the kernel's argument, and appends to ``retr`` the
-        callback that records the kernel's write right after the launch.
+        bytes move, on ``stream``) and returns the kernel's argument; the launch's callback in
+        ``retr`` (see :mod:`smartarray._launch`) records the kernel's write right after it.
         """
         return self._prepare_launch(retr, stream, INOUT)
 
     def _prepare_launch(self, retr: list[Any], stream: Any, intent: str) -> Any:
         """Make the device copy current for a launch on ``stream``; record the write after it."""
+        launch = _launch.current(retr, stream)
         buf = self._buf
-        queued = buf.stream
+        version = buf.state.version
         devary = self._device_view  # read once: an eviction (another thread) clears it
+        queued = buf.stream
         if (
-            self._gpu_only_at == buf.state.version
+            (self._gpu_only_at == version or (intent == IN and self._device_at == version))
             and devary is not None
-            and (
-                queued is _streams.pending(stream)
-                or (queued != 0 and _streams.same(queued, stream))
-            )
+            and (queued is launch.pending or (queued != 0 and _streams.same(queued, stream)))
         ):
-            # The loop-of-launches fast path: nothing changed since this view was found current
-            # on the device only, and the latest work on this buffer is on this launch's stream
-            # (ordered before it; on a GPU each launch configuration wraps that stream in a new
-            # object, compared by handle), so nothing moves, nothing waits and no lock is needed
-            # (reading a version number is atomic). A host read before the kernel runs (another
-            # thread, a later argument's preparation) would make the host "current" with
-            # pre-kernel values: a cached callback re-checks the version after the launch.
-            # The buffer's own event, recorded on this stream right after the kernel was
-            # queued (host reads then wait on it, not on the stream, which may die first).
-            retr.append(functools.partial(buf.launched, stream))
-            check = None
-            if intent != IN:
-                check = self._fast_check or self._make_fast_check()
-                retr.append(check)
-            arg = _numba_cuda.launch_argument(devary, retr, stream)
+            # The loop-of-launches fast path: nothing changed since this view was found
+            # current on the device only (or, for a read, current there), and the latest work
+            # on this buffer is on this launch's stream (ordered before it; on a GPU each
+            # launch configuration wraps that stream in a new object, compared by handle), so
+            # nothing moves, nothing waits and no lock is needed (reading a version number is
+            # atomic). The launch's callback records the write only if the state moves
+            # meanwhile (a host read before the kernel runs).
+            launch.add(buf, self, intent, True)
             if not _residency.pinning:
-                return arg
+                return self._device_arg
             # An allocation may evict (another thread's): pinned first, then checked again.
             # An eviction closes the fast path (under the lock) before it reads the pins, so
             # either it sees this pin, or this check sees the fast path closed.
-            _residency.launched(buf, retr)
-            if self._device_view is devary and self._gpu_only_at == buf.state.version:
-                return arg
-            if check is not None:
-                retr.remove(check)  # evicted meanwhile: the slow path records the write
-        return self._prepare_launch_slow(retr, stream, intent)
+            if self._device_view is devary and version in (self._gpu_only_at, self._device_at):
+                return self._device_arg
+            launch.entries.pop()  # evicted meanwhile: the slow path prepares it again
+        return self._prepare_launch_slow(launch, stream, intent)
 
-    def _prepare_launch_slow(self, retr: list[Any], stream: Any, intent: str) -> Any:
+    def _prepare_launch_slow(self, launch: _launch.Launch, stream: Any, intent: str) -> Any:
         """:meth:`_prepare_launch` under the buffer's lock: what may move, moves."""
         buf = self._buf
         # (The fast path needs no type check: it is open only to a view prepared here before.)
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
-        _residency.preparing(retr)  # an allocation now keeps this launch's own pins
+        _residency.preparing(launch)  # an allocation now keeps this launch's own pins
         try:
             with buf.lock:
                 exclusive = buf.acquire(
@@ -147,85 +145,47 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
                     covers=self._covers(),
                     launch=stream,
                 )
-                devary = self._device_view
-                if devary is None:
+                if self._device_view is None:
                     devary = self._device_view = memory.device_view(
                         buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
                     )
+                    self._device_arg = _numba_cuda.kernel_argument(devary)
                     _residency.cache_view(buf, self)  # an eviction clears the cache
-                arg = _numba_cuda.launch_argument(devary, retr, stream)
-                # First among this argument's callbacks: the buffer's event is recorded on
-                # the launch stream right after the kernel was queued (see Buffer.queued).
-                retr.append(functools.partial(buf.launched, stream))
+                state = buf.state
                 if exclusive:
-                    self._gpu_only_at = buf.state.version
-                    if intent != IN:
-                        retr.append(self._fast_check or self._make_fast_check())
-                elif intent != IN:
-                    # One record of the writes to this buffer per launch: its held host arrays
-                    # are refreshed once, after the last argument's write is recorded (one
-                    # array passed twice, or overlapping views, must not download the overlap
-                    # twice).
-                    writes = buf.launch_writes_for(retr)
-                    retr.append(functools.partial(self._after_launch, writes))
-                if _residency.pinning:
-                    _residency.launched(buf, retr)  # pinned until the launch ran (callbacks)
-                return arg
+                    self._gpu_only_at = self._device_at = state.version
+                elif state.is_valid(GPU, self._lo, self._hi):  # (Out uploads nothing)
+                    self._device_at = state.version
+                launch.add(buf, self, intent, exclusive)  # pinned until the launch ran
+                return self._device_arg
         finally:
             _residency.preparing(None)
 
-    def _make_fast_check(self) -> Any:
-        """The post-launch check of the fast path, made once per view (cached in a slot, so a
-        launch allocates nothing for it). It holds this view weakly (no reference cycle).
-        """
-        ref = weakref.ref(self)
-        state = self._buf.state
+    def _after_launch(self, writes: LaunchWrites | None = None) -> TransferError | None:
+        """Record the kernel's write (the launch's callback runs this right after the launch).
 
-        def check() -> None:
-            # The state moved since preparation found this view current on the device only
-            # (a host read made the host current with pre-kernel values): record the write.
-            view = ref()
-            if view is not None and view._gpu_only_at != state.version:
-                view._after_launch()
-
-        self._fast_check = check
-        return check
-
-    def _after_launch(self, writes: LaunchWrites | None = None) -> None:
-        """Record the kernel's write (the dispatcher runs this right after the launch).
-
-        See :meth:`Buffer.release`. A failed refresh must not stop the dispatcher's loop over
-        ``retr`` (the later arguments' writes would go unrecorded): it leaves those host bytes
-        marked stale (which they are), and the error is raised by a callback appended to the
-        end of ``retr``, after every argument recorded its write.
+        See :meth:`Buffer.release`. A failed refresh must not stop the other arguments'
+        records: it leaves those host bytes marked stale (which they are) and is returned,
+        for the launch to raise after every argument recorded its write.
         """
         buf = self._buf
         lo, hi = self._lo, self._hi
-        retr = None if writes is None else writes.retr
         try:
             with buf.lock:
                 buf.release(GPU, lo, hi, INOUT, writes=writes)
                 state = buf.state
                 # Open the launch fast path (which refreshes no held host array) only if no
-                # held array shows these bytes: the refresh runs in the buffer's last
-                # callback, which may fail after this one and leave them stale.
+                # held array shows these bytes: the refresh runs after the buffer's last
+                # argument's record, which may fail after this one and leave them stale.
                 if state.is_exclusive(GPU, lo, hi) and not buf.held.any_stale(
                     state.valid(HOST), lo, hi
                 ):
-                    self._gpu_only_at = state.version
+                    self._gpu_only_at = self._device_at = state.version
         except TransferError as exc:
-            if retr is None:
+            if writes is None:
                 raise
-            if not (retr and isinstance(retr[-1], LaunchFailures)):
-                retr.append(LaunchFailures())
-            retr[-1].errors.append(exc)
-        finally:
-            if writes is not None and writes.pending == 0:
-                # The last write recorded: drop the reference to ``retr`` (which holds this
-                # callback, and numba's keep-alive of the launch's device arrays), so the
-                # launch's device memory goes when the dispatcher drops ``retr``, not at the
-                # next garbage collection (an eviction must give it back at once).
-                writes.retr = None
+            return exc
+        return None
 
     def _njit_enter(self) -> np.ndarray:
         return self._njit_enter_as(INOUT)

@@ -32,11 +32,11 @@ import numpy as np
 
 from . import _perf, _residency, _streams, guard, memory
 from ._held import HeldHostArrays
-from ._launch_records import LaunchWrites
 from .coherence import BufferState, IntervalSet, Plan
 from .errors import TransferError
 
 if TYPE_CHECKING:  # pragma: no cover - the views the engine arms (array layer, above)
+    from ._launch import LaunchWrites
     from .array import SmartArray
 
 __all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "Buffer"]
@@ -81,7 +81,7 @@ class Buffer:
         "fast_views",
         "done",
         "done_for",
-        "launch_writes",
+        "own_event",
         "name",
         "perf",
         "residency",
@@ -113,16 +113,17 @@ class Buffer:
         # (collected) long before this buffer is read; waiting on its handle then is undefined
         # behaviour. ``done_for`` is the ``stream`` the event captured (``None``: not recorded
         # for the current stream yet, as between a launch's preparation and its callbacks).
+        # After a launch it is the launch's event (one per launch, shared by its buffers);
+        # after other device work, ``own_event``, which only this buffer records.
         self.done: Any = None
         self.done_for: Any = None
+        self.own_event: Any = None
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
         self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
             weakref.WeakValueDictionary()
         )
-        # The writes of the launch being prepared (or run) on this buffer, see LaunchWrites.
-        self.launch_writes: LaunchWrites | None = None
         # The device-memory budget's record of this buffer (LRU tick, pins, cached device
         # views), made on first need: see smartarray._residency.
         self.residency: _residency.Residency | None = None
@@ -162,8 +163,8 @@ class Buffer:
         rec = self.residency
         if rec is not None and rec.views:
             for view in list(rec.views.values()):
-                view._device_view = None
-                view._gpu_only_at = -1
+                view._device_view = view._device_arg = None
+                view._gpu_only_at = view._device_at = -1
             rec.views.clear()
 
     def ensure(self, where: str) -> None:
@@ -189,22 +190,27 @@ class Buffer:
         """Device work on this buffer was just queued on ``stream`` (0: the default stream).
 
         Records the buffer's own event there, which host waits and cross-stream ordering use;
-        the stream itself is kept only for same-stream comparisons. A launch calls this from
-        its post-launch callbacks, right after the kernel was queued.
+        the stream itself is kept only for same-stream comparisons. Call with the lock held.
         """
         pending = _streams.pending(stream)
-        event = self.done
+        event = self.own_event
         if event is None:
-            event = self.done = _streams.new_event()
+            event = self.own_event = _streams.new_event()
         event.record(_streams.native(pending))
         self.stream = pending
+        self.done = event
         self.done_for = pending
 
-    def launched(self, stream: Any) -> None:
-        """A launch's post-launch callback: the kernel using this buffer is queued on
-        ``stream`` (alive now: it was just launched on); see :meth:`queued`."""
-        with self.lock:
-            self.queued(stream)
+    def launched(self, pending: Any, event: Any) -> None:
+        """A kernel using this buffer was just queued on ``pending`` (see
+        :func:`smartarray._streams.pending`), and ``event`` recorded there after it: the
+        launch's own event (see :class:`smartarray._launch.Launch`), never recorded again.
+        Marks the device copy used now (LRU order). Call with the lock held.
+        """
+        self.stream = pending
+        self.done = event
+        self.done_for = pending
+        _residency.touch(self)
 
     def order_before(self, after: Any) -> None:
         """Make work queued later on ``after`` wait for this buffer's queued device work.
@@ -581,8 +587,6 @@ class Buffer:
         if writes is None:
             self.refresh_exports(lo, hi)
         elif writes.pending == 0:
-            if self.launch_writes is writes:
-                self.launch_writes = None
             for a, b in writes.ranges:
                 self.refresh_exports(a, b)  # only stale bytes move: overlaps once
 
@@ -597,11 +601,3 @@ class Buffer:
             return
         with self.lock:
             self.record_where_valid(where, lo, hi)
-
-    def launch_writes_for(self, retr: list[Any]) -> LaunchWrites:
-        """The record of this launch's writes to this buffer (one per ``retr`` list)."""
-        writes = self.launch_writes
-        if writes is None or writes.retr is not retr:
-            writes = self.launch_writes = LaunchWrites(retr)
-        writes.pending += 1
-        return writes

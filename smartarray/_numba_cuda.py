@@ -34,7 +34,7 @@ from numba.cuda.args import ArgHint as _ArgHint
 from numba.cuda.args import In as _NumbaIn
 from numba.np import numpy_support
 
-__all__ = ["ArrayArgument", "element_type", "launch_argument"]
+__all__ = ["ArrayArgument", "element_type", "kernel_argument"]
 
 
 def element_type(dtype: np.dtype) -> types.Type:
@@ -77,11 +77,14 @@ class ArrayArgument(_ArgHint):
         raise NotImplementedError
 
 
-def launch_argument(devary: Any, retr: list[Any], stream: Any) -> Any:
+def kernel_argument(devary: Any) -> Any:
     """What the dispatcher expects from ``ArgHint.to_device`` for the device array ``devary``.
 
     Since numba-cuda 0.25 the dispatcher reads ``.ptr`` and ``._layout.strides_in_bytes`` from
-    it, so it is whatever numba's own ``In(devary).to_device`` returns (which also keeps
-    ``devary`` alive until the launch is done); ``In`` copies nothing for device memory.
+    it, so it is whatever numba's own ``In(devary).to_device`` returns (on a GPU the device
+    array's cached ``_strided_memory_view_shim``, on the simulator the array itself): the same
+    object launch after launch, so a view computes it once. ``In`` copies nothing for device
+    memory and ignores the stream; the keep-alive callback it appends is not needed (the
+    launch holds the view, which holds ``devary``, until its callback ran).
     """
-    return _NumbaIn(devary).to_device(retr, stream)
+    return _NumbaIn(devary).to_device([], 0)

@@ -41,6 +41,7 @@ import numpy as np
 from . import _simulator as _sim
 from . import memory, stats
 from ._deferred import DeferringLock
+from ._numba_cuda import ArrayArgument
 from ._strict import state as _strict_state
 from .errors import DeviceMemoryError, TransferError, TransferGuardError
 
@@ -135,30 +136,9 @@ _strict_state.on_change.append(_derive_pinning)
 _derive_pinning()
 
 
-class _Launch:
-    """The arguments of the launch a thread prepares (or whose callbacks have not run yet).
-
-    One per thread, reused launch after launch (the launch fast path allocates nothing).
-    """
-
-    __slots__ = ("retr", "records", "done")
-
-    def __init__(self) -> None:
-        # The id of the launch's ``retr`` only: ``retr`` holds ``done``; a reference back would
-        # keep the launch's device arrays (numba's keep-alive lambdas) alive.
-        self.retr = 0
-        self.records: list[Residency] = []  # (an argument passed twice is listed twice)
-
-        def done() -> None:
-            # The launch's last post-launch callback: its arguments may be evicted again.
-            self.retr = 0
-            self.records.clear()
-
-        self.done = done
-
-
 _local = threading.local()
-_launches: dict[int, _Launch] = {}  # thread ident -> its launch
+# Thread ident -> its latest launch (a smartarray._launch.Launch: its ``pinned_buffers()``).
+_launches: dict[int, Any] = {}
 # Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
 _skipped: dict[int, str] = {}
 _HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # handed_out's why
@@ -182,36 +162,10 @@ def touch(buf: Buffer) -> None:
         rec.tick = next(_ticks)
 
 
-def launched(buf: Buffer, retr: list[Any]) -> None:
-    """``buf`` is an argument of the launch whose post-launch callbacks are ``retr``.
-
-    Pins it until the launch's callbacks ran (one callback, kept last in ``retr``), and marks
-    it used now. Called at the end of each argument's preparation, the fast path included,
-    while :data:`pinning` says an allocation may evict.
-    """
-    rec = buf.residency
-    if rec is None:  # pragma: no cover - a prepared argument has a device copy
-        return
-    rec.tick = next(_ticks)
-    try:
-        launch = _local.launch
-    except AttributeError:
-        launch = _local.launch = _launches[threading.get_ident()] = _Launch()
-    key = id(retr)
-    done = launch.done
-    if launch.retr != key:
-        # A new launch in this thread: the previous one ran its callbacks, or failed before
-        # running them (its arguments were pinned until now).
-        launch.retr = key
-        launch.records.clear()
-        retr.append(done)
-    elif not retr or retr[-1] is not done:
-        if done in retr:  # a later argument appended its own callback: done goes last
-            retr.remove(done)
-        else:  # a new ``retr`` at the address of one whose launch failed: a new launch
-            launch.records.clear()
-        retr.append(done)
-    launch.records.append(rec)
+def started(launch: Any) -> None:
+    """``launch`` (a :class:`smartarray._launch.Launch`) is this thread's latest: its
+    arguments are pinned while it is prepared or queued (see :func:`_pinned`)."""
+    _launches[threading.get_ident()] = launch
 
 
 def cache_view(buf: Buffer, view: Any) -> None:
@@ -401,10 +355,8 @@ def resident(*arrays: Any) -> Iterator[None]:
     >>> with sa.resident(a):
     ...     d = a.gpu()  # a kernel loop would go here
     """
-    from .array import SmartArray
-
     for i, a in enumerate(arrays):
-        if not isinstance(a, SmartArray):
+        if not isinstance(a, ArrayArgument):  # (SmartArray: the one ArrayArgument)
             raise TypeError(f"arrays[{i}] must be a SmartArray, got {type(a).__name__}")
     recs = [record(a._buf) for a in arrays]
     with _lock:
@@ -430,11 +382,11 @@ def _buffers() -> list[Buffer]:
     return out
 
 
-def preparing(retr: list[Any] | None) -> None:
-    """This thread prepares (under a buffer's lock) an argument of the launch of ``retr``
-    (None: no more). Its own pins count only then: a launch that failed ran no callback, and
-    its arguments must not stay pinned while the thread does something else."""
-    _local.preparing = 0 if retr is None else id(retr)
+def preparing(launch: Any) -> None:
+    """This thread prepares (under a buffer's lock) an argument of ``launch`` (None: no
+    more). Its own pins count only then: a launch that failed ran no callback, and its
+    arguments must not stay pinned while the thread does something else."""
+    _local.preparing = launch
 
 
 def _pinned() -> set[Residency]:
@@ -442,14 +394,13 @@ def _pinned() -> set[Residency]:
     live thread, and this thread's while it prepares that launch."""
     pinned: set[Residency] = set()
     me = threading.get_ident()
-    current = getattr(_local, "preparing", 0)
+    current = getattr(_local, "preparing", None)
     alive = {t.ident for t in threading.enumerate()}
     for ident, launch in list(_launches.items()):
-        if ident == me:
-            if current and launch.retr == current:
-                pinned.update(launch.records)
-        elif ident in alive:
-            pinned.update(launch.records)
+        if (launch is current) if ident == me else (ident in alive):
+            for buf in launch.pinned_buffers():
+                if buf.residency is not None:
+                    pinned.add(buf.residency)
     return pinned
 
 
@@ -489,7 +440,7 @@ def _evict_one(buf: Buffer, reason: str) -> int:
         # it finds the fast path closed and takes the slow path (which waits for this lock).
         if rec.views:
             for view in list(rec.views.values()):
-                view._gpu_only_at = -1
+                view._gpu_only_at = view._device_at = -1
         if _kept(buf, _pinned()):
             return 0
         # Queued device work uses it (stream order): wait for it, as a host read would.

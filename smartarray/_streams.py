@@ -19,6 +19,8 @@ ordered before work on another stream unless an event says so.
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -29,6 +31,7 @@ from . import _simulator as _sim
 __all__ = [
     "DEFAULT",
     "copy_stream",
+    "launch_event",
     "native",
     "new_event",
     "order",
@@ -155,6 +158,43 @@ def copy_stream() -> Any:
 def new_event() -> Any:
     """A new event for ordering and host waits (no timing data)."""
     return _sim.event()  # (the simulator's Event takes no arguments)
+
+
+# Each thread's launch events (see launch_event), with what they belong to.
+_launch_events = threading.local()
+_EVENTS_KEPT = 8  # events a thread's pool keeps (each free one is found in a short scan)
+# References to an event only the pool holds, as sys.getrefcount counts them in launch_event:
+# the pool's list, the loop variable, getrefcount's own argument.
+_POOL_ONLY = 3
+
+
+def launch_event() -> Any:
+    """An event to record a launch on (each launch records one: see smartarray._launch).
+
+    Reused once nothing but this thread's pool refers to it: in a loop of launches over the
+    same arrays, each launch's event replaces the previous one in its buffers, so two events
+    serve the whole loop, where a new event per launch costs a driver call (and numba's
+    bookkeeping of the event's lifetime) more than recording one. An event held anywhere else
+    (a buffer's latest work, a wait in progress) is never recorded again here; re-recording
+    an event is legal in CUDA (waits already queued keep what they captured).
+    """
+    from ._strict import state as _strict_state
+
+    # Events of the current strict-mode session, made by the current factory (a test may
+    # replace numba's with stand-ins).
+    owner = (_strict_state.get(), cuda.event)
+    pool = getattr(_launch_events, "pool", None)
+    if pool is None or _launch_events.owner != owner:
+        pool = _launch_events.pool = []
+        _launch_events.owner = owner
+    for event in pool:
+        if sys.getrefcount(event) <= _POOL_ONLY:
+            return event
+    event = new_event()
+    pool.append(event)
+    if len(pool) > _EVENTS_KEPT:
+        del pool[0]  # still referenced elsewhere (it was not free): it lives on there
+    return event
 
 
 def order(before: Any, after: Any) -> None:

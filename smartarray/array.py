@@ -146,8 +146,9 @@ class SmartArray(
         "_device_view",
         "_njit_view",
         "_njit_fast",
+        "_device_arg",
         "_gpu_only_at",
-        "_fast_check",
+        "_device_at",
     )  # weak references and the instance dict (``_numba_type_``'s cache) come from ArgHint
 
     __hash__ = None  # type: ignore[assignment]
@@ -260,8 +261,10 @@ class SmartArray(
         self._strides = tuple(int(s) for s in strides)
         self._dtype = dtype
         self._device_view = self._njit_view = self._njit_fast = None
-        self._gpu_only_at = -1  # state version at which this view was current on the gpu only
-        self._fast_check: Any = None  # see _make_fast_check
+        self._device_arg: Any = None  # what a kernel receives for _device_view
+        # The launch fast path (smartarray._arguments): the state's version at which this
+        # view was current on the device only, and at which it was current there.
+        self._gpu_only_at = self._device_at = -1
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.

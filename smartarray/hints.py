@@ -16,7 +16,6 @@ They also accept plain ndarrays and device arrays, with numba.cuda's meaning of 
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from numba.cuda import args as _numba_args
@@ -27,22 +26,42 @@ from ._numba_cuda import ArrayArgument
 
 __all__ = ["In", "InOut", "Out"]
 
+# What a wrapped value's class is: an ArrayArgument (a SmartArray), an intent wrapper, or
+# anything else. Cached per class: ``isinstance`` against numba's ArgHint hierarchy goes
+# through ``ABCMeta.__instancecheck__`` (a few hundred nanoseconds), a dict look-up does not.
+_OTHER, _SMART, _WRAPPER = 0, 1, 2
+_KINDS: dict[type, int] = {}
+
+
+def _kind(cls: type) -> int:
+    kind = (
+        _SMART
+        if issubclass(cls, ArrayArgument)
+        else _WRAPPER
+        if issubclass(cls, _Intent)
+        else _OTHER
+    )
+    _KINDS[cls] = kind
+    return kind
+
 
 class _Intent(_numba_args.ArgHint):
     _numba_hint: type = _numba_args.InOut
     _njit_fast = None  # njit always goes through the hooks (see smartarray._numba_cpu)
+    #: Whether the wrapped value is a SmartArray (set once per wrapper: a launch reads it).
+    _smart = False
 
     def __init__(self, value: Any) -> None:
-        if isinstance(value, _Intent):
+        kind = _KINDS.get(type(value))
+        if kind is None:
+            kind = _kind(type(value))
+        if kind == _WRAPPER:
             raise TypeError(
                 f"{type(self).__name__}() takes an array, not another intent wrapper "
                 f"({type(value).__name__})"
             )
         self.value = value
-
-    @property
-    def _smart(self) -> bool:
-        return isinstance(self.value, ArrayArgument)
+        self._smart = kind == _SMART
 
     def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
         """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
@@ -50,14 +69,18 @@ class _Intent(_numba_args.ArgHint):
             return self.value._prepare_launch(retr, stream, self.intent)
         return self._numba_hint(self.value).to_device(retr, stream)
 
-    @functools.cached_property
+    @property
     def _numba_type_(self) -> Any:  # type: ignore[override]
-        """The argument's Numba type, computed once per wrapper (the dispatcher reads it
-        twice per argument and launch)."""
+        """The argument's Numba type (numba's dispatcher reads it twice per launch)."""
         if self._smart:
             # In: a readonly array type, so writes fail at compile time on both targets.
-            return self.value._numba_type(readonly=self.intent == IN)
-        return typeof(self.value, Purpose.argument)
+            # Cached in the array: a loop of launches makes a new wrapper each time.
+            value = self.value
+            return value._numba_in_type_ if self.intent == IN else value._numba_type_
+        found = self.__dict__.get("_foreign_type")
+        if found is None:
+            found = self.__dict__["_foreign_type"] = typeof(self.value, Purpose.argument)
+        return found
 
     def _njit_enter(self) -> Any:
         return self.value._njit_enter_as(self.intent)

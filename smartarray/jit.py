@@ -55,6 +55,8 @@ class _InferredIn(In):
     def _numba_type_(self) -> Any:  # type: ignore[override]
         return self.value._numba_type_
 
+    _smart = True  # (made without __init__: the value is always a SmartArray)
+
 
 def _plan(py_func: Any, cuda: bool) -> tuple[tuple[int, str, float], ...]:
     """``(index, name, threshold)`` of each parameter that is read only for some arrays."""

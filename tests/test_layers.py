@@ -42,21 +42,17 @@ DOUBLE_IMPORTS = {
 KNOWN_CIRCLES = {
     frozenset(
         {
-            "smartarray._arguments",
             "smartarray._dlpack",
-            "smartarray._engine",
             "smartarray._exchange",
-            "smartarray._geometry",
             "smartarray._interop",
             "smartarray._numpy_api",
             "smartarray._protocols",
             "smartarray._record",
-            "smartarray._residency",
             "smartarray._results",
             "smartarray._views",
             "smartarray.array",
         }
-    ): "issue 27: engine move (the mixins and the engine reach back to array for the class)",
+    ): "issue 27: the mixins reach back to array for the class",
     frozenset(
         {"smartarray._strict.devmem", "smartarray._strict.launch", "smartarray._strict.state"}
     ): "strict mode's own modules (a test double); issue 27",
@@ -89,7 +85,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_engine",
         "_residency",
         "_arguments",
-        "_launch_records",
+        "_launch",
         "_held",
         "_access",
         "_numba_cuda",
@@ -114,7 +110,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 # Imports from a lower layer to a higher one allowed today, with the reason.
 UPWARD_IMPORTS = {
-    ("smartarray._residency", "smartarray.array"): "issue 27: engine move",
     ("smartarray.array", "smartarray._interop"): "issue 27: the array registers its interop",
     ("smartarray._exchange", "smartarray._interop"): "issue 27: exchange reads interop's buffers",
 }

@@ -343,46 +343,54 @@ def test_a_launch_prepared_in_another_thread_keeps_its_arguments(budget):
         np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
 
 
-def test_a_launch_after_one_that_failed_before_its_callbacks_starts_afresh(budget):
+@pytest.mark.parametrize("same_address", [True, False], ids=["reused-address", "new-address"])
+def test_a_launch_after_one_that_failed_before_its_callbacks_starts_afresh(budget, same_address):
     """A launch that failed runs no post-launch callback: its arguments stay pinned until this
-    thread's next launch, which must start afresh even when its ``retr`` list reuses the
-    failed launch's address (CPython's free list makes that the usual case)."""
+    thread's next launch, which must start afresh, also when its ``retr`` list reuses the
+    failed launch's address (CPython's free list makes that the usual case): a launch is
+    identified by the object it appended to ``retr``, never by ``id``."""
     x, y = arrays(2, prefix="f")
     budget(4 * NB)
     launch(k_add_one, x)
     launch(k_add_one, y)
     failed: list = []
     x.to_device(failed, 0)  # prepared; the launch "fails": no callback runs
-    address = id(failed)
+    if same_address:
+        # The same list object, emptied: what an address reuse looks like, made certain.
+        failed.clear()
+        retr = failed
+    else:
+        retr = []
     del failed
-    retr: list = []
-    reused = id(retr) == address
     y.to_device(retr, 0)
     for callback in retr:
         callback()
     # Nothing stays pinned: x can be evicted again (the failed launch's pin is gone).
     assert [r.kept for r in sa.device_budget().resident] == ["", ""]
     np.testing.assert_array_equal(np.asarray(y), np.arange(N) + 100 + 1)
-    if not reused:
-        pytest.skip("retr did not reuse the failed list's address this time (checked anyway)")
 
 
-def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(budget, monkeypatch):
+@pytest.mark.parametrize("pinned_first", [True, False], ids=["after-pin", "before-pin"])
+def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(
+    budget, monkeypatch, pinned_first
+):
     """A loop of launches takes the lock-free fast path. Another thread's allocation evicts
     the array while a launch is between its preparation and the kernel: either the eviction
     sees the launch's pin, or the launch sees the fast path closed and prepares again under
     the lock. The kernel's write is never lost."""
-    from smartarray import _numba_cuda
+    from smartarray import _launch
 
     (a,) = arrays(1, prefix="t")
     budget(NB)
     launch(k_add_one, a)
     launch(k_add_one, a)  # the fast path is open now
-    real = _numba_cuda.launch_argument
+    real = _launch.Launch.add
     raced = []
 
-    def racing(devary, retr, stream):
-        if not raced:
+    def racing(self, buf, view, intent, fast):
+        if pinned_first:
+            real(self, buf, view, intent, fast)
+        if not raced and fast:
             raced.append(1)
 
             def other():
@@ -391,14 +399,16 @@ def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(b
             worker = threading.Thread(target=other)
             worker.start()
             worker.join()
-        return real(devary, retr, stream)
+        if not pinned_first:
+            real(self, buf, view, intent, fast)
 
-    monkeypatch.setattr(_numba_cuda, "launch_argument", racing)
+    monkeypatch.setattr(_launch.Launch, "add", racing)
     try:
         launch(k_add_one, a)
     except sa.DeviceMemoryError:
         pass  # the other thread found a pinned: it could not make room (it raises there)
     monkeypatch.undo()
+    assert raced, "the launch took no fast path: the race was not run"
     filler = [np.full(N, -7.0) for _ in range(50)]  # freed memory reused would hide a loss
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 3.0)
     del filler

@@ -14,6 +14,7 @@ import itertools
 import os
 import sys
 import threading
+import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
@@ -134,6 +135,9 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
         self.globals: dict[tuple[int, str], int] = {}
         self.sticky: CudaError | None = None
         self.calls: Counter[str] = Counter()  # how often each entry point was called
+        # Thread CPU time spent in the entry points (benchmarks subtract it: a GPU driver's
+        # calls cost less than this stand-in's Python callbacks).
+        self.thread_time_ns = 0
         self._log = os.environ.get("SMARTARRAY_FAKE_GPU_LOG", "") not in ("", "0")
         self._callbacks: dict[str, object] = {}
         self._strings: dict[int, ctypes.Array] = {}
@@ -159,6 +163,13 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
 
     def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
         def entry(*args: object) -> int:
+            start = time.thread_time_ns()
+            try:
+                return run(*args)
+            finally:
+                self.thread_time_ns += time.thread_time_ns() - start
+
+        def run(*args: object) -> int:
             with self.lock:
                 self.calls[name] += 1
                 if name != "cuInit" and not self.initialized and name != "cuDriverGetVersion":

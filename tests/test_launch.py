@@ -1,0 +1,138 @@
+"""One launch object per kernel launch (smartarray._launch): the steady state of a loop of
+launches is lock-free for every intent, records one event per launch, and keeps each
+buffer's event until nothing refers to it; a launch is found by the object it put in
+``retr``, never by ``id``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import smartarray as sa
+from smartarray import _engine, _launch, _streams
+
+
+@cuda.jit
+def k_sum(out, x, y):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] + y[i]
+
+
+@cuda.jit
+def k_fill(out, x, y):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 1.0
+
+
+def _kernel_sum(out, x, y):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] + y[i]
+
+
+inferred_sum = sa.jit(_kernel_sum)
+
+# The ways a user launches the same loop: bare arrays, hints written by hand (In on the
+# inputs; Out or InOut on the output), and smartarray.jit's inferred hints.
+LAUNCHES = {
+    "bare": lambda out, x, y: k_sum[1, 32](out, x, y),
+    "In": lambda out, x, y: k_sum[1, 32](out, sa.In(x), sa.In(y)),
+    "Out": lambda out, x, y: k_fill[1, 32](sa.Out(out), sa.In(x), sa.In(y)),
+    "InOut": lambda out, x, y: k_sum[1, 32](sa.InOut(out), sa.In(x), sa.In(y)),
+    "inferred": lambda out, x, y: inferred_sum[1, 32](out, x, y),
+}
+
+
+@pytest.fixture
+def acquisitions(monkeypatch):
+    """Count the engine's acquisitions (the slow path, under a buffer's lock)."""
+    calls = []
+    real = _engine.Buffer.acquire
+
+    def counting(self, *args, **kws):
+        calls.append(args)
+        return real(self, *args, **kws)
+
+    monkeypatch.setattr(_engine.Buffer, "acquire", counting)
+    return calls
+
+
+@pytest.mark.parametrize("how", list(LAUNCHES))
+def test_a_loop_of_launches_takes_the_lock_free_path_for_every_intent(how, acquisitions):
+    out, x, y = (sa.SmartArray(np.arange(32.0) + k) for k in (0, 10, 20))
+    launch = LAUNCHES[how]
+    for _ in range(2):  # the first launches move what is stale and open the fast path
+        launch(out, x, y)
+    acquisitions.clear()
+    before = sa.stats()
+    for _ in range(5):
+        launch(out, x, y)
+    assert acquisitions == []
+    assert sa.stats() == before  # nothing moved
+    expected = np.ones(32) if how == "Out" else np.arange(32.0) * 2 + 30
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    np.testing.assert_array_equal(np.asarray(x), np.arange(32.0) + 10)  # read only: current
+
+
+def test_an_input_current_on_both_copies_is_read_by_the_fast_path(acquisitions):
+    x = sa.SmartArray(np.arange(32.0))
+    out = sa.SmartArray(np.zeros(32))
+    k_sum[1, 32](out, sa.In(x), sa.In(x))
+    assert x.valid_at == ("host", "gpu") or set(x.valid_at) == {"host", "gpu"}
+    acquisitions.clear()
+    k_sum[1, 32](out, sa.In(x), sa.In(x))
+    assert [a[0] for a in acquisitions] == []
+    x[0] = 5.0  # a host write: the device copy is stale, the fast path closed
+    k_sum[1, 32](out, sa.In(x), sa.In(x))
+    assert len(acquisitions) == 2  # both x arguments prepared under the lock again
+    np.testing.assert_array_equal(np.asarray(out)[:2], [10.0, 2.0])
+
+
+def test_each_launch_records_one_event_and_a_loop_reuses_two(monkeypatch):
+    out, x, y = (sa.SmartArray(np.zeros(32)) for _ in range(3))
+    for _ in range(2):
+        k_sum[1, 32](out, sa.In(x), sa.In(y))
+    made = []
+    real = _streams.new_event
+
+    def counting():
+        made.append(1)
+        return real()
+
+    monkeypatch.setattr(_streams, "new_event", counting)
+    events = set()
+    for _ in range(10):
+        k_sum[1, 32](out, sa.In(x), sa.In(y))
+        assert out._buf.done is x._buf.done is y._buf.done  # one event for the launch
+        events.add(id(out._buf.done))
+    assert len(made) <= 2
+    assert len(events) <= 2
+
+
+def test_an_event_a_buffer_still_holds_is_never_recorded_again():
+    a, b = sa.SmartArray(np.zeros(32)), sa.SmartArray(np.zeros(32))
+    k_fill[1, 32](a, sa.In(a), sa.In(a))
+    for _ in range(5):
+        k_fill[1, 32](b, sa.In(b), sa.In(b))
+        assert b._buf.done is not a._buf.done  # a's latest work is still marked by it
+    np.testing.assert_array_equal(np.asarray(a), np.ones(32))
+
+
+def test_a_launch_is_found_by_its_object_in_retr_not_by_address():
+    a, b = sa.SmartArray(np.zeros(4)), sa.SmartArray(np.zeros(4))
+    retr: list = []
+    a.to_device(retr, 0)
+    b.to_device(retr, 0)
+    launches = [c for c in retr if isinstance(c, _launch.Launch)]
+    assert len(launches) == 1 and len(launches[0].entries) == 2
+    retr.clear()  # the same list object, as an address reuse would give
+    a.to_device(retr, 0)
+    fresh = [c for c in retr if isinstance(c, _launch.Launch)]
+    assert len(fresh) == 1 and fresh[0] is not launches[0]
+    assert launches[0].pinned_buffers() == []  # the failed launch holds no pin
+    for callback in retr:
+        callback()
+    assert fresh[0].pinned_buffers() == []  # ran: unpinned
