@@ -27,6 +27,7 @@ import numpy as np
 from numba import cuda
 
 from . import _simulator as _sim
+from ._strict import state as _strict_state  # (its sessions own their streams and events)
 
 __all__ = [
     "DEFAULT",
@@ -145,8 +146,6 @@ def copy_stream() -> Any:
     Not the default stream: a copy there would wait for every blocking stream's work (the
     legacy default stream), or for the calling thread's only (per-thread default streams).
     """
-    from ._strict import state as _strict_state
-
     session = _strict_state.get()
     owner, stream = _copy_stream
     if stream is None or owner is not session:
@@ -178,15 +177,14 @@ def launch_event() -> Any:
     (a buffer's latest work, a wait in progress) is never recorded again here; re-recording
     an event is legal in CUDA (waits already queued keep what they captured).
     """
-    from ._strict import state as _strict_state
-
     # Events of the current strict-mode session, made by the current factory (a test may
     # replace numba's with stand-ins).
-    owner = (_strict_state.get(), cuda.event)
-    pool = getattr(_launch_events, "pool", None)
-    if pool is None or _launch_events.owner != owner:
-        pool = _launch_events.pool = []
-        _launch_events.owner = owner
+    session, factory = _strict_state.get(), cuda.event
+    local = _launch_events
+    pool = getattr(local, "pool", None)
+    if pool is None or local.session is not session or local.factory is not factory:
+        pool = local.pool = []
+        local.session, local.factory = session, factory
     for event in pool:
         if sys.getrefcount(event) <= _POOL_ONLY:
             return event
