@@ -321,8 +321,7 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
             if value == LEGACY_DEFAULT or target is _streams.DEFAULT:
                 # The consumer works there, later: host access waits for that stream (which
                 # is never destroyed), not for an event recorded now.
-                buf.stream = target
-                buf.done_for = None
+                buf.consumer_queued(target)
             else:
                 _streams.order(consumer, 0)  # what went up there, before the default stream
                 buf.queued(0)

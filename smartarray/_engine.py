@@ -167,6 +167,27 @@ class Buffer:
                 view._gpu_only_at = view._device_at = -1
             rec.views.clear()
 
+    def adopt_host(self, raw: np.ndarray) -> None:
+        """Make ``raw`` (1-D uint8 host memory the user owns) this new buffer's host copy."""
+        if self.host_bytes is not None:
+            raise RuntimeError(f"{self.name} already has a host copy")  # pragma: no cover
+        self.host_bytes = raw
+
+    def adopt_device(self, raw: Any) -> None:
+        """Make ``raw`` (1-D uint8 device memory another library owns) this new buffer's
+        device copy: counted in the device-memory budget, never evicted."""
+        if self.device_bytes is not None:
+            raise RuntimeError(f"{self.name} already has a device copy")  # pragma: no cover
+        self.device_bytes = raw
+        _residency.adopt(self)
+
+    def consumer_queued(self, stream: Any) -> None:
+        """A consumer (a DLPack importer) works on this buffer on ``stream`` from now on, a
+        stream that is never destroyed (the default stream): host access waits for that
+        stream itself, not for an event recorded now. Call with the lock held."""
+        self.stream = stream
+        self.done_for = None
+
     def ensure(self, where: str) -> None:
         """Allocate the copy at ``where`` if it is not yet."""
         if where == HOST:

@@ -82,9 +82,7 @@ def order_before_default(a: SmartArray) -> None:
 
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
     """Make ``raw`` (1-D uint8 device memory) ``a``'s device copy (``a`` owns a fresh buffer)."""
-    assert a._buf.device_bytes is None
-    a._buf.device_bytes = raw
-    _residency.adopt(a._buf)  # counted in the budget, never evicted (the owner's memory)
+    a._buf.adopt_device(raw)  # counted in the budget, never evicted (the owner's memory)
 
 
 # -- export ---------------------------------------------------------------------------------

@@ -218,7 +218,7 @@ class SmartArray(
         buf = _Buffer(ary.nbytes, valid_at, bool(pinned), name)
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
         if adopt:
-            buf.host_bytes = raw
+            buf.adopt_host(raw)
             # The user holds the array this one is a view of (``x`` of ``x[2:6]``), and every
             # view of it has that owner as its ``.base``: track the owner.
             owner = obj
