@@ -35,12 +35,14 @@ from numba import cuda
 from numba.cuda import args as _numba_args
 
 from . import _access
+from . import _simulator as _sim
 from .array import SmartArray
 from .hints import In
 
 __all__ = ["explain", "jit", "njit"]
 
 _NEVER = _access.NEVER
+_CONFIGS_KEPT = 64  # launch configurations a kernel keeps a wrapper for (numba-cuda: 128)
 
 
 class _InferredIn(In):
@@ -160,6 +162,7 @@ class _Proxy(wrapt.ObjectProxy):
     _plan: Any = None  # ((index, name, threshold), ...), computed on first use
     _deps: Any = None  # the bindings the plan depends on (_access.Deps)
     _last: Any = None  # the last _Launch (kernels)
+    _configs: Any = None  # launch configuration -> its _Launch (kernels, real target only)
 
     @property
     def _smartarray_access(self) -> _access.Access:
@@ -172,6 +175,10 @@ class _Proxy(wrapt.ObjectProxy):
 
 def _new(base: type, dispatcher: Any, plan: Any = None, deps: Any = None) -> Any:
     attrs = {"_inner": dispatcher, "_plan": plan, "_deps": deps, "_last": None}
+    if not _sim.SIMULATOR:
+        # numba-cuda's ``configure`` is cached and pure: one launch wrapper per configuration
+        # skips it. (The simulator's kernel configures itself in place: not cached there.)
+        attrs["_configs"] = {}
     cls = type(base.__name__, (base,), attrs)
     cls.__qualname__ = base.__qualname__
     return cls(dispatcher)
@@ -256,13 +263,23 @@ class _Kernel(_Proxy):
 
     def __getitem__(self, config: Any) -> _Launch:
         cls = type(self)
+        configs = cls._configs
+        if configs is not None:
+            try:
+                launch = configs.get(config)
+            except TypeError:  # an unhashable part (a stream object): not cached
+                configs = launch = None
+            if launch is not None:
+                return launch
         inner = cls._inner[config]
-        # numba-cuda caches configured launches (the simulator returns the kernel itself):
-        # the same one again needs no new wrapper.
+        # The simulator returns the kernel itself, configured: the same one again needs no
+        # new wrapper.
         last = cls._last
         if last is not None and last._inner is inner:
             return last
         launch = cls._last = _Launch(inner, cls)
+        if configs is not None and len(configs) < _CONFIGS_KEPT:
+            configs[config] = launch
         return launch
 
     def configure(self, *args: Any, **kws: Any) -> _Launch:

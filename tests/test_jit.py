@@ -387,3 +387,19 @@ def test_a_host_write_after_a_launch_does_not_reach_a_page_locked_input(make):
             np.testing.assert_array_equal(out.copy_to_host(), np.arange(8.0))
             if registration is not None:
                 sa.deregister(x)
+
+
+def test_launches_alternating_between_configurations_each_use_their_own():
+    """A loop alternating two launch configurations: each launch covers what its own
+    configuration says (off the simulator one wrapper per configuration is kept and reused;
+    the simulator's kernel configures itself in place, so it is never kept there)."""
+    out = sa.SmartArray(np.zeros(64))
+    x = sa.SmartArray(np.arange(64.0))
+    for _ in range(3):
+        out[:] = 0.0
+        scaled[1, 16](out, x)  # 16 threads: the first 16 elements
+        np.testing.assert_array_equal(np.asarray(out)[:17], [*(2.0 * np.arange(16.0)), 0.0])
+        scaled[2, 32](out, x)  # all 64
+        np.testing.assert_array_equal(np.asarray(out), 2.0 * np.arange(64.0))
+    if not sa.memory.SIMULATOR:
+        assert scaled[1, 16] is scaled[1, 16] and scaled[2, 32] is scaled[2, 32]
