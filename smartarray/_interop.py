@@ -133,7 +133,9 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
     Unless ``readonly``, a device write is recorded (the consumer may write): the host copy
     becomes stale and is downloaded when next read.
     """
-    dev = a.get(GPU)  # device copy current (only stale bytes move); refuses negative strides
+    # The device copy made current (only stale bytes move; negative strides refused), with
+    # no host wait: the interface's stream entry orders the consumer after queued work.
+    dev = a._device_handout(wait=False)
     # The consumer keeps the pointer as long as it likes: this device copy is never evicted.
     _residency.share(a._buf, "it was shared through __cuda_array_interface__")
     if not readonly:

@@ -388,19 +388,29 @@ class SmartArray(
         """
         where = _check_where(where)
         if where == GPU:
-            self._check_device_geometry()  # before anything moves
+            return self._device_handout(wait=True)
         with self._buf.lock:
             self._buf.ensure(where)
             # A writable view (the caller may write, then mark_changed): on the host, an upload
             # from this memory may still be in flight (pinned memory, a launch's stream), and
             # the caller's write would race it, so the access waits for it.
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
-            if where == HOST:
-                return self._export(readonly=False)
-            # The caller may use the device array on any stream: device work still queued on
-            # this buffer (an upload, a kernel, on another stream) must be done first, or a
-            # late upload overwrites what the caller's kernel writes.
-            self._buf.wait_for_device()
+            return self._export(readonly=False)
+
+    def _device_handout(self, wait: bool) -> Any:
+        """A writable device array over this view's current device bytes (see :meth:`get`).
+
+        ``wait``: block until the device work queued on this buffer finished (the caller may
+        use the array on any stream, or a late upload would overwrite what its kernel writes).
+        Without it, the caller orders its work after the buffer's itself (the CUDA Array
+        Interface names the stream to order after: see smartarray._interop).
+        """
+        self._check_device_geometry()  # before anything moves
+        with self._buf.lock:
+            self._buf.ensure(GPU)
+            self._buf.acquire(GPU, self._lo, self._hi, INOUT, "explicit get")
+            if wait:
+                self._buf.wait_for_device()
             dev, token = memory.handout_view(
                 self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
             )

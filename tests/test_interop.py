@@ -93,11 +93,16 @@ def test_interface_makes_device_current_and_records_a_write():
     desc = a.__cuda_array_interface__
     assert moved() == {"h2d": 8 * N, "d2h": 0, "d2d": 0}
     assert desc["version"] == 3 and desc["shape"] == (N,) and desc["typestr"] == "<f8"
-    assert desc["strides"] is None and desc["stream"] is None
+    assert desc["strides"] is None
+    # The upload may still be in flight on a GPU (from pageable memory the copy returns once
+    # staged): the consumer orders after the legacy default stream. The simulator waits here.
+    assert desc["stream"] == (None if memory.SIMULATOR else 1)
     assert desc["data"] == (pointer(a.get("gpu")), False)
     assert a.valid_at == ("gpu",)  # the consumer may write: conservative
     sa.reset_stats()
-    assert a.__cuda_array_interface__ == desc  # already current: nothing moves
+    again = a.__cuda_array_interface__  # already current: nothing moves
+    # (get('gpu') above waited for the upload: no stream to order after any more)
+    assert {**again, "stream": None} == {**desc, "stream": None}
     assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
 
 
@@ -487,6 +492,44 @@ def test_foreign_stream_is_accepted_by_copies():
 
 
 # -- with a GPU: CuPy and PyTorch -------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_interface_stream_after_a_launch_on_a_stream_orders_the_consumer_after_it():
+    """After a launch on a (non-blocking) stream of the user's, the interface names the legacy
+    default stream (1), made to wait for the launch's event on the device: the user's stream
+    may be destroyed before the consumer runs, and a consumer ordered after stream 1 sees the
+    kernel's writes (a non-blocking stream is not ordered before the legacy stream by CUDA)."""
+    from cuda.bindings import driver as drv
+
+    cuda.current_context()  # the primary context, current in this thread
+    err, handle = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+    assert err == drv.CUresult.CUDA_SUCCESS
+    s = cuda.external_stream(int(handle))
+    try:
+        for trial in range(8):  # the fake driver's seeded order picks another order each time
+            a = sa.SmartArray(np.zeros(N))
+            a.gpu()
+            for _ in range(3):
+                add_one[1, 32, s](a)
+            iface = a.__cuda_array_interface__  # no host wait
+            assert iface["stream"] == 1
+            d = cuda.from_cuda_array_interface(iface, owner=a, sync=False)
+            np.testing.assert_array_equal(d.copy_to_host(), np.full(N, 3.0), err_msg=str(trial))
+    finally:
+        cuda.synchronize()
+        drv.cuStreamDestroy(handle)
+
+
+@pytest.mark.gpu
+def test_gpu_interface_after_a_dlpack_consumer_names_its_stream():
+    """A DLPack consumer works on the legacy default stream from its export on: a later
+    interface names that stream (never destroyed), so its consumer orders after the first."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    a.gpu()
+    capsule = a.__dlpack__(stream=1, dl_device=(2, 0))  # kDLCUDA, device 0
+    assert a.__cuda_array_interface__["stream"] == 1
+    del capsule
 
 
 @pytest.mark.gpu

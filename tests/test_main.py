@@ -227,6 +227,16 @@ def test_console_command_runs_main():
     assert usage.stdout.startswith("usage: smartarray ")
 
 
+@pytest.mark.gpu
+def test_gpu_info_names_the_device_and_real_page_locked_memory():
+    from smartarray.__main__ import info
+
+    rows = info("CUDA GPU")
+    assert "compute capability" in rows["device"]
+    assert rows["pinned memory"].startswith("real")
+    assert rows["mapped memory"].startswith("real")
+
+
 FAKE_SUITE = """
 import sys
 
