@@ -54,6 +54,19 @@ def bench(tmp_path_factory):
     return out, json.loads(path.read_text())
 
 
+def test_the_suite_runs_as_python_m_benchmarks_from_the_checkout():
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--help"],
+        cwd=BENCHMARKS.parent,
+        env=real_target_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--quick" in out.stdout and "--markdown" in out.stdout
+
+
 def test_bench_json_layout(bench):
     _, report = bench
     assert [w["name"] for w in report["workloads"]] == list(WORKLOADS)
