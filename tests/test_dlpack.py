@@ -17,6 +17,7 @@ import weakref
 
 import numpy as np
 import pytest
+from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
@@ -28,13 +29,6 @@ from smartarray.testing import strict
 HOST_READABLE_DEVICE = memory.SIMULATOR or _fakegpu.current() is not None
 
 N = 6
-
-
-@cuda.jit
-def add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
 
 
 def pointer(dev) -> int:

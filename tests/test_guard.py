@@ -11,19 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
 
 guard_module = sys.modules["smartarray.guard"]
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@cuda.jit
-def _inc(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
 
 
 def _stale_on_device(n=8, name="x"):
@@ -40,7 +34,7 @@ def test_disallow_refuses_a_launch_upload_and_changes_nothing():
     before = sa.stats()
     with sa.transfer_guard("disallow"):
         with pytest.raises(sa.TransferGuardError) as info:
-            _inc[1, 8](a)  # line of the launch
+            add_one[1, 8](a)  # line of the launch
     exc = info.value
     assert (exc.array, exc.direction, exc.reason) == ("x", "h2d", "device use")
     assert exc.nbytes == 16  # only the stale bytes [16, 32) would have moved
@@ -51,7 +45,7 @@ def test_disallow_refuses_a_launch_upload_and_changes_nothing():
     expected = np.arange(8.0)
     expected[2:4] = 10.0
     np.testing.assert_array_equal(np.asarray(a), expected)
-    _inc[1, 8](a)  # allowed again after the block
+    add_one[1, 8](a)  # allowed again after the block
     np.testing.assert_array_equal(np.asarray(a), expected + 1)
 
 
@@ -101,7 +95,7 @@ def test_disallow_allows_explicit_transfers_and_disallow_explicit_refuses_them()
 def test_direction_limits_the_guard():
     a = _stale_on_device()
     with sa.transfer_guard("disallow", direction="d2h"):
-        _inc[1, 8](a)  # an upload: allowed
+        add_one[1, 8](a)  # an upload: allowed
         with pytest.raises(sa.TransferGuardError) as info:
             np.asarray(a)
     assert info.value.direction == "d2h"
@@ -112,11 +106,11 @@ def test_guards_nest_and_restore():
     a = _stale_on_device()
     with sa.transfer_guard("disallow"):
         with sa.transfer_guard("allow", direction="h2d"):
-            _inc[1, 8](a)
+            add_one[1, 8](a)
         a.host()[0] = 3.0
         a.host_changed()
         with pytest.raises(sa.TransferGuardError):
-            _inc[1, 8](a)
+            add_one[1, 8](a)
 
 
 def test_guard_is_thread_local():
@@ -125,7 +119,7 @@ def test_guard_is_thread_local():
 
     def other():
         try:
-            _inc[1, 8](a)  # not guarded in this thread
+            add_one[1, 8](a)  # not guarded in this thread
         except Exception as exc:  # pragma: no cover - the failure being tested
             errors.append(exc)
 
@@ -170,7 +164,7 @@ def test_log_mode_logs_implicit_transfers_with_the_line(caplog):
         with sa.transfer_guard("log"):
             a.gpu()  # explicit: not logged
             a[0] = 1.0
-            _inc[1, 8](a)  # implicit: logged
+            add_one[1, 8](a)  # implicit: logged
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1
     assert "h2d 8 B logged (device use) test_guard.py:" in messages[0]

@@ -9,6 +9,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from _kernels import add_one
 from _targets import real_target_env
 from numba import cuda
 
@@ -389,20 +390,13 @@ def test_pinned_array_bad_input():
         sa.pinned_array(2, order="A")
 
 
-@cuda.jit
-def _add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
-
-
 @pytest.mark.parametrize("flags", [{}, {"portable": True}, {"wc": True}])
 def test_mapped_array_is_host_ndarray_kernels_take(flags):
     m = sa.mapped_array(8, dtype=np.float32, **flags)
     assert isinstance(m, np.ndarray)
     m[:] = np.arange(8)
     before = sa.stats()
-    _add_one[1, 8](m)
+    add_one[1, 8](m)
     cuda.synchronize()
     np.testing.assert_array_equal(m, np.arange(8) + 1)
     assert delta(before).count == 0  # zero-copy: nothing crossed
@@ -571,7 +565,7 @@ def test_mapped_kernel_writes_land_in_host_arrays(count):
         devs = [devs] if count == 1 else devs
         assert len(devs) == count
         for dev in devs:
-            _add_one[1, 8](dev)
+            add_one[1, 8](dev)
         cuda.synchronize()
     for ary in arrays:
         np.testing.assert_array_equal(ary, np.ones(5))
@@ -752,7 +746,7 @@ def test_mapped_block_waits_for_the_device_before_unmapping(monkeypatch):
     monkeypatch.setattr(cuda, "synchronize", lambda: (events.append("wait"), synchronize()))
     a = np.zeros(4)
     with sa.mapped(a) as d_a:
-        _add_one[1, 4](d_a)
+        add_one[1, 4](d_a)
         events.append("launched")
     assert events == ["launched", "wait"]
     with pytest.raises(KeyError):

@@ -10,6 +10,7 @@ import textwrap
 import numba
 import numpy as np
 import pytest
+from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
@@ -48,13 +49,6 @@ def scale_in_place(x):
 def fill_index(x):
     for i in range(x.size):
         x[i] = i
-
-
-@cuda.jit
-def add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
 
 
 @cuda.jit

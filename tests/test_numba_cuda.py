@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 import pytest
+from _kernels import add_one
 from _targets import real_target_env
 from numba import cuda
 
@@ -21,13 +22,6 @@ import smartarray as sa
 from smartarray import _fakegpu, memory
 
 SIM = memory.SIMULATOR
-
-
-@cuda.jit
-def add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
 
 
 @cuda.jit

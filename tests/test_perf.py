@@ -7,18 +7,12 @@ import warnings
 
 import numpy as np
 import pytest
+from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
 
 N = 1024  # 8 KiB of float64: above the size worth a warning
-
-
-@cuda.jit
-def _inc(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
 
 
 @cuda.jit
@@ -44,7 +38,7 @@ def test_eager_refresh_of_a_held_array_warns_once():
 
     def loop():
         for _ in range(6):
-            _inc[4, 256](a)  # each launch downloads into `held` again
+            add_one[4, 256](a)  # each launch downloads into `held` again
 
     (w,) = _caught(loop)
     message = str(w.message)
@@ -52,7 +46,7 @@ def test_eager_refresh_of_a_held_array_warns_once():
     assert w.filename == __file__  # points at the user's line
     assert held[0] == 6.0
     del held
-    assert _caught(lambda: _inc[4, 256](a)) == []
+    assert _caught(lambda: add_one[4, 256](a)) == []
 
 
 def test_no_eager_refresh_warning_without_a_held_array_or_for_small_arrays():
@@ -63,8 +57,8 @@ def test_no_eager_refresh_warning_without_a_held_array_or_for_small_arrays():
 
     def loop():
         for _ in range(6):
-            _inc[4, 256](a)
-            _inc[1, 8](small)
+            add_one[4, 256](a)
+            add_one[1, 8](small)
 
     assert _caught(loop) == []
     assert held_small[0] == 6.0
@@ -77,7 +71,7 @@ def test_whole_array_mark_after_a_small_host_write_warns_once():
         for i in range(6):
             a.host()[i] = 1.0  # one element written...
             a.host_changed()  # ...the whole array declared changed
-            _inc[4, 256](a)
+            add_one[4, 256](a)
 
     with sa.trace() as t:
         (w,) = _caught(loop)
@@ -91,7 +85,7 @@ def test_item_assignment_uploads_only_what_it_wrote_and_does_not_warn():
     def loop():
         for i in range(6):
             a[i] = 1.0
-            _inc[4, 256](a)
+            add_one[4, 256](a)
 
     with sa.trace() as t:
         assert _caught(loop) == []
@@ -129,7 +123,7 @@ def test_in_hint_out_hint_or_a_writing_kernel_does_not_warn_of_copy_back():
         for _ in range(5):
             _total[1, 1](sa.In(x), out)
             x.sum()
-            _inc[4, 256](y)
+            add_one[4, 256](y)
             y.sum()
             _zero[4, 256](sa.Out(z))  # writes, though the values do not change
             z.sum()

@@ -19,6 +19,7 @@ import threading
 import numba
 import numpy as np
 import pytest
+from _kernels import add_one
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -37,13 +38,6 @@ EXACT = TransferCost(latency_s=1e-12, bandwidth_Bps=1e9)
 
 # A failing division leaves inf and nan behind; sums of them warn (they are compared exactly).
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-
-
-@cuda.jit
-def k_add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1.0
 
 
 @cuda.jit
@@ -202,7 +196,7 @@ class Pipeline(RuleBasedStateMachine):
         post = self.host_valid.copy()
         post[sl] = False
         down = int((~post[sl]).sum()) if self.held is not None else 0
-        self.expect(lambda: launch(k_add_one, arg), up=up, down=down)
+        self.expect(lambda: launch(add_one, arg), up=up, down=down)
         self.ref[sl] += 1.0
         self.device_write(sl)
 

@@ -6,20 +6,13 @@ import sys
 
 import numpy as np
 import pytest
-from numba import cuda
+from _kernels import add_one
 
 import smartarray as sa
 
 pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install '.[plot]')")
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-@cuda.jit
-def _inc(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
 
 
 def _bars_by_lane(ax):
@@ -39,9 +32,9 @@ def test_plot_writes_a_png_whose_lanes_match_the_trace(tmp_path):
     with sa.trace() as t:
         for _ in range(3):
             x[0] = 1.0
-            _inc[1, 64](x)
+            add_one[1, 64](x)
             float(x[1])
-        _inc[1, 64](y)
+        add_one[1, 64](y)
         sa.to_device(np.zeros(4)).copy_to_host()
     path = tmp_path / "timeline.png"
     fig = t.plot(path, title="two arrays")

@@ -13,6 +13,7 @@ import threading
 import numba
 import numpy as np
 import pytest
+from _kernels import add_one
 from _targets import real_target_env
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -25,13 +26,6 @@ from smartarray.testing import is_strict, strict
 
 N = 32  # elements of each test array
 NB = N * 8  # its bytes
-
-
-@cuda.jit
-def k_add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1.0
 
 
 @cuda.jit(debug=True, opt=False)  # a GPU reports kernel exceptions with debug only
@@ -164,7 +158,7 @@ def test_arrays_four_times_the_budget_run_correctly(budget):
     sa.reset_stats()
     for step in range(4):
         for k, x in enumerate(xs):
-            launch(k_add_one, x)
+            launch(add_one, x)
             ref[k] += 1
             if (step + k) % 3 == 0:
                 x[k] = -step  # a host write between launches
@@ -183,10 +177,10 @@ def test_clean_copies_go_first_and_move_nothing(budget):
     a, b, c = arrays(3)
     out = sa.SmartArray(shape=1)
     budget(2 * NB + out.nbytes)
-    launch(k_add_one, a)  # a: current on the device only (dirty)
+    launch(add_one, a)  # a: current on the device only (dirty)
     launch(k_sum_into, sa.In(b), sa.Out(out))  # b: clean (host current)
     with sa.trace() as t:
-        launch(k_add_one, c)  # needs room: b goes first though a is less recently used
+        launch(add_one, c)  # needs room: b goes first though a is less recently used
     assert [(e.array, e.downloaded) for e in t.evictions] == [("r1", 0)]
     assert [(e.direction, e.array) for e in t.events] == [("h2d", "r2")]
     assert {"r0", "r2"} <= resident_names() and "r1" not in resident_names()
@@ -195,11 +189,11 @@ def test_clean_copies_go_first_and_move_nothing(budget):
 def test_least_recently_used_dirty_copy_is_downloaded_then_evicted(budget):
     a, b, c = arrays(3)
     budget(2 * NB)
-    launch(k_add_one, a)
-    launch(k_add_one, b)
-    launch(k_add_one, a)  # b is now the least recently used
+    launch(add_one, a)
+    launch(add_one, b)
+    launch(add_one, a)  # b is now the least recently used
     with sa.trace() as t:
-        launch(k_add_one, c)
+        launch(add_one, c)
     assert [(e.array, e.nbytes, e.downloaded, e.reason) for e in t.evictions] == [
         ("r1", NB, NB, "budget")
     ]
@@ -216,9 +210,9 @@ def test_least_recently_used_dirty_copy_is_downloaded_then_evicted(budget):
 def test_only_the_bytes_the_device_alone_holds_are_downloaded(budget):
     a, b = arrays(2)
     budget(NB)
-    launch(k_add_one, a[4:10])  # a's device copy: all current, bytes [32, 80) there only
+    launch(add_one, a[4:10])  # a's device copy: all current, bytes [32, 80) there only
     with sa.trace() as t:
-        launch(k_add_one, b)
+        launch(add_one, b)
     [down] = [e for e in t.events if e.reason == "eviction"]
     assert (down.start, down.stop) == (32, 80)
     expected = np.arange(N, dtype=np.float64)
@@ -229,10 +223,10 @@ def test_only_the_bytes_the_device_alone_holds_are_downloaded(budget):
 def test_an_evicted_array_comes_back_moving_only_what_is_needed(budget):
     a, b = arrays(2)
     budget(NB)
-    launch(k_add_one, a)
-    launch(k_add_one, b)  # evicts a (downloaded)
+    launch(add_one, a)
+    launch(add_one, b)  # evicts a (downloaded)
     with sa.trace() as t:
-        launch(k_add_one, a[0:4])  # evicts b; a comes back: only its 32 bytes go up
+        launch(add_one, a[0:4])  # evicts b; a comes back: only its 32 bytes go up
     ups = [(e.array, e.start, e.stop) for e in t.events if e.direction == "h2d"]
     assert ups == [("r0", 0, 32)]
     expected = np.arange(N, dtype=np.float64) + 1
@@ -246,12 +240,12 @@ def test_cached_device_views_are_not_reused_after_eviction(budget):
     a, b = arrays(2)
     budget(NB)
     for _ in range(3):
-        launch(k_add_one, a)  # fast path from the 2nd launch on
+        launch(add_one, a)  # fast path from the 2nd launch on
     old = a._device_view
     assert old is not None
-    launch(k_add_one, b)  # evicts a
+    launch(add_one, b)  # evicts a
     assert a._device_view is None
-    launch(k_add_one, a)
+    launch(add_one, a)
     assert a._device_view is not None and a._device_view is not old
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 4)
     np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
@@ -262,9 +256,9 @@ def test_held_host_arrays_stay_current_through_eviction(budget):
     budget(NB)
     held = a.host()
     row = held[3:7]
-    launch(k_add_one, a)  # refreshes the held array
-    launch(k_add_one, b)  # evicts a
-    launch(k_add_one, a)
+    launch(add_one, a)  # refreshes the held array
+    launch(add_one, b)  # evicts a
+    launch(add_one, a)
     np.testing.assert_array_equal(held, np.arange(N) + 2)
     np.testing.assert_array_equal(row, np.arange(3, 7) + 2)
 
@@ -272,11 +266,11 @@ def test_held_host_arrays_stay_current_through_eviction(budget):
 def test_budget_lowered_below_resident_evicts_at_next_allocation(budget):
     a, b, c = arrays(3)
     budget(3 * NB)
-    launch(k_add_one, a)
-    launch(k_add_one, b)
+    launch(add_one, a)
+    launch(add_one, b)
     sa.set_device_budget(_kept_bytes() + NB)
     assert {"r0", "r1"} <= resident_names()  # nothing evicted by setting the budget
-    launch(k_add_one, c)
+    launch(add_one, c)
     assert "r0" not in resident_names() and "r1" not in resident_names()
     for k, x in enumerate((a, b, c)):
         np.testing.assert_array_equal(np.asarray(x), np.arange(N) + 100 * k + 1)
@@ -290,7 +284,7 @@ def test_a_launch_never_evicts_its_own_arguments(budget):
     is clean (host current too) and would otherwise go first."""
     x, y, z, other = arrays(4)
     budget(3 * NB)
-    launch(k_add_one, other)  # dirty, resident
+    launch(add_one, other)  # dirty, resident
     launch(k_sum_into, sa.In(x), sa.Out(sa.SmartArray(shape=1)))  # x clean, resident
     gc.collect()
     with sa.trace() as t:
@@ -333,13 +327,13 @@ def test_a_launch_prepared_in_another_thread_keeps_its_arguments(budget):
         try:
             assert started.wait(30)
             with pytest.raises(sa.DeviceMemoryError, match="r0 .*a launch being prepared or run"):
-                launch(k_add_one, b)  # would have to evict a
+                launch(add_one, b)  # would have to evict a
         finally:
             go.set()
             thread.join(30)
         assert not errors
         np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1)
-        launch(k_add_one, b)  # the launch ran: a may go now
+        launch(add_one, b)  # the launch ran: a may go now
         np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
 
 
@@ -351,8 +345,8 @@ def test_a_launch_after_one_that_failed_before_its_callbacks_starts_afresh(budge
     identified by the object it appended to ``retr``, never by ``id``."""
     x, y = arrays(2, prefix="f")
     budget(4 * NB)
-    launch(k_add_one, x)
-    launch(k_add_one, y)
+    launch(add_one, x)
+    launch(add_one, y)
     failed: list = []
     x.to_device(failed, 0)  # prepared; the launch "fails": no callback runs
     if same_address:
@@ -382,8 +376,8 @@ def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(
 
     (a,) = arrays(1, prefix="t")
     budget(NB)
-    launch(k_add_one, a)
-    launch(k_add_one, a)  # the fast path is open now
+    launch(add_one, a)
+    launch(add_one, a)  # the fast path is open now
     real = _launch.Launch.add
     raced = []
 
@@ -404,7 +398,7 @@ def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(
 
     monkeypatch.setattr(_launch.Launch, "add", racing)
     try:
-        launch(k_add_one, a)
+        launch(add_one, a)
     except sa.DeviceMemoryError:
         pass  # the other thread found a pinned: it could not make room (it raises there)
     monkeypatch.undo()
@@ -425,7 +419,7 @@ def test_a_failed_launch_does_not_keep_its_arguments_pinned(budget):
             if memory.SIMULATOR:  # raises the kernel's out-of-bounds error at the launch
                 k_out_of_bounds[1, 1](x)
             else:  # a GPU faults such a kernel later (a dead context); it refuses this launch
-                k_add_one[1, 4096](x)  # more threads per block than any GPU has
+                add_one[1, 4096](x)  # more threads per block than any GPU has
 
     worker = threading.Thread(target=fails)
     worker.start()
@@ -465,9 +459,9 @@ def test_an_array_larger_than_the_budget_is_refused_before_anything_moves(budget
     budget(2 * NB)
     size = sa.device_budget().budget // 8 + 1
     big = sa.SmartArray(np.ones(size), name="big")
-    launch(k_add_one, a)
+    launch(add_one, a)
     with sa.trace() as t, pytest.raises(sa.DeviceMemoryError, match="larger than the budget"):
-        launch(k_add_one, big)
+        launch(add_one, big)
     assert t.events == [] and t.evictions == []  # nothing evicted in vain
     np.testing.assert_array_equal(np.asarray(big), np.ones(size))
 
@@ -476,18 +470,18 @@ def test_resident_arrays_are_kept_inside_the_block(budget):
     a, b, c = arrays(3)
     budget(2 * NB)
     with sa.resident(a):
-        launch(k_add_one, a)
-        launch(k_add_one, b)
-        launch(k_add_one, c)  # a is least recently used, but kept: b goes
-        launch(k_add_one, b)  # c goes
+        launch(add_one, a)
+        launch(add_one, b)
+        launch(add_one, c)  # a is least recently used, but kept: b goes
+        launch(add_one, b)  # c goes
         assert "r0" in resident_names()
         kept = {r.name: r.kept for r in sa.device_budget().resident}
         assert kept["r0"] == "kept resident (smartarray.resident)"
         with sa.resident(a):  # nested
             pass
-        launch(k_add_one, c)
+        launch(add_one, c)
         assert "r0" in resident_names()
-    launch(k_add_one, b)  # a may go now (least recently used)
+    launch(add_one, b)  # a may go now (least recently used)
     assert "r0" not in resident_names()
     for k, x in enumerate((a, b, c)):
         np.testing.assert_array_equal(np.asarray(x), np.arange(N) + 100 * k + (1, 3, 2)[k])
@@ -498,13 +492,13 @@ def test_device_arrays_handed_out_keep_their_copy_until_dropped(budget):
     budget(NB)
     d = a.get("gpu")
     with pytest.raises(sa.DeviceMemoryError) as info:
-        launch(k_add_one, b)
+        launch(add_one, b)
     assert ("r0", NB, "a device array from get('gpu') over it is still referenced") in (
         info.value.resident
     )
     del d
     gc.collect()
-    launch(k_add_one, b)
+    launch(add_one, b)
     assert "r0" not in resident_names()
 
 
@@ -528,7 +522,7 @@ def test_views_of_a_dropped_hand_out_keep_the_copy_resident(budget, derive):
     v = derive(a.gpu())  # the hand-out itself is dropped at once
     gc.collect()
     with pytest.raises(sa.DeviceMemoryError, match="still referenced"):
-        launch(k_add_one, b)  # needs room: a's copy may not go while v shows it
+        launch(add_one, b)  # needs room: a's copy may not go while v shows it
     k_set_minus_one[1, 32](v)  # the user writes through v (a numba device array)
     a.gpu_changed()
     expected = np.arange(N, dtype=np.float64)
@@ -536,7 +530,7 @@ def test_views_of_a_dropped_hand_out_keep_the_copy_resident(budget, derive):
     np.testing.assert_array_equal(np.asarray(a), expected)
     del v
     gc.collect()
-    launch(k_add_one, b)  # now it may go
+    launch(add_one, b)  # now it may go
     np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
 
 
@@ -574,7 +568,7 @@ def test_memory_shared_through_the_cuda_array_interface_is_never_evicted(budget)
     budget(NB)
     a.__cuda_array_interface__  # noqa: B018 - a consumer keeps the pointer
     with pytest.raises(sa.DeviceMemoryError, match="__cuda_array_interface__"):
-        launch(k_add_one, b)
+        launch(add_one, b)
     np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 100)
 
 
@@ -586,9 +580,9 @@ def test_queued_device_work_is_waited_for_before_eviction(budget):
         a, b = arrays(2)
         budget(NB)
         s = cuda.stream()
-        k_add_one[1, 32, s](a)
+        add_one[1, 32, s](a)
         assert a._buf.stream is not None and a._buf.stream != 0
-        k_add_one[1, 32, s](b)  # evicts a: waits for s first
+        add_one[1, 32, s](b)  # evicts a: waits for s first
         np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1)
         np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
 
@@ -597,13 +591,13 @@ def test_a_transfer_guard_refusing_downloads_refuses_dirty_evictions_only(budget
     a, b, c = arrays(3)
     out = sa.SmartArray(shape=1)
     budget(2 * NB + out.nbytes)
-    launch(k_add_one, a)  # dirty
+    launch(add_one, a)  # dirty
     launch(k_sum_into, sa.In(b), sa.Out(out))  # b clean
     with sa.transfer_guard("disallow", direction="d2h"), sa.trace() as t:
-        launch(k_add_one, c)  # b is clean: given back, nothing moves
+        launch(add_one, c)  # b is clean: given back, nothing moves
         assert [e.array for e in t.evictions] == ["r1"]
         with pytest.raises(sa.DeviceMemoryError) as info:
-            launch(k_add_one, b)  # only a or c could go: their downloads are refused
+            launch(add_one, b)  # only a or c could go: their downloads are refused
     assert ("r0", NB, "the transfer guard refuses its download") in info.value.resident
     assert [e.direction for e in t.events] == ["h2d"]  # c's upload; nothing went down
     for k, x in enumerate((a, b, c)):
@@ -624,7 +618,7 @@ def test_strict_device_memory_out_of_memory_evicts_and_retries():
         with sa.trace() as t:
             for _ in range(2):
                 for x in xs:
-                    launch(k_add_one, x)
+                    launch(add_one, x)
         assert state.device_used <= 3 * NB
         for k, x in enumerate(xs):
             np.testing.assert_array_equal(np.asarray(x), np.arange(N) + 100 * k + 2)
@@ -640,7 +634,7 @@ def test_strict_out_of_memory_never_evicts_the_launchs_own_arguments():
     _clear_others()
     with strict(device_memory=3 * NB + 64):
         x, y, z, other = arrays(4, prefix="p")
-        launch(k_add_one, other)  # dirty, resident
+        launch(add_one, other)  # dirty, resident
         launch(k_sum_into, sa.In(x), sa.Out(sa.SmartArray(shape=1)))  # x clean, resident
         gc.collect()
         with sa.trace() as t:
@@ -659,7 +653,7 @@ def test_strict_out_of_memory_that_eviction_cannot_fix_is_a_clear_error():
     with strict(device_memory=NB) as state:
         a = sa.SmartArray(np.zeros(2 * N), name="toobig")
         with pytest.raises(sa.DeviceMemoryError, match="out of memory") as info:
-            launch(k_add_one, a)
+            launch(add_one, a)
         assert info.value.__cause__ is not None  # numba's CudaAPIError
         assert state.device_used == 0
         np.testing.assert_array_equal(np.asarray(a), np.zeros(2 * N))
@@ -700,7 +694,7 @@ def test_an_allocator_plugins_out_of_memory_evicts_and_retries(monkeypatch, erro
     sa.set_device_budget(None)
     _clear_others()
     other, a = arrays(2, prefix="plugin")
-    launch(k_add_one, other)  # resident, dirty: the eviction downloads it
+    launch(add_one, other)  # resident, dirty: the eviction downloads it
     real = memory.device_array
     failures = []
 
@@ -712,7 +706,7 @@ def test_an_allocator_plugins_out_of_memory_evicts_and_retries(monkeypatch, erro
 
     monkeypatch.setattr(memory, "device_array", plugin_device_array)
     with sa.trace() as t:
-        launch(k_add_one, a)
+        launch(add_one, a)
     assert failures and [(e.array, e.reason) for e in t.evictions] == [("plugin0", "out of memory")]
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 100 + 1)
     np.testing.assert_array_equal(np.asarray(other), np.arange(N) + 1)
@@ -722,12 +716,12 @@ def test_a_memory_error_that_does_not_say_out_of_device_memory_is_not_evicted_fo
     sa.set_device_budget(None)
     _clear_others()
     other, a = arrays(2, prefix="host-oom")
-    launch(k_add_one, other)
+    launch(add_one, other)
     monkeypatch.setattr(
         memory, "device_array", lambda *args, **kwargs: (_ for _ in ()).throw(MemoryError())
     )
     with sa.trace() as t, pytest.raises(MemoryError):
-        launch(k_add_one, a)
+        launch(add_one, a)
     assert not t.evictions
     assert not _simulator.out_of_memory(sa.DeviceMemoryError("the device is out of memory"))
 
@@ -864,7 +858,7 @@ class Budgeted(RuleBasedStateMachine):
     @rule(k=which, sl=slices)
     def kernel_add(self, k, sl):
         self.run(
-            lambda: launch(k_add_one, self.view(k, sl)),
+            lambda: launch(add_one, self.view(k, sl)),
             up=lambda: {k: int((~self.gpu_valid[k][sl]).sum())},
         )
         self.ref[k][sl] += 1.0
@@ -929,14 +923,14 @@ class Budgeted(RuleBasedStateMachine):
             if other == k:
                 continue
             self.run(
-                lambda o=other: launch(k_add_one, self.xs[o]),
+                lambda o=other: launch(add_one, self.xs[o]),
                 up=lambda o=other: {o: int((~self.gpu_valid[o]).sum())},
             )
             self.ref[other] += 1.0
             self.gpu_valid[other][:] = True
             self.host_valid[other][:] = False
         assert self.xs[k]._buf.device_bytes is not None  # v keeps it resident
-        k_add_one[1, 32](v)  # the user writes through v (a numba device array)
+        add_one[1, 32](v)  # the user writes through v (a numba device array)
         self.run(self.xs[k].gpu_changed)
         self.ref[k][sl] += 1.0
         self.gpu_valid[k][:] = True
@@ -952,7 +946,7 @@ class Budgeted(RuleBasedStateMachine):
                 return
             was = x._buf.device_bytes is not None
             self.run(
-                lambda: launch(k_add_one, self.xs[other]),
+                lambda: launch(add_one, self.xs[other]),
                 up=lambda: {other: int((~self.gpu_valid[other]).sum())},
             )
             assert (x._buf.device_bytes is not None) == was  # kept: never evicted

@@ -10,7 +10,7 @@ import types
 
 import numpy as np
 import pytest
-from numba import cuda
+from _kernels import add_one
 
 import smartarray as sa
 
@@ -94,21 +94,14 @@ def _line_of(marker: str) -> int:
     return next(i for i, s in enumerate(source, 1) if marker in s and "_line_of" not in s)
 
 
-@cuda.jit
-def _inc(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
-
-
 def test_events_carry_name_range_stream_time_and_the_users_line():
     x = sa.SmartArray(np.zeros(16, dtype=np.float32), name="x")
     y = sa.SmartArray(np.zeros(16, dtype=np.float32))
     x.gpu()
     x[4:6] = 1.0
     with sa.trace() as t:
-        _inc[1, 16](x)  # marker: launch x
-        _inc[1, 16](y)  # marker: launch y
+        add_one[1, 16](x)  # marker: launch x
+        add_one[1, 16](y)  # marker: launch y
         x[8:12].host()  # marker: view get
     up_x, up_y, down = t.events
     assert (up_x.array, up_x.direction, up_x.reason) == ("x", "h2d", "device use")
@@ -173,9 +166,9 @@ def test_summary_groups_by_array_reason_and_line_with_directions():
     with sa.trace() as t:
         for _ in range(3):
             x[0] = 1.0
-            _inc[1, 8](x)  # marker: summary launch x
+            add_one[1, 8](x)  # marker: summary launch x
             float(x[1])  # marker: summary read
-        _inc[1, 4](y)  # marker: summary launch y
+        add_one[1, 4](y)  # marker: summary launch y
     launch_x = f"test_stats.py:{_line_of('marker: summary launch x')}"
     launch_y = f"test_stats.py:{_line_of('marker: summary launch y')}"
     read = f"test_stats.py:{_line_of('marker: summary read')}"
@@ -238,13 +231,13 @@ def test_nvtx_ranges_wrap_each_transfer(monkeypatch):
     a = sa.SmartArray(np.zeros(256), name="x")
     assert sa.enable_nvtx() is False
     try:
-        _inc[1, 256](a)  # marker: nvtx launch
+        add_one[1, 256](a)  # marker: nvtx launch
     finally:
         assert sa.enable_nvtx(False) is True
     line = _line_of("marker: nvtx launch")
     assert pushed == [f"h2d 2048 B x (device use) test_stats.py:{line}"] and popped == [1]
     a.host_changed()
-    _inc[1, 256](a)
+    add_one[1, 256](a)
     assert len(pushed) == 1  # off again
 
 

@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 import pytest
+from _kernels import add_one
 from _targets import real_target_env
 from numba import cuda
 
@@ -349,13 +350,6 @@ def test_the_lock_free_fast_path_serves_each_launch_configurations_stream_wrappe
 strict_only = pytest.mark.skipif(not is_strict(), reason="runs under SMARTARRAY_STRICT=1 only")
 
 
-@cuda.jit
-def _add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
-
-
 class ForwardsTheLaunchStream(cuda.In):
     """A user hint that hands the launch's stream on to smartarray's public API, as the demo's
     automatic-copy strategy and the benchmark workloads do."""
@@ -421,7 +415,7 @@ def test_public_apis_accept_the_stream_a_launch_hands_to_device(api, on_stream):
     with strict(seed=3):
         s = sa.stream() if on_stream else 0
         host = np.arange(8.0)
-        _add_one[1, 8, s](ForwardsTheLaunchStream(host, api))
+        add_one[1, 8, s](ForwardsTheLaunchStream(host, api))
         cuda.synchronize()
         np.testing.assert_array_equal(host, np.arange(8.0) + 1)
 
@@ -468,7 +462,7 @@ def test_an_object_with_cuda_stream_is_a_stream(call):
 
 def _the_launch_stream_died(a, use):
     s = cuda.stream()
-    _add_one[1, 8, s](a)
+    add_one[1, 8, s](a)
     del s  # the user's stream goes; only the launch configuration's non-owning wrapper knew it
     import gc
 
@@ -482,7 +476,7 @@ def _host_read(a):
 
 def _launch_elsewhere(a):
     other = cuda.stream()
-    _add_one[1, 8, other](a)
+    add_one[1, 8, other](a)
     other.synchronize()
     np.testing.assert_array_equal(a.host(), np.full(8, 2.0))
 
@@ -634,7 +628,7 @@ def test_another_threads_host_read_waits_for_work_on_the_first_threads_default_s
             seen.append(a.host().copy())
         else:
             s = cuda.stream()
-            _add_one[1, 8, s](a)
+            add_one[1, 8, s](a)
             s.synchronize()
             seen.append(np.asarray(a) - 1.0)
 
@@ -642,7 +636,7 @@ def test_another_threads_host_read_waits_for_work_on_the_first_threads_default_s
         with strict(seed=seed, per_thread_default_stream=True):
             a = sa.SmartArray(np.zeros(8))
             a.gpu()
-            worker = threading.Thread(target=_add_one[1, 8], args=(a,))  # A, on stream 0
+            worker = threading.Thread(target=add_one[1, 8], args=(a,))  # A, on stream 0
             worker.start()
             worker.join()
             seen: list = []
@@ -658,7 +652,7 @@ def test_per_thread_default_streams_are_distinct_per_thread_in_strict_mode():
 
     with strict(per_thread_default_stream=True) as state:
         d = cuda.to_device(np.zeros(4))
-        worker = threading.Thread(target=lambda: _add_one[1, 4](d))
+        worker = threading.Thread(target=lambda: add_one[1, 4](d))
         worker.start()
         worker.join()
         assert state.pending() == 1
@@ -691,7 +685,7 @@ def test_gpu_host_read_after_the_launch_stream_was_destroyed():
     side = cp.cuda.Stream(non_blocking=True)
     s = cuda.external_stream(side.ptr)
     _spin[1, 1, s](50_000)  # ~50 ms
-    _add_one[4, 256, s](a)
+    add_one[4, 256, s](a)
     del s, side
     gc.collect()  # the CUstream is destroyed; its queued work still runs
     replacements = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]  # may reuse the handle
@@ -703,10 +697,10 @@ def test_gpu_host_read_after_the_launch_stream_was_destroyed():
     side2 = cp.cuda.Stream(non_blocking=True)
     s2 = cuda.external_stream(side2.ptr)
     _spin[1, 1, s2](50_000)
-    _add_one[4, 256, s2](b)
+    add_one[4, 256, s2](b)
     del s2, side2
     gc.collect()
-    _add_one[4, 256, cuda.external_stream(other.ptr)](b)  # ordered after it on the device
+    add_one[4, 256, cuda.external_stream(other.ptr)](b)  # ordered after it on the device
     other.synchronize()
     np.testing.assert_array_equal(b.host(), np.full(1024, 2.0))
     del replacements

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
@@ -21,13 +22,6 @@ from smartarray.testing import StrictModeError, is_strict, strict, strict_state
 
 STRICT_ENV = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0")
 strict_only = pytest.mark.skipif(not STRICT_ENV, reason="runs under SMARTARRAY_STRICT=1 only")
-
-
-@cuda.jit
-def add_one(x):
-    i = cuda.grid(1)
-    if i < x.size:
-        x[i] += 1
 
 
 @cuda.jit
