@@ -44,11 +44,13 @@ path is a bisection, so the cap barely affects it.
 """
 
 SCATTER_RUNS = 3
-"""Runs in a location's valid set from which a read counts as one of a scattered series.
+"""Runs in a location's valid set from which any read counts as one of a scattered series.
 
 Reads that leave a location with this many separate runs have each paid a copy's latency; from
 here the planner weighs copying the whole span they touch (see :meth:`BufferState.plan_read`).
-Two or fewer runs (a halo at each end, one window) are common exact patterns, left alone.
+With one or two runs, a halo at each end or one window are common exact patterns: there only a
+read that opens a new run strictly inside the buffer, away from every run, counts, and only the
+whole location's copy is weighed.
 """
 
 
