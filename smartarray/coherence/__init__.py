@@ -1,8 +1,9 @@
 """Byte-interval sets and the per-buffer validity state machine.
 
 One private module per concept: ``_intervals.py`` (:class:`IntervalSet`), ``_plan.py``
-(:class:`Plan`, :class:`Copy`), ``_cost.py`` (:class:`TransferCost`, the process-wide model)
-and ``_state.py`` (:class:`BufferState`); the public names are the ones exported here.
+(:class:`Plan`, :class:`Copy`), ``_cost.py`` (:class:`TransferCost`, the process-wide model),
+``_series.py`` (scattered series of reads: when one span copy beats one copy per read) and
+``_state.py`` (:class:`BufferState`); the public names are the ones exported here.
 
 This package is the heart of smartarray's coherence model (see "The coherence model" in
 ``docs/user_guide.rst``). It is pure Python: it imports nothing from NumPy, Numba or the rest

@@ -25,9 +25,9 @@ from ._plan import (
     StalePlanError,
     consolidated,
     merged_copies,
-    new_copy,
     sourced,
 )
+from ._series import SCATTER_RUNS, plan_series
 
 __all__ = ["DEFAULT_MAX_RUNS", "SCATTER_RUNS", "BufferState"]
 
@@ -41,16 +41,6 @@ slow-path operation works on at most nine runs, and one sync issues at most nine
 than one larger copy). The price, when the cap does coalesce, is at most ``nbytes / 8`` extra
 bytes per location and operation (see the docstring of :mod:`smartarray.coherence`). The fast
 path is a bisection, so the cap barely affects it.
-"""
-
-SCATTER_RUNS = 3
-"""Runs in a location's valid set from which any read counts as one of a scattered series.
-
-Reads that leave a location with this many separate runs have each paid a copy's latency; from
-here the planner weighs copying the whole span they touch (see :meth:`BufferState.plan_read`).
-With one or two runs, a halo at each end or one window are common exact patterns: there only a
-read that opens a new run strictly inside the buffer, away from every run, counts, and only the
-whole location's copy is weighed.
 """
 
 
@@ -387,7 +377,7 @@ class BufferState:
         if not coalesce:
             break_even = 0  # exact copies: nothing valid at ``where`` is rewritten
         if break_even:
-            plan = self._plan_series(where, valid, start, stop, break_even)
+            plan = plan_series(self, where, valid, start, stop, break_even)
             if plan is not None:
                 return plan
         final = with_span(valid, start, stop)
@@ -406,93 +396,6 @@ class BufferState:
                 copies = merged
                 nbytes = sum(c.stop - c.start for c in copies)
         return Plan(tuple(copies), {where: final}, self, self._version, nbytes)
-
-    def _plan_series(
-        self, where: str, valid: IntervalSet, start: int, stop: int, break_even: int
-    ) -> Plan | None:
-        """The span copy of a scattered series of reads, if this read is one of a series and
-        the cost model says the span is worth it; None otherwise (plan the read exactly).
-
-        Ski rental: each read of the series so far paid one copy's latency; the span from the
-        first to the last byte touched (this read included) is copied in one copy once its
-        transfer takes no longer than the latencies paid, i.e. it spans at most
-        ``paid * break_even`` bytes (then the span's copy costs at most the copies paid plus
-        this read's own). Three ways a read belongs to a series:
-
-        * ``where`` holds ``r >= SCATTER_RUNS`` runs: ``r`` copies paid;
-        * ``where`` was read scattered before (:attr:`_scatter`): the copies that series paid;
-        * ``where`` holds one or two runs and this read opens another strictly inside the buffer
-          (touching no run and neither end): then the whole location is copied if its transfer
-          takes no longer than the ``r`` latencies paid. Below ``SCATTER_RUNS`` runs the span
-          of two or three pieces says little about where the series goes next, so only the
-          whole location is weighed; and the common exact patterns stay exact: a read next to a
-          run or covering one (a growing window, a whole sync) touches a run, and a halo or
-          boundary exchange touches an end.
-        """
-        runs = len(valid)
-        if runs >= SCATTER_RUNS:
-            paid = runs
-            lo = valid._starts[0] if valid._starts[0] < start else start
-            hi = valid._stops[-1] if valid._stops[-1] > stop else stop
-            plan = self._plan_span(where, valid, paid, lo, hi, break_even)
-        elif where in self._scatter:
-            paid, lo, hi = self._scatter[where]
-            lo = lo if lo < start else start
-            hi = hi if hi > stop else stop
-            plan = self._plan_span(where, valid, paid, lo, hi, break_even)
-            if plan is not None:
-                return plan  # remembered already
-        else:
-            plan = None
-        if (
-            plan is None
-            and 0 < runs < SCATTER_RUNS
-            and self._opens_interior_run(valid, start, stop)
-        ):
-            paid = runs
-            if self._nbytes <= paid * break_even:
-                plan = self._plan_span(where, valid, paid, 0, self._nbytes, break_even)
-        if plan is not None:
-            copy = plan.copies[0]
-            self._scatter[where] = (paid, copy.start, copy.stop)
-        return plan
-
-    def _opens_interior_run(self, valid: IntervalSet, start: int, stop: int) -> bool:
-        """Whether ``[start, stop)`` and every run of ``valid`` lie strictly inside the buffer
-        and the interval neither touches nor overlaps a run (it would become a run of its own)."""
-        starts, stops = valid._starts, valid._stops
-        if start == 0 or stop == self._nbytes or starts[0] == 0 or stops[-1] == self._nbytes:
-            return False
-        i = bisect_right(starts, start)  # runs starting at or before ``start``
-        if i and stops[i - 1] >= start:
-            return False
-        return i == len(starts) or starts[i] > stop
-
-    def _plan_span(
-        self, where: str, valid: IntervalSet, paid: int, lo: int, hi: int, break_even: int
-    ) -> Plan | None:
-        """One copy of the span ``[lo, hi)`` widened within ``paid * break_even`` bytes, or
-        None when it spans more, would leave ``where`` over the cap, or no single source holds
-        it (plan the read exactly). The widening makes the series' next reads free."""
-        n = self._nbytes
-        budget = paid * break_even
-        if hi - lo > budget:
-            return None
-        slack = budget - (hi - lo)
-        grow_lo = min(lo, slack // 2)
-        grow_hi = min(n - hi, slack - grow_lo)
-        lo, hi = lo - grow_lo, hi + grow_hi
-        lo = max(0, lo - (slack - grow_lo - grow_hi))
-        final = with_span(valid, lo, hi)
-        if len(final) > self._max_runs:
-            return None
-        for source in self._locations:
-            if source != where and self._valid[source].contains(lo, hi):
-                break
-        else:  # no single source holds the span: copy the pieces
-            return None
-        copy = new_copy(Copy, (source, where, lo, hi))
-        return Plan((copy,), {where: final}, self, self._version, hi - lo)
 
     def plan_consolidate(self) -> Plan:
         """Plan bringing every location's valid set back within :attr:`max_runs` runs.
