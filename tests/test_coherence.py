@@ -832,21 +832,104 @@ def _scattered_reads(s: BufferState, reads: list[tuple[int, int]]) -> tuple[int,
     return copies, nbytes
 
 
-@pytest.mark.parametrize("cost", [PCIE5_X16, NVLINK_C2C])
-def test_scattered_reads_copy_the_whole_span_once_the_latencies_paid_cover_it(cost):
+@pytest.mark.parametrize(("cost", "paid"), [(PCIE5_X16, SCATTER_RUNS), (NVLINK_C2C, 1)])
+def test_scattered_reads_copy_the_whole_span_once_the_latencies_paid_cover_it(cost, paid):
     n = 1 << 20  # transfer time below SCATTER_RUNS latencies under both presets
     assert cost.seconds(1, n) <= cost.seconds(SCATTER_RUNS + 1, 0)
+    # ski rental, tight: the span is copied at the first read whose exact copy, added to the
+    # ``paid`` copies so far, would cost at least what the span's one copy does
+    assert cost.seconds(1, n) <= cost.seconds(paid + 1, 0)
+    assert cost.seconds(1, n) > cost.seconds(paid, 0)
     s = BufferState(n, valid_at="gpu", cost=cost)
     reads = [(k * 100_003 % n // 8 * 8, k * 100_003 % n // 8 * 8 + 64) for k in range(1, 50)]
-    first = reads[:SCATTER_RUNS]
-    assert _scattered_reads(s, first) == (SCATTER_RUNS, 64 * SCATTER_RUNS)  # exact so far
-    plan = s.plan_read("host", *reads[SCATTER_RUNS])
+    first = reads[:paid]
+    assert _scattered_reads(s, first) == (paid, 64 * paid)  # exact so far
+    plan = s.plan_read("host", *reads[paid])
     assert [(c.source, c.start, c.stop) for c in plan.copies] == [("gpu", 0, n)]
     s.apply(plan)
     assert _scattered_reads(s, reads) == (0, 0)  # every later read is free
     # the next time the host goes stale, its first read copies the span at once
     s.mark_changed("gpu")
     assert _scattered_reads(s, reads) == (1, n)
+
+
+@pytest.mark.parametrize("break_even", [1000, 1999, 2000, 3999, 4000, 5999])
+def test_a_scattered_series_copies_the_location_once_its_copy_costs_no_more_than_one_more(
+    break_even,
+):
+    """Before SCATTER_RUNS runs, the second and third scattered reads weigh one copy of the
+    whole location against the copies paid plus their own: ski rental from the second read."""
+    n = 4000
+    paid = -(-n // break_even)  # the reads after which the whole copy costs no more
+    reads = [(1000, 1008), (3000, 3016), (2000, 2004), (500, 508), (3500, 3508)]
+    s = BufferState(n, valid_at="gpu", cost=_per_byte(break_even))
+    if paid >= SCATTER_RUNS:  # the series rule from SCATTER_RUNS runs on (tested above)
+        assert _scattered_reads(s, reads[:SCATTER_RUNS]) == (SCATTER_RUNS, 28)
+        return
+    assert _scattered_reads(s, reads[:paid]) == (paid, sum(b - a for a, b in reads[:paid]))
+    plan = s.plan_read("host", *reads[paid])
+    assert [(c.source, c.start, c.stop) for c in plan.copies] == [("gpu", 0, n)]
+    s.apply(plan)
+    assert _scattered_reads(s, reads) == (0, 0)
+    s.mark_changed("gpu")  # remembered: the next series copies the location at its first read
+    assert _scattered_reads(s, reads) == (1, n)
+
+
+def test_the_second_scattered_read_of_a_1mib_state_copies_it_under_nvlink_c2c():
+    n = 1 << 20
+    cost = NVLINK_C2C
+    # the whole copy costs less than the copy paid plus the second read's own
+    assert cost.seconds(1, n) < cost.seconds(2, 16)
+    s = BufferState(n, valid_at="gpu", cost=cost)
+    assert _scattered_reads(s, [(300_000, 300_016)]) == (1, 16)
+    plan = s.plan_read("host", 700_000, 700_008)
+    assert [(c.source, c.start, c.stop) for c in plan.copies] == [("gpu", 0, n)]
+
+
+@pytest.mark.parametrize("cost", [PCIE5_X16, NVLINK_C2C])
+def test_two_scattered_reads_stay_exact_where_the_whole_copy_costs_more(cost):
+    # 4 MiB: more than two latencies' worth of bytes under both presets
+    n = 4 << 20
+    assert cost.seconds(1, n) > cost.seconds(2, 0)
+    s = BufferState(n, valid_at="gpu", cost=cost)
+    assert _scattered_reads(s, [(1_000_000, 1_000_016), (3_000_000, 3_000_008)]) == (2, 24)
+
+
+@pytest.mark.parametrize("cost", [PCIE5_X16, NVLINK_C2C])
+def test_a_read_next_to_one_run_copies_exactly_its_stale_bytes(cost):
+    """A window that grows (streaming, a second look at nearby elements) is not a series."""
+    n = 1 << 16
+    s = BufferState(n, valid_at="gpu", cost=cost)
+    assert _scattered_reads(s, [(1000, 1064), (1064, 1128), (900, 1000)]) == (3, 228)
+    assert s.valid("host") == IntervalSet([(900, 1128)])
+    # overlapping the run: only the stale part
+    assert _scattered_reads(s, [(1100, 1300)]) == (1, 172)
+
+
+@pytest.mark.parametrize("cost", [PCIE5_X16, NVLINK_C2C])
+def test_a_whole_sync_after_one_read_copies_exactly_its_stale_bytes(cost):
+    n = 1 << 16
+    s = BufferState(n, valid_at="gpu", cost=cost)
+    s.apply(s.plan_read("host", 1000, 2000))
+    plan = s.plan_read("host")
+    assert [(c.start, c.stop) for c in plan.copies] == [(0, 1000), (2000, n)]
+    assert plan.nbytes == n - 1000
+
+
+@pytest.mark.parametrize("cost", [PCIE5_X16, NVLINK_C2C])
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [(0, 512), (30_000, 30_512)],  # a halo at one end, then an interior piece
+        [(30_000, 30_512), (65_024, 65_536)],  # an interior piece, then a halo
+        [(0, 512), (65_024, 65_536), (30_000, 30_512)],  # halos at both ends, then interior
+    ],
+)
+def test_reads_at_the_ends_of_a_buffer_stay_exact_below_scatter_runs(cost, reads):
+    """A boundary piece (a halo, a ghost row) marks an exchange pattern, not a gather."""
+    n = 1 << 16
+    s = BufferState(n, valid_at="gpu", cost=cost)
+    assert _scattered_reads(s, reads) == (len(reads), 512 * len(reads))
 
 
 def test_scattered_reads_of_a_large_buffer_stay_exact():

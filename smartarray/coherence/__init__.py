@@ -1,8 +1,9 @@
 """Byte-interval sets and the per-buffer validity state machine.
 
 One private module per concept: ``_intervals.py`` (:class:`IntervalSet`), ``_plan.py``
-(:class:`Plan`, :class:`Copy`), ``_cost.py`` (:class:`TransferCost`, the process-wide model)
-and ``_state.py`` (:class:`BufferState`); the public names are the ones exported here.
+(:class:`Plan`, :class:`Copy`), ``_cost.py`` (:class:`TransferCost`, the process-wide model),
+``_series.py`` (scattered series of reads: when one span copy beats one copy per read) and
+``_state.py`` (:class:`BufferState`); the public names are the ones exported here.
 
 This package is the heart of smartarray's coherence model (see "The coherence model" in
 ``docs/user_guide.rst``). It is pure Python: it imports nothing from NumPy, Numba or the rest
@@ -69,11 +70,15 @@ bandwidth_Bps``. It decides two things in :meth:`BufferState.plan_read`, both co
 * scattered reads (ski rental): when the target already holds ``r >= SCATTER_RUNS`` runs (each
   paid a copy's latency), the read copies, in one copy from one source, the span from the first
   to the last byte touched, widened up to ``r * break_even_bytes``, if that span's transfer
-  takes no longer than those ``r`` latencies. The state remembers ``(r, span)`` for that
-  location; the next time it is stale, its first read copies the span at once if that still
-  costs at most ``r`` latencies. A read thus costs at most ``r + 1`` latencies more than its
-  exact copy, and a scattered series costs at most about twice the better of "one exact copy
-  per read" and "one whole copy", then once the whole copy per round.
+  takes no longer than those ``r`` latencies. From the second read of a series on, with one or
+  two runs (``r < SCATTER_RUNS``), a read that opens a new run strictly inside the buffer
+  (touching no run and neither end) copies the whole location instead when its transfer takes
+  no longer than those ``r`` latencies; a read next to or over a run (a growing window, a whole
+  sync) and a read or run at an end (a halo) stay exact. The state remembers ``(r, span)`` for
+  that location; the next time it is stale, its first read copies the span at once if that
+  still costs at most ``r`` latencies. The span's one copy thus costs at most the ``r`` copies
+  paid plus the read's own, and a scattered series costs at most about twice the better of
+  "one exact copy per read" and "one whole copy", then once the whole copy per round.
 
 With a model whose latency is worth no bytes (``break_even_bytes == 0``) every plan is exact, as
 described above, up to the cap.

@@ -25,9 +25,9 @@ from ._plan import (
     StalePlanError,
     consolidated,
     merged_copies,
-    new_copy,
     sourced,
 )
+from ._series import SCATTER_RUNS, plan_series
 
 __all__ = ["DEFAULT_MAX_RUNS", "SCATTER_RUNS", "BufferState"]
 
@@ -41,14 +41,6 @@ slow-path operation works on at most nine runs, and one sync issues at most nine
 than one larger copy). The price, when the cap does coalesce, is at most ``nbytes / 8`` extra
 bytes per location and operation (see the docstring of :mod:`smartarray.coherence`). The fast
 path is a bisection, so the cap barely affects it.
-"""
-
-SCATTER_RUNS = 3
-"""Runs in a location's valid set from which a read counts as one of a scattered series.
-
-Reads that leave a location with this many separate runs have each paid a copy's latency; from
-here the planner weighs copying the whole span they touch (see :meth:`BufferState.plan_read`).
-Two or fewer runs (a halo at each end, one window) are common exact patterns, left alone.
 """
 
 
@@ -384,8 +376,8 @@ class BufferState:
             break_even = _current[1]
         if not coalesce:
             break_even = 0  # exact copies: nothing valid at ``where`` is rewritten
-        if break_even and (len(valid) >= SCATTER_RUNS or where in self._scatter):
-            plan = self._plan_span(where, valid, start, stop, break_even)
+        if break_even:
+            plan = plan_series(self, where, valid, start, stop, break_even)
             if plan is not None:
                 return plan
         final = with_span(valid, start, stop)
@@ -404,51 +396,6 @@ class BufferState:
                 copies = merged
                 nbytes = sum(c.stop - c.start for c in copies)
         return Plan(tuple(copies), {where: final}, self, self._version, nbytes)
-
-    def _plan_span(
-        self, where: str, valid: IntervalSet, start: int, stop: int, break_even: int
-    ) -> Plan | None:
-        """One copy of the span a scattered series of reads touches, when the cost model
-        says it is worth it; None otherwise (plan the read exactly).
-
-        A series: ``where`` already holds ``r >= SCATTER_RUNS`` runs, each of which paid a
-        copy's latency. Copying the span from the first to the last byte touched (this read
-        included) in one copy is chosen when its transfer takes no longer than those ``r``
-        latencies (ski rental: stop paying per piece once the pieces cost what the whole does),
-        i.e. spans at most ``r * break_even`` bytes, and the span is widened within that
-        budget. The span is remembered: the next time ``where`` goes stale, its first read
-        copies it at once if that still costs no more than the ``r`` copies the series paid.
-        """
-        runs = len(valid)
-        n = self._nbytes
-        if runs >= SCATTER_RUNS:
-            paid = runs
-            lo = valid._starts[0] if valid._starts[0] < start else start
-            hi = valid._stops[-1] if valid._stops[-1] > stop else stop
-        else:
-            paid, lo, hi = self._scatter[where]
-            lo = lo if lo < start else start
-            hi = hi if hi > stop else stop
-        budget = paid * break_even
-        if hi - lo > budget:
-            return None
-        slack = budget - (hi - lo)  # widen within the budget: the series' next reads are free
-        grow_lo = min(lo, slack // 2)
-        grow_hi = min(n - hi, slack - grow_lo)
-        lo, hi = lo - grow_lo, hi + grow_hi
-        lo = max(0, lo - (slack - grow_lo - grow_hi))
-        final = with_span(valid, lo, hi)
-        if len(final) > self._max_runs:
-            return None
-        for source in self._locations:
-            if source != where and self._valid[source].contains(lo, hi):
-                break
-        else:  # no single source holds the span: copy the pieces
-            return None
-        if runs >= SCATTER_RUNS:
-            self._scatter[where] = (paid, lo, hi)
-        copy = new_copy(Copy, (source, where, lo, hi))
-        return Plan((copy,), {where: final}, self, self._version, hi - lo)
 
     def plan_consolidate(self) -> Plan:
         """Plan bringing every location's valid set back within :attr:`max_runs` runs.
