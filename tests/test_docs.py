@@ -170,6 +170,12 @@ def _check_command(line: str) -> None:
         for option in (w for w in words[4:] if w.startswith("--")):
             assert option in usage, f"{line}: {option} is not an option of {sub}"
         return
+    if words[1:3] == ["-m", "benchmarks"]:
+        # The suite, as `smartarray bench` (minutes at full size): its options exist.
+        usage = _run([sys.executable, "-m", "benchmarks", "--help"], env)
+        for option in (w for w in words[3:] if w.startswith("--")):
+            assert option in usage, f"{line}: {option} is not an option of the suite"
+        return
     if words[1:3] == ["-m", "sphinx"] or words[1:3] == ["-m", "pytest"]:
         return  # test_sphinx_build runs the docs build; the suite is this run
     script = Path(words[1])
