@@ -349,7 +349,8 @@ def real_launch(quick: bool = False) -> dict[str, float]:
     callback each, more than a GPU driver's; kernels run at the next synchronisation,
     outside the timed batches). Steady state, everything current on the device; a budget is
     in effect (the default on a GPU). Variants: device arrays, bare SmartArrays, ``sa.In`` on
-    the inputs, bare SmartArrays through ``smartarray.jit``; ``real_launch_*_ratio`` is each
+    the inputs, bare SmartArrays through ``smartarray.jit``, bare SmartArrays with a budget
+    set explicitly; ``real_launch_*_ratio`` is each
     over the device-array launch (issue 28: at most 1.2). On the fake driver also: the time
     above the driver (the fake driver's own time subtracted: what numba-cuda, cuda.core,
     cuda-bindings and smartarray cost, as on a GPU), its ratios, and the driver calls per
@@ -380,6 +381,7 @@ def real_launch(quick: bool = False) -> dict[str, float]:
         "smartarray": lambda: plain[1, 32](*smart),
         "annotated_smartarray": lambda: plain[1, 32](smart[0], sa.In(smart[1]), sa.In(smart[2])),
         "inferred_smartarray": lambda: inferred[1, 32](*smart),
+        "budgeted_smartarray": lambda: plain[1, 32](*smart),  # with a budget set: see below
     }
     number, rounds = (20, 10) if quick else (50, 40)
     best = dict.fromkeys(variants, float("inf"))
@@ -399,6 +401,8 @@ def real_launch(quick: bool = False) -> dict[str, float]:
             names = names[r % len(names) :] + names[: r % len(names)]
             for name in names:
                 call = variants[name]
+                # An explicit budget (the default is in effect anyway off the simulator).
+                sa.set_device_budget(1 << 30 if name == "budgeted_smartarray" else None)
                 in_driver = fake.thread_time_ns if fake is not None else 0
                 made = sum(fake.calls.values()) if fake is not None else 0
                 start = time.thread_time_ns()
@@ -411,6 +415,7 @@ def real_launch(quick: bool = False) -> dict[str, float]:
                     host[name] = min(host[name], (elapsed - in_driver) / number)
                     calls[name] = (sum(fake.calls.values()) - made) / number
                 cuda.synchronize()  # the queued kernels run here, untimed
+        sa.set_device_budget(None)  # the default again
         assert sa.stats() == before, "a launch of current arguments moved bytes"
     out = {f"real_launch_{name}_ns": value for name, value in best.items()}
     for name in variants:

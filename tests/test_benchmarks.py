@@ -293,6 +293,25 @@ def test_floor_argument_runs_in_njit():
     assert total(FloorArg(np.arange(5.0))) == 10.0
 
 
+@pytest.mark.gpu
+def test_gpu_launch_overhead_through_the_real_dispatcher():
+    """Off the simulator the overhead benchmark launches through numba-cuda's dispatcher:
+    every variant moves nothing (it asserts so), and a SmartArray launch makes one driver
+    call more than the device-array launch (its one event), whatever its arguments."""
+    from bench_overhead import real_launch
+
+    figures = real_launch(quick=True)
+    variants = ("smartarray", "annotated_smartarray", "inferred_smartarray", "budgeted_smartarray")
+    for name in variants:
+        assert figures[f"real_launch_{name}_ratio"] > 0
+    from smartarray import _fakegpu
+
+    if _fakegpu.current() is not None:
+        device = figures["real_launch_device_array_driver_calls"]
+        for name in variants:
+            assert figures[f"real_launch_{name}_driver_calls"] == device + 1, name
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_workload_strategies_agree(name):
     import workloads
