@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from . import _perf, _residency, _streams, guard, memory
+from . import _device_work, _perf, _residency, _streams, guard, memory
 from ._held import HeldHostArrays
 from .coherence import BufferState, IntervalSet, Plan
 from .errors import TransferError
@@ -181,12 +181,13 @@ class Buffer:
         self.device_bytes = raw
         _residency.adopt(self)
 
-    def consumer_queued(self, stream: Any) -> None:
-        """A consumer (a DLPack importer) works on this buffer on ``stream`` from now on, a
-        stream that is never destroyed (the default stream): host access waits for that
-        stream itself, not for an event recorded now. Call with the lock held."""
-        self.stream = stream
-        self.done_for = None
+    # Device work and its order (smartarray/_device_work.py).
+    wait_for_device = _device_work.wait_for_device
+    queued = _device_work.queued
+    launched = _device_work.launched
+    consumer_queued = _device_work.consumer_queued
+    order_before = _device_work.order_before
+    _unnamed_stream = _device_work.unnamed_stream
 
     def ensure(self, where: str) -> None:
         """Allocate the copy at ``where`` if it is not yet."""
@@ -194,55 +195,6 @@ class Buffer:
             self.ensure_host()
         else:
             self.ensure_device()
-
-    def wait_for_device(self) -> None:
-        """Block until the latest device work on this buffer (on its stream) finished."""
-        if self.stream != 0:
-            if self.done_for is self.stream:
-                self.done.synchronize()  # the buffer's own event: its stream may be gone
-            else:
-                # Recorded nowhere yet: a launch being prepared or queued, whose stream is
-                # alive (this thread is launching on it), or a launch that failed.
-                _streams.synchronize(self.stream)
-            self.stream = 0  # nothing of this buffer is queued any more
-            self.done_for = None
-
-    def queued(self, stream: Any) -> None:
-        """Device work on this buffer was just queued on ``stream`` (0: the default stream).
-
-        Records the buffer's own event there, which host waits and cross-stream ordering use;
-        the stream itself is kept only for same-stream comparisons. Call with the lock held.
-        """
-        pending = _streams.pending(stream)
-        event = self.own_event
-        if event is None:
-            event = self.own_event = _streams.new_event()
-        event.record(_streams.native(pending))
-        self.stream = pending
-        self.done = event
-        self.done_for = pending
-
-    def launched(self, pending: Any, event: Any) -> None:
-        """A kernel using this buffer was just queued on ``pending`` (see
-        :func:`smartarray._streams.pending`), and ``event`` recorded there after it: the
-        launch's own event (see :class:`smartarray._launch.Launch`), never recorded again.
-        Marks the device copy used now (LRU order). Call with the lock held.
-        """
-        self.stream = pending
-        self.done = event
-        self.done_for = pending
-        _residency.touch(self)
-
-    def order_before(self, after: Any) -> None:
-        """Make work queued later on ``after`` wait for this buffer's queued device work.
-
-        On the device, with an event (the host does not wait); with the buffer's own event
-        once recorded, so the stream of that work need not be alive any more.
-        """
-        if self.done_for is self.stream:
-            self.done.wait(_streams.native(after))
-        else:
-            _streams.order(self.stream, after)
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -304,28 +256,6 @@ class Buffer:
                 self._copy(plan, "consolidation", self._unnamed_stream())
                 state.apply(plan)
         return state.plan_consolidate()
-
-    def _unnamed_stream(self) -> Any:
-        """The stream for copies that name none, ordered after the buffer's device work.
-
-        The stream of that work while it is known alive (a launch being prepared on it);
-        once the buffer's event is recorded (that stream may be gone), smartarray's own copy
-        stream, made to wait for the event on the device (no host wait), which then holds
-        the buffer's latest work.
-        """
-        if self.stream == 0 or self.done_for is not self.stream:
-            return self.stream
-        if self.stream is _streams.DEFAULT:
-            # The default stream is never destroyed; but with per-thread default streams it
-            # is the calling thread's own, and the work may be another thread's: this
-            # thread's default stream waits for the buffer's event first.
-            self.done.wait(0)
-            return _streams.DEFAULT
-        stream = _streams.copy_stream()
-        self.done.wait(stream)
-        self.stream = stream  # never destroyed: waited on by its handle
-        self.done_for = None
-        return stream
 
     def _copy(self, plan: Plan, reason: str, stream: Any) -> None:
         """Perform the copies of a plan on ``stream``; TransferError if one fails."""

@@ -83,6 +83,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the engine, and numba's typing of an argument (ArrayArgument, SmartArray's base class)
     (
         "_engine",
+        "_device_work",
         "_residency",
         "_arguments",
         "_launch",
