@@ -14,6 +14,7 @@ from numba import cuda
 import smartarray as sa
 from smartarray import memory
 from smartarray.array import SmartArray
+from smartarray.testing import is_strict
 
 
 def assert_coherent(a: SmartArray) -> None:
@@ -317,3 +318,25 @@ def test_device_write_after_a_failed_launch_refreshes_held_host_arrays(monkeypat
     a.gpu_changed() if how == "gpu_changed" else a.mark_changed("gpu")
     np.testing.assert_array_equal(h, np.full(4, 3.0))
     assert_coherent(a)
+
+
+@pytest.mark.skipif(
+    memory.SIMULATOR and not is_strict(),
+    reason="the plain simulator runs any block size (strict mode and the fake driver refuse)",
+)
+@pytest.mark.parametrize("config", [(1, 2048), (1, (32, 32, 2)), (1, (1, 1, 65))])
+def test_a_launch_configuration_a_gpu_refuses_fails_and_loses_nothing(config):
+    """More than 1024 threads per block (or a block dimension over its limit) fails at the
+    launch on a GPU (CUDA_ERROR_INVALID_VALUE): strict mode and the fake driver refuse it too,
+    after the arguments were prepared; the kernel never ran and the data is intact."""
+
+    @cuda.jit
+    def fill(x):
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] = -1.0
+
+    a = sa.SmartArray(np.arange(8.0))
+    with pytest.raises(Exception, match="CUDA_ERROR_INVALID_VALUE|CUDA_ERROR_1|acceptable range"):
+        fill[config](a)
+    np.testing.assert_array_equal(np.asarray(a), np.arange(8.0))

@@ -34,6 +34,9 @@ class _LaunchConfig(ctypes.Structure):
     ]
 
 
+# A compute capability 9.0 device's launch limits (block and grid dimensions).
+_MAX_BLOCK = (1024, 1024, 64)
+_MAX_GRID = (2**31 - 1, 65535, 65535)
 _FUNC_ATTRIBUTES = {0: 1024, 1: 0, 2: 0, 3: 0, 4: 32, 5: 90, 6: 90, 7: 1, 8: 49152}
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _STREAM_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
@@ -261,7 +264,13 @@ class ExecutionEntries:
     ) -> None:
         name = self._kernel_name(f)
         s = self.queue.stream(stream)
-        if 0 in grid or 0 in block or block[0] * block[1] * block[2] > 1024:
+        if (
+            0 in grid
+            or 0 in block
+            or block[0] * block[1] * block[2] > 1024
+            or any(n > limit for n, limit in zip(block, _MAX_BLOCK, strict=True))
+            or any(n > limit for n, limit in zip(grid, _MAX_GRID, strict=True))
+        ):
             raise CudaError(
                 CUDA_ERROR_INVALID_VALUE, f"launch of {name} with grid {grid} block {block}"
             )

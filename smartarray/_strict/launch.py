@@ -181,6 +181,31 @@ def _numba_hint(hint: Any, retr: list[Any], stream: Any) -> Any:
     return devary
 
 
+#: A GPU's launch limits (compute capability 9.0; the same since 2.0 but for the grid).
+_MAX_THREADS_PER_BLOCK = 1024
+_MAX_BLOCK = (1024, 1024, 64)
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+def _check_configuration(name: str, griddim: Any, blockdim: Any) -> None:
+    """Refuse what a GPU's ``cuLaunchKernel`` refuses (CUDA_ERROR_INVALID_VALUE): the
+    simulator runs any block size."""
+    threads = int(np.prod(blockdim))
+    over = [
+        f"{what} {dims} exceeds {limit} in dimension {axis}"
+        for what, dims, limits in (("block", blockdim, _MAX_BLOCK), ("grid", griddim, _MAX_GRID))
+        for axis, (n, limit) in enumerate(zip(dims, limits, strict=True))
+        if n > limit
+    ]
+    if threads > _MAX_THREADS_PER_BLOCK:
+        over.insert(0, f"block {blockdim} has {threads} threads (at most 1024)")
+    if over:
+        raise StrictModeError(
+            f"kernel {name!r} cannot be launched: {'; '.join(over)}; a GPU refuses the launch "
+            "with CUDA_ERROR_INVALID_VALUE (the arguments were prepared, the kernel never runs)"
+        )
+
+
 def launch(kernel: Any, args: tuple, griddim: Any, blockdim: Any, stream: Any, shmem: Any) -> None:
     st = _state.current()
     sch = st.scheduler
@@ -201,6 +226,7 @@ def launch(kernel: Any, args: tuple, griddim: Any, blockdim: Any, stream: Any, s
         else:
             ret = arg
         prepared.append((ret, ret))
+    _check_configuration(name, griddim, blockdim)  # as cuLaunchKernel, once prepared
     for arg, arg_name, (checked, _) in zip(args, names, prepared, strict=True):
         if isinstance(checked, FakeCUDAArray):
             typ = getattr(arg, "_numba_type_", None)
