@@ -228,6 +228,17 @@ def test_console_command_runs_main():
 
 
 @pytest.mark.gpu
+def test_gpu_the_command_and_the_examples_pick_the_gpu():
+    """With a working GPU (or the fake driver) the command and the examples stay on it: no
+    restart on the simulator."""
+    from smartarray import _cli
+    from smartarray.__main__ import choose_target
+
+    assert choose_target(["info"]) == "CUDA GPU"
+    assert _cli.run_on_a_working_target(["example.py"]) == "CUDA GPU"
+
+
+@pytest.mark.gpu
 def test_gpu_info_names_the_device_and_real_page_locked_memory():
     from smartarray.__main__ import info
 
