@@ -317,10 +317,11 @@ def test_an_event_of_device_1_orders_a_device_0_stream(seed: int) -> None:
 
 
 def test_a_launch_on_another_devices_stream_is_refused() -> None:
-    """CUDA's programming guide ("Stream and Event Behavior", multi-device system): a kernel
-    launch fails if issued to a stream not associated with the current device (invalid
-    resource handle), and ``cudaEventRecord`` fails for an event and a stream of different
-    devices; a copy on such a stream, and ``cudaStreamWaitEvent`` across devices, succeed."""
+    """What CUDA documents: a kernel launch fails if issued to a stream not associated with the
+    current device, a copy on such a stream succeeds (programming guide, multi-device system,
+    "Stream and Event Behavior"); ``cuEventRecord``: "hEvent and hStream must be from the same
+    context otherwise CUDA_ERROR_INVALID_HANDLE is returned"; ``cuStreamWaitEvent``: "hEvent
+    may be from a different context or device than hStream"."""
     out = run_fake(
         ADD_ONE
         + """
@@ -405,3 +406,41 @@ def test_cross_device_event_waits_keep_order_in_every_seeded_order() -> None:
         assert ran.index("d0_after") > ran.index("record") > ran.index("d1_2")
         orders.add(tuple(ran))
     assert len(orders) > 1
+
+
+# smartarray on several devices (what issue 29 builds on) ---------------------------------------
+
+SMARTARRAY_ON = (
+    ADD_ONE
+    + """
+result = {}
+with cuda.gpus[1]:
+    a = sa.SmartArray(np.zeros(8))
+    add_one[1, 8](a)
+    add_one[1, 8](a)
+    result["values"] = np.asarray(a).tolist()
+    result["ordinal"] = ordinal(a.gpu())
+if MIXED:
+    with cuda.gpus[0]:
+        add_one[1, 8](a)
+        result["mixed"] = np.asarray(a).tolist()
+print(json.dumps(result))
+"""
+)
+
+
+def test_a_smartarray_used_on_device_1_lives_there() -> None:
+    out = run_fake("MIXED = False\n" + SMARTARRAY_ON, env=_devices(2))
+    assert out["values"] == [2.0] * 8
+    assert out["ordinal"] == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 29: smartarray's launch events are made on the device current when the pool "
+    "first needs one, and cuEventRecord of a device-1 event on a device-0 stream is "
+    "CUDA_ERROR_INVALID_HANDLE (as CUDA documents); the engine needs an event per device",
+)
+def test_a_smartarray_launched_on_device_1_then_device_0() -> None:
+    out = run_fake("MIXED = True\n" + SMARTARRAY_ON, env=_devices(2))
+    assert out["mixed"] == [3.0] * 8
