@@ -7,9 +7,8 @@ order; each device's legacy default stream waits for all work of that device's b
 streams and they wait for it (non-blocking streams do neither, other devices' streams neither);
 ``cuStreamWaitEvent`` orders later work of a stream after what an event captured, whichever
 device recorded it. One queue holds every device's work, so a wait across devices is one more
-dependency. Only the work the host waits for runs: everything else
-stays queued, the most adversarial choice CUDA permits. The seed is
-``SMARTARRAY_FAKE_GPU_SEED`` (default 0).
+dependency. Only the work the host waits for runs: everything else stays queued, the most
+adversarial choice CUDA permits. The seed is ``SMARTARRAY_FAKE_GPU_SEED`` (default 0).
 """
 
 from __future__ import annotations
