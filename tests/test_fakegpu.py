@@ -20,9 +20,22 @@ from tests._targets import real_target_env
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_fake(code: str, *, seed: int = 0, check: bool = True, simulator: bool = False) -> dict:
-    """Run ``code`` in a child on the fake driver (or the simulator); it prints JSON last."""
+def run_fake(
+    code: str,
+    *,
+    seed: int = 0,
+    check: bool = True,
+    simulator: bool = False,
+    env: dict[str, str] | None = None,
+) -> dict:
+    """Run ``code`` in a child on the fake driver (or the simulator); it prints JSON last.
+
+    ``env`` adds variables to the child's environment (the fake driver reads its settings,
+    such as ``SMARTARRAY_FAKE_GPU_DEVICES``, when it is loaded).
+    """
+    extra = env
     env = real_target_env()
+    env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"

@@ -30,40 +30,41 @@ class MemoryEntries:
 
     # allocation -----------------------------------------------------------------------------
     def cuMemAlloc(self, p: int, nbytes: int) -> None:
-        self._context()
-        _put(p, ctypes.c_uint64, self.heap.alloc(nbytes))
+        _put(p, ctypes.c_uint64, self.heaps[self._current_device()].alloc(nbytes))
 
     def cuMemFree(self, ptr: int) -> None:
         # cuMemFree waits for the device to finish using the memory: run what is queued.
         self._run(self.queue.synchronize_all)
-        self.heap.free(ptr)
+        self.heaps.free(ptr)
 
     def cuMemAllocAsync(self, p: int, nbytes: int, stream: int | None) -> None:
-        self.queue.stream(stream)
-        _put(p, ctypes.c_uint64, self.heap.alloc(nbytes))
+        device = self.queue.stream(stream).device  # the stream's device, as CUDA allocates
+        _put(p, ctypes.c_uint64, self.heaps[device].alloc(nbytes))
 
     def cuMemFreeAsync(self, ptr: int, stream: int | None) -> None:
-        self.heap.check(ptr, 0, "cuMemFreeAsync")
-        self.queue.enqueue(self.queue.stream(stream), lambda: self.heap.free(ptr), "free")
+        self.heaps.check(ptr, 0, "cuMemFreeAsync")
+        self.queue.enqueue(self.queue.stream(stream), lambda: self.heaps.free(ptr), "free")
 
     # stream-ordered allocation (cuda.core's DeviceMemoryResource) --------------------------
     def cuDeviceGetDefaultMemPool(self, p: int, dev: int) -> None:
-        self._device(dev)
-        _put(p, ctypes.c_void_p, self.mempool)
+        _put(p, ctypes.c_void_p, self.mempools[self._device(dev)])
 
     cuDeviceGetMemPool = cuDeviceGetDefaultMemPool
 
-    def _pool(self, pool: int | None) -> None:
-        if pool != self.mempool:
-            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"memory pool {pool}")
+    def _pool(self, pool: int | None) -> int:
+        """The device of memory pool ``pool``."""
+        for device, handle in self.mempools.items():
+            if pool == handle:
+                return device
+        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"memory pool {pool}")
 
     def cuMemPoolGetAttribute(self, pool: int | None, attr: int, value: int) -> None:
-        self._pool(pool)
+        device = self._pool(pool)
         # 1-3 are int flags (reuse policies, on); the rest are 64-bit byte counts.
         if attr <= 3:
             _put(value, ctypes.c_int, 1)
         else:
-            _put(value, ctypes.c_uint64, self.heap.used if attr >= 5 else 0)
+            _put(value, ctypes.c_uint64, self.heaps[device].used if attr >= 5 else 0)
 
     def cuMemPoolSetAttribute(self, pool: int | None, attr: int, value: int) -> None:
         self._pool(pool)
@@ -74,15 +75,17 @@ class MemoryEntries:
     def cuMemAllocFromPoolAsync(
         self, p: int, nbytes: int, pool: int | None, stream: int | None
     ) -> None:
-        self._pool(pool)
-        self.cuMemAllocAsync(p, nbytes, stream)
+        device = self._pool(pool)
+        self.queue.stream(stream)
+        _put(p, ctypes.c_uint64, self.heaps[device].alloc(nbytes))
 
     def cuMemGetInfo(self, free: int, total: int) -> None:
-        _put(free, ctypes.c_size_t, self.heap.size - self.heap.used)
-        _put(total, ctypes.c_size_t, self.heap.size)
+        heap = self.heaps[self._current_device()]
+        _put(free, ctypes.c_size_t, heap.size - heap.used)
+        _put(total, ctypes.c_size_t, heap.size)
 
     def cuMemGetAddressRange(self, pbase: int, psize: int, ptr: int) -> None:
-        found = self.heap.find(ptr)
+        found = self.heaps.find(ptr)
         if found is None:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not device memory")
         if pbase:
@@ -117,12 +120,15 @@ class MemoryEntries:
 
     # pointer attributes ---------------------------------------------------------------------
     def _attribute(self, attribute: int, ptr: int) -> tuple[type, object]:
-        dev = self.heap.find(ptr)
+        dev = self.heaps.find(ptr)
         host = None if dev else self.host.find(ptr)
         if dev is None and host is None:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not known to the driver")
         start, size = dev or host
-        ctx = self.contexts[0]
+        # Device memory is its device's (context's); page-locked host memory is reported as
+        # device 0's (the fake does not record which context page-locked it).
+        ordinal = self.heaps.device_of(ptr) if dev else 0
+        ctx = self.contexts[ordinal]
         table = {
             1: (ctypes.c_void_p, ctx),  # CONTEXT
             2: (ctypes.c_uint, _CU_MEMORYTYPE_DEVICE if dev else _CU_MEMORYTYPE_HOST),
@@ -131,7 +137,7 @@ class MemoryEntries:
             6: (ctypes.c_uint, 0),  # SYNC_MEMOPS
             7: (ctypes.c_ulonglong, start),  # BUFFER_ID
             8: (ctypes.c_int, 0),  # IS_MANAGED
-            9: (ctypes.c_int, 0),  # DEVICE_ORDINAL
+            9: (ctypes.c_int, ordinal),  # DEVICE_ORDINAL
             11: (ctypes.c_uint64, start),  # RANGE_START_ADDR
             12: (ctypes.c_size_t, size),  # RANGE_SIZE
             13: (ctypes.c_int, 1),  # MAPPED
@@ -149,7 +155,7 @@ class MemoryEntries:
     def cuPointerGetAttributes(self, n: int, attributes: int, data: int, ptr: int) -> None:
         attrs = ctypes.cast(attributes, ctypes.POINTER(ctypes.c_int))
         outs = ctypes.cast(data, ctypes.POINTER(ctypes.c_void_p))
-        known = self.heap.find(ptr) or self.host.find(ptr)
+        known = self.heaps.find(ptr) or self.host.find(ptr)
         for i in range(n):
             if known is None:  # CUDA: an unknown pointer reads as zeros, not an error
                 if attrs[i] == 2:
@@ -168,21 +174,27 @@ class MemoryEntries:
         label: str,
         wait: bool,
         keep: object = None,
+        after: list = (),
     ) -> None:
-        """Queue a copy of ``n`` bytes; device ranges are checked now and again when it runs."""
+        """Queue a copy of ``n`` bytes; device ranges are checked now and again when it runs.
+
+        Device memory of any device may be either end (unified addressing): a copy between
+        two devices' memory is allowed with or without peer access, and counted.
+        """
         for ptr, what in ((dst, "destination"), (src, "source")):
-            if self.heap.owns(ptr):
-                self.heap.check(ptr, n, f"{label} {what}")
+            if self.heaps.owns(ptr):
+                self.heaps.check(ptr, n, f"{label} {what}")
 
         def run() -> None:
             for ptr, what in ((dst, "destination"), (src, "source")):
-                if self.heap.owns(ptr):
-                    self.heap.check(ptr, n, f"{label} {what} (when it ran)")
+                if self.heaps.owns(ptr):
+                    self.heaps.check(ptr, n, f"{label} {what} (when it ran)")
             ctypes.memmove(dst, src, n)
             del keep_alive[:]
 
         keep_alive = [keep]  # a staging buffer lives until the copy ran
-        op = self.queue.enqueue(stream, run, label)
+        self.count_copy(dst, src, n)
+        op = self.queue.enqueue(stream, run, label, after=after)
         if wait:
             self._run(lambda: self.queue.run_until([op]))
 
@@ -220,16 +232,16 @@ class MemoryEntries:
     def cuMemcpyAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
         s = self.queue.stream(stream)
         keep = None
-        if not self.heap.owns(src) and not self.host.page_locked(src, n):
+        if not self.heaps.owns(src) and not self.host.page_locked(src, n):
             src, keep = self._staged(src, n)
-        wait = not self.heap.owns(dst) and not self.host.page_locked(dst, n)
+        wait = not self.heaps.owns(dst) and not self.host.page_locked(dst, n)
         self._copy(dst, src, n, s, "copyAsync", wait=wait, keep=keep)
 
     def _memset(self, dst: int, value: int, n: int, stream: Stream, wait: bool) -> None:
-        self.heap.check(dst, n, "cuMemsetD8")
+        self.heaps.check(dst, n, "cuMemsetD8")
 
         def run() -> None:
-            self.heap.check(dst, n, "cuMemsetD8 (when it ran)")
+            self.heaps.check(dst, n, "cuMemsetD8 (when it ran)")
             ctypes.memset(dst, value, n)
 
         op = self.queue.enqueue(stream, run, "memset")

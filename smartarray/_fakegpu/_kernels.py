@@ -107,7 +107,7 @@ def _decode(ty: object, params: _Params) -> object:
     raise CudaError(CUDA_ERROR_INVALID_VALUE, f"fake GPU cannot decode kernel argument type {ty}")
 
 
-def _materialise(driver: object, kernel: str, argname: str, value: object) -> object:
+def _materialise(driver: object, kernel: str, argname: str, value: object, device: int) -> object:
     """Turn decoded arrays into simulator arrays over device memory, checking the range."""
     if isinstance(value, tuple) and value and value[0] in ("array", "record"):
         kind, ty, data, shape, strides, itemsize = value
@@ -118,7 +118,7 @@ def _materialise(driver: object, kernel: str, argname: str, value: object) -> ob
         hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n) + itemsize
         empty = any(n == 0 for n in shape)
         if not empty:
-            _check_range(driver, kernel, argname, data + lo, hi - lo)
+            _check_range(driver, kernel, argname, data + lo, hi - lo, device)
             # An array typed unaligned (a packed record's field) compiles to byte-wise
             # accesses: only an aligned type promises the hardware aligned loads.
             aligned = kind == "record" or getattr(ty, "aligned", True)
@@ -141,17 +141,29 @@ def _materialise(driver: object, kernel: str, argname: str, value: object) -> ob
             return arr.reshape(())[()]
         return FakeWithinKernelCUDAArray(FakeCUDAArray(arr))
     if isinstance(value, tuple):
-        return tuple(_materialise(driver, kernel, argname, v) for v in value)
+        return tuple(_materialise(driver, kernel, argname, v, device) for v in value)
     return value
 
 
-def _check_range(driver: object, kernel: str, argname: str, start: int, nbytes: int) -> None:
-    found = driver.heap.find(start)
+def _check_range(
+    driver: object, kernel: str, argname: str, start: int, nbytes: int, device: int
+) -> None:
+    """Raise unless a kernel on ``device`` may touch ``[start, start + nbytes)``: one live
+    allocation of its own memory, or of a peer's whose access its context enabled."""
+    found = driver.heaps.find(start)
     if found is not None and start + nbytes <= found[0] + found[1]:
-        return
+        owner = driver.heaps.device_of(start)
+        if driver.can_access(device, owner):
+            return
+        raise CudaError(
+            CUDA_ERROR_ILLEGAL_ADDRESS,
+            f"kernel {kernel} on device {device}: argument {argname!r} spans {nbytes} bytes at "
+            f"{start:#x}, device {owner}'s memory, and peer access from device {device} to "
+            f"device {owner} is not enabled (cuCtxEnablePeerAccess)",
+        )
     if driver.host.page_locked(start, nbytes):  # mapped page-locked host memory
         return
-    where = "freed device memory" if driver.heap.owns(start) else "not device memory"
+    where = "freed device memory" if driver.heaps.owns(start) else "not device memory"
     raise CudaError(
         CUDA_ERROR_ILLEGAL_ADDRESS,
         f"kernel {kernel}: argument {argname!r} spans {nbytes} bytes at {start:#x} ({where})",
@@ -243,9 +255,10 @@ def _python_intrinsics() -> dict[int, Callable[..., object]]:
 
 
 def prepare(
-    driver: object, name: str, params: int, grid: tuple, block: tuple, smem: int
+    driver: object, name: str, params: int, grid: tuple, block: tuple, smem: int, device: int
 ) -> Callable[[], None]:
-    """Decode a launch now (CUDA copies ``kernelParams`` at launch); the returned call runs it."""
+    """Decode a launch now (CUDA copies ``kernelParams`` at launch); the returned call runs it
+    on ``device`` (its arrays are checked then: peer access is a property of that moment)."""
     kernel = _kernel_object(name)
     reader = _Params(params)
     decoded = [_decode(ty, reader) for ty in kernel.argument_types]
@@ -253,14 +266,26 @@ def prepare(
     argnames += [f"#{i}" for i in range(len(argnames), len(decoded))]
 
     def run() -> None:
-        args = [_materialise(driver, name, a, v) for a, v in zip(argnames, decoded, strict=False)]
-        _execute(driver, kernel, name, args, grid, block, smem)
+        # Fault messages name the Python function first: the entry name is mangled.
+        label = f"{kernel.py_func.__qualname__} ({name})"
+        args = [
+            _materialise(driver, label, a, v, device)
+            for a, v in zip(argnames, decoded, strict=False)
+        ]
+        _execute(driver, kernel, name, args, grid, block, smem, device)
 
     return run
 
 
 def _execute(
-    driver: object, kernel: object, name: str, args: list, grid: tuple, block: tuple, smem: int
+    driver: object,
+    kernel: object,
+    name: str,
+    args: list,
+    grid: tuple,
+    block: tuple,
+    smem: int,
+    device: int,
 ) -> None:
     from numba.cuda.simulator import kernel as simkernel
 
@@ -275,7 +300,7 @@ def _execute(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        _run_blocks(driver, kernel, name, fn, fake_module, args, grid, block)
+        _run_blocks(driver, kernel, name, fn, fake_module, args, grid, block, device)
     finally:
         if collecting:
             gc.enable()
@@ -290,6 +315,7 @@ def _run_blocks(
     args: list,
     grid: tuple,
     block: tuple,
+    device: int,
 ) -> None:
     from numba.cuda.simulator import kernel as simkernel
 
@@ -312,7 +338,7 @@ def _run_blocks(
                         f"run in Python: {exc}",
                     ) from exc
                 if kernel.debug:
-                    _report_exception(driver, kernel, name, exc)
+                    _report_exception(driver, kernel, name, exc, device)
                     return
                 # Without debug a GPU does not check: the faulting thread stops, others run on.
                 print(
@@ -334,7 +360,9 @@ def _beyond_the_interpreter(exc: Exception) -> bool:
     )
 
 
-def _report_exception(driver: object, kernel: object, name: str, exc: Exception) -> None:
+def _report_exception(
+    driver: object, kernel: object, name: str, exc: Exception, device: int
+) -> None:
     """Write numba's ``__errcode__`` globals so numba-cuda raises the kernel's exception."""
     exceptions = getattr(kernel.call_helper, "exceptions", {})
     # Several raise sites may share a class (numba's own range() check raises ValueError too):
@@ -354,7 +382,13 @@ def _report_exception(driver: object, kernel: object, name: str, exc: Exception)
     values = {"errcode": code}
     values.update({f"tid{a}": v for a, v in zip("xyz", ids[:3], strict=False)})
     values.update({f"ctaid{a}": v for a, v in zip("xyz", ids[3:], strict=False)})
-    libs = [lib for (lib, gname) in driver.globals if gname == f"{name}__errcode__"]
+    # A library's globals are per context: the launching device's copy is the one read back.
+    libs = [
+        lib
+        for (lib, gname, dev) in driver.globals
+        if gname == f"{name}__errcode__" and dev == device
+    ]
     for lib in libs:
         for key, value in values.items():
-            ctypes.c_int.from_address(driver.global_address(lib, f"{name}__{key}__")).value = value
+            address = driver.global_address(lib, f"{name}__{key}__", device)
+            ctypes.c_int.from_address(address).value = value

@@ -47,7 +47,7 @@ class ExecutionEntries:
 
     # streams --------------------------------------------------------------------------------
     def cuStreamCreate(self, p: int, flags: int) -> None:
-        self._context()
+        self._context()  # the stream is the current context's (Queue.create_stream)
         _put(p, ctypes.c_void_p, self.queue.create_stream(flags).handle)
 
     def cuStreamCreateWithPriority(self, p: int, flags: int, priority: int) -> None:
@@ -92,15 +92,13 @@ class ExecutionEntries:
         _put(p, ctypes.c_int, 0)
 
     def cuStreamGetCtx(self, stream: int | None, p: int) -> None:
-        self.queue.stream(stream)
-        _put(p, ctypes.c_void_p, self.contexts[0])
+        _put(p, ctypes.c_void_p, self.contexts[self.queue.stream(stream).device])
 
     def cuStreamGetId(self, stream: int | None, p: int) -> None:
         _put(p, ctypes.c_ulonglong, self.queue.stream(stream).handle)
 
     def cuStreamGetDevice(self, stream: int | None, p: int) -> None:
-        self.queue.stream(stream)
-        _put(p, ctypes.c_int, 0)
+        _put(p, ctypes.c_int, self.queue.stream(stream).device)
 
     def cuLaunchHostFunc(self, stream: int | None, fn: int, data: int | None) -> None:
         call = _HOST_FN(fn)
@@ -124,6 +122,13 @@ class ExecutionEntries:
 
     def cuEventRecord(self, event: int | None, stream: int | None) -> None:
         e, s = self.queue.event(event or 0), self.queue.stream(stream)
+        if e.device != s.device:
+            # CUDA: "hEvent and hStream must be from the same context otherwise
+            # CUDA_ERROR_INVALID_HANDLE is returned". Waiting on it from any device is legal.
+            raise CudaError(
+                CUDA_ERROR_INVALID_HANDLE,
+                f"event of device {e.device} recorded on a stream of device {s.device}",
+            )
         e.op = self.queue.enqueue(s, lambda: None, "record")
 
     def cuEventRecordWithFlags(self, event: int | None, stream: int | None, flags: int) -> None:
@@ -137,6 +142,8 @@ class ExecutionEntries:
         self._poll(self.queue.event(event or 0).op)
 
     def cuEventElapsedTime(self, p: int, start: int | None, end: int | None) -> None:
+        if self.queue.event(start or 0).device != self.queue.event(end or 0).device:
+            raise CudaError(CUDA_ERROR_INVALID_HANDLE, "events of two devices")
         for h in (start, end):
             e = self.queue.event(h or 0)
             if e.op is None or not e.op.done:
@@ -202,15 +209,16 @@ class ExecutionEntries:
         if not text.endswith("__"):  # numba's exception globals; other globals are not modelled
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"global {text}")
         if dptr:
-            _put(dptr, ctypes.c_uint64, self.global_address(lib or 0, text))
+            _put(dptr, ctypes.c_uint64, self.global_address(lib or 0, text, self._current_device()))
         if nbytes:
             _put(nbytes, ctypes.c_size_t, 4)
 
-    def global_address(self, lib: int, name: str) -> int:
-        """Device address of a module's 4-byte global ``name`` (zeroed when first asked)."""
-        key = (lib, name)
+    def global_address(self, lib: int, name: str, device: int) -> int:
+        """Device address of a module's 4-byte global ``name`` in ``device``'s context (zeroed
+        when first asked): a library loaded in several contexts has a copy in each."""
+        key = (lib, name, device)
         if key not in self.globals:
-            self.globals[key] = self.heap.alloc(4)
+            self.globals[key] = self.heaps[device].alloc(4)
             ctypes.memset(self.globals[key], 0, 4)
         return self.globals[key]
 
@@ -264,6 +272,16 @@ class ExecutionEntries:
     ) -> None:
         name = self._kernel_name(f)
         s = self.queue.stream(stream)
+        device = self._current_device()
+        if s.device != device:
+            # CUDA's programming guide (multi-device system, "Stream and Event Behavior"): a
+            # kernel launch fails if issued to a stream not associated with the current
+            # device; the runtime answers it as an invalid resource handle. Copies may.
+            raise CudaError(
+                CUDA_ERROR_INVALID_HANDLE,
+                f"launch of {name} on a stream of device {s.device} while device {device} is "
+                "current",
+            )
         if (
             0 in grid
             or 0 in block
@@ -274,7 +292,7 @@ class ExecutionEntries:
             raise CudaError(
                 CUDA_ERROR_INVALID_VALUE, f"launch of {name} with grid {grid} block {block}"
             )
-        run = _kernels.prepare(self, name, params, grid, block, smem)
+        run = _kernels.prepare(self, name, params, grid, block, smem, device)
         # Who launched: the Python frames above this callback (tests check that numba-cuda's
         # own _Kernel.launch called cuda.core's compiled launch, which called the driver).
         frame, self.launch_stack = sys._getframe(1), []

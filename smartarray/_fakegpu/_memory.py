@@ -1,7 +1,8 @@
 """Device memory and host page-locking of the fake CUDA driver.
 
-Device memory comes from one anonymous mapping, apart from every host allocation, so a device
-pointer is never a valid host pointer by accident. Freed blocks are poisoned (``0xDB``) and
+Each device's memory comes from an anonymous mapping of its own, apart from every host
+allocation and from the other devices' memory, so a device pointer is never a valid host
+pointer, nor another device's, by accident. Freed blocks are poisoned (``0xDB``) and
 leave the table of live allocations, so a copy or a kernel that touches them fails with
 ``CUDA_ERROR_ILLEGAL_ADDRESS`` / ``CUDA_ERROR_INVALID_VALUE`` instead of reading stale bytes.
 """
@@ -21,28 +22,46 @@ from ._errors import (
     CudaError,
 )
 
-__all__ = ["DeviceHeap", "HostRegistry"]
+__all__ = ["DeviceHeap", "DeviceHeaps", "HostRegistry"]
 
 _ALIGN = 256
 POISON = 0xDB
 
 
-def _env_bytes(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if not value:
-        return default
-    text = value.strip().upper()
+def _bytes(text: str) -> int:
+    text = text.strip().upper()
     for suffix, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if text.endswith(suffix) or text.endswith(suffix + "B") or text.endswith(suffix + "IB"):
             return int(float(text.rstrip("IB").rstrip(suffix)) * scale)
     return int(text)
 
 
-class DeviceHeap:
-    """First-fit allocator over one mapping of ``SMARTARRAY_FAKE_GPU_MEMORY`` bytes (1 GiB)."""
+def device_sizes(count: int, default: int = 1 << 30) -> list[int]:
+    """Each device's memory from ``SMARTARRAY_FAKE_GPU_MEMORY``.
 
-    def __init__(self) -> None:
-        self.size = _env_bytes("SMARTARRAY_FAKE_GPU_MEMORY", 1 << 30)
+    One size applies to every device; a comma-separated list gives device 0, 1, ... theirs,
+    its last entry repeating for the devices after it (``64M,32M``).
+    """
+    value = os.environ.get("SMARTARRAY_FAKE_GPU_MEMORY", "")
+    if not value.strip():
+        return [default] * count
+    try:
+        sizes = [_bytes(part) for part in value.split(",")]
+    except ValueError:
+        raise ValueError(
+            f"SMARTARRAY_FAKE_GPU_MEMORY={value!r}: expected a size (1G, 512M, 65536) or a "
+            "comma-separated list of sizes, one per device"
+        ) from None
+    if any(size <= 0 for size in sizes):
+        raise ValueError(f"SMARTARRAY_FAKE_GPU_MEMORY={value!r}: sizes must be positive")
+    return [sizes[min(i, len(sizes) - 1)] for i in range(count)]
+
+
+class DeviceHeap:
+    """First-fit allocator over one mapping of ``size`` bytes: one device's memory."""
+
+    def __init__(self, size: int = 1 << 30) -> None:
+        self.size = size
         self._map = mmap.mmap(-1, self.size)
         self.base = ctypes.addressof(ctypes.c_char.from_buffer(self._map))
         self._starts: list[int] = []  # sorted starts of live allocations
@@ -93,6 +112,44 @@ class DeviceHeap:
             raise CudaError(
                 CUDA_ERROR_INVALID_VALUE, f"{what}: {nbytes} bytes at {ptr:#x} ({state})"
             )
+
+
+class DeviceHeaps:
+    """The memory of every fake device: one :class:`DeviceHeap` (one mapping) each.
+
+    With unified addressing a pointer names its device: the lookups here find the heap that
+    holds it, whichever device is current.
+    """
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.heaps = [DeviceHeap(size) for size in sizes]
+
+    def __getitem__(self, device: int) -> DeviceHeap:
+        return self.heaps[device]
+
+    def device_of(self, ptr: int) -> int | None:
+        """The device whose memory ``ptr`` lies in (freed or live), or ``None``."""
+        for device, heap in enumerate(self.heaps):
+            if heap.owns(ptr):
+                return device
+        return None
+
+    def owns(self, ptr: int) -> bool:
+        return self.device_of(ptr) is not None
+
+    def find(self, ptr: int) -> tuple[int, int] | None:
+        """``(start, size)`` of the live allocation holding ``ptr``, on any device."""
+        device = self.device_of(ptr)
+        return None if device is None else self.heaps[device].find(ptr)
+
+    def check(self, ptr: int, nbytes: int, what: str) -> None:
+        """Raise unless ``[ptr, ptr + nbytes)`` lies in one live allocation of one device."""
+        device = self.device_of(ptr)
+        (self.heaps[0] if device is None else self.heaps[device]).check(ptr, nbytes, what)
+
+    def free(self, ptr: int) -> None:
+        device = self.device_of(ptr)
+        (self.heaps[0] if device is None else self.heaps[device]).free(ptr)
 
 
 class HostRegistry:

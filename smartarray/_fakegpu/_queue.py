@@ -3,11 +3,12 @@
 Work on a stream is an :class:`Op`; it runs only when the host waits for it (a stream or
 context synchronisation, an event synchronisation, a blocking copy), and then in an order
 drawn from a seeded random generator among the orders CUDA allows: a stream runs its work in
-order; the legacy default stream waits for all work of blocking streams and blocking streams
-wait for it (non-blocking streams do neither); ``cuStreamWaitEvent`` orders later work of a
-stream after what an event captured. Only the work the host waits for runs: everything else
-stays queued, the most adversarial choice CUDA permits. The seed is
-``SMARTARRAY_FAKE_GPU_SEED`` (default 0).
+order; each device's legacy default stream waits for all work of that device's blocking
+streams and they wait for it (non-blocking streams do neither, other devices' streams neither);
+``cuStreamWaitEvent`` orders later work of a stream after what an event captured, whichever
+device recorded it. One queue holds every device's work, so a wait across devices is one more
+dependency. Only the work the host waits for runs: everything else stays queued, the most
+adversarial choice CUDA permits. The seed is ``SMARTARRAY_FAKE_GPU_SEED`` (default 0).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ class Op:
 
 
 class Stream:
-    """A stream: its handle, flags, and the last work queued on it."""
+    """A stream: its handle, flags, device (its context's), and the last work queued on it."""
 
-    def __init__(self, handle: int, flags: int, legacy: bool = False) -> None:
+    def __init__(self, handle: int, flags: int, legacy: bool = False, device: int = 0) -> None:
         self.handle = handle
         self.flags = flags
         self.legacy = legacy
+        self.device = device
         self.last: Op | None = None
         self.destroyed = False
 
@@ -62,34 +64,55 @@ class Stream:
 class Event:
     """An event: the op that its last record captured (``None``: nothing recorded yet)."""
 
-    def __init__(self, handle: int, flags: int) -> None:
+    def __init__(self, handle: int, flags: int, device: int = 0) -> None:
         self.handle = handle
         self.flags = flags
+        self.device = device
         self.op: Op | None = None
         self.destroyed = False
 
 
 class Queue:
-    """All streams and events of the fake device, and the seeded order queued work runs in."""
+    """All streams and events of the fake devices, and the seeded order queued work runs in.
 
-    def __init__(self, handles: Callable[[], int]) -> None:
+    ``device`` answers the calling thread's current device: the stream handles 0 (legacy) and
+    2 (per-thread) name a stream of that device's context, and new streams and events belong
+    to it.
+    """
+
+    def __init__(self, handles: Callable[[], int], device: Callable[[], int] = lambda: 0) -> None:
         self._handles = handles
+        self._device = device
         self.rng = random.Random(int(os.environ.get("SMARTARRAY_FAKE_GPU_SEED", "0")))
-        self.legacy = Stream(LEGACY, 0, legacy=True)
-        self.streams: dict[int, Stream] = {0: self.legacy, LEGACY: self.legacy}
-        self._per_thread: dict[int, Stream] = {}
+        self._legacy: dict[int, Stream] = {}  # device -> its legacy default stream
+        self.streams: dict[int, Stream] = {}
+        self._per_thread: dict[tuple[int, int], Stream] = {}
         self.events: dict[int, Event] = {}
         self.ops: list[Op] = []  # queued, not yet run
         self.ran: list[str] = []  # labels of ops, in the order they ran (for tests)
         self._running = threading.local()
 
     # streams and events -------------------------------------------------------------------
+    @property
+    def legacy(self) -> Stream:
+        """The current device's legacy default stream."""
+        return self.legacy_of(self._device())
+
+    def legacy_of(self, device: int) -> Stream:
+        """``device``'s legacy default stream (each context has its own)."""
+        found = self._legacy.get(device)
+        if found is None:
+            found = self._legacy[device] = Stream(LEGACY, 0, legacy=True, device=device)
+        return found
+
     def stream(self, handle: int | None) -> Stream:
         handle = handle or 0
+        if handle in (0, LEGACY):
+            return self.legacy
         if handle == PER_THREAD:
-            key = threading.get_ident()
+            key = (threading.get_ident(), self._device())
             if key not in self._per_thread:
-                self._per_thread[key] = Stream(self._handles(), 0)
+                self._per_thread[key] = Stream(self._handles(), 0, device=key[1])
             return self._per_thread[key]
         found = self.streams.get(handle)
         if found is None or found.destroyed:
@@ -99,7 +122,7 @@ class Queue:
         return found
 
     def create_stream(self, flags: int) -> Stream:
-        s = Stream(self._handles(), flags)
+        s = Stream(self._handles(), flags, device=self._device())
         self.streams[s.handle] = s
         return s
 
@@ -112,7 +135,7 @@ class Queue:
         del self.streams[handle]
 
     def create_event(self, flags: int) -> Event:
-        e = Event(self._handles(), flags)
+        e = Event(self._handles(), flags, device=self._device())
         self.events[e.handle] = e
         return e
 
@@ -130,9 +153,15 @@ class Queue:
     ) -> Op:
         deps = [stream.last] if stream.last is not None else []
         if stream.legacy:
-            deps += [s.last for s in self._all_streams() if s.blocking and not s.legacy and s.last]
-        elif stream.blocking and self.legacy.last is not None:
-            deps.append(self.legacy.last)
+            deps += [
+                s.last
+                for s in self._all_streams()
+                if s.blocking and not s.legacy and s.last and s.device == stream.device
+            ]
+        else:
+            legacy = self._legacy.get(stream.device)
+            if stream.blocking and legacy is not None and legacy.last is not None:
+                deps.append(legacy.last)
         deps += list(after)
         op = Op(fn, stream, label, [d for d in deps if not d.done])
         stream.last = op
@@ -178,6 +207,10 @@ class Queue:
 
     def synchronize_all(self) -> None:
         self.run_until(list(self.ops))
+
+    def synchronize_device(self, device: int) -> None:
+        """Run ``device``'s queued work (and, of other devices' work, what it waits for)."""
+        self.run_until([op for op in self.ops if op.stream.device == device])
 
     def idle(self, stream: Stream) -> bool:
         return stream.last is None or stream.last.done

@@ -31,7 +31,8 @@ from ._errors import (
     CudaError,
 )
 from ._launch import ExecutionEntries
-from ._memory import DeviceHeap, HostRegistry
+from ._memory import DeviceHeaps, HostRegistry, device_sizes
+from ._peer import PeerEntries, allowed_pairs
 from ._queue import Queue
 from ._signatures import prototype
 
@@ -117,22 +118,46 @@ def _cstr(ptr: int) -> str:
     return ctypes.string_at(ptr).decode()
 
 
-class FakeDriver(MemoryEntries, ExecutionEntries):
-    """State of the fake driver: devices, contexts, memory, streams, modules."""
+def _device_count() -> int:
+    value = os.environ.get("SMARTARRAY_FAKE_GPU_DEVICES", "1")
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ValueError(
+            f"SMARTARRAY_FAKE_GPU_DEVICES={value!r}: expected a number of devices, 1 or more"
+        )
+    return count
+
+
+class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
+    """State of the fake driver: devices, contexts, memory, streams, modules.
+
+    Each device has a primary context, memory (``heaps[device]``), a memory pool and a legacy
+    default stream of its own; streams and events belong to the device current when they were
+    made. ``peer_allowed`` holds the directed device pairs that may access each other's memory,
+    ``peer_enabled`` those enabled (:mod:`._peer`).
+    """
 
     def __init__(self) -> None:
-        self.device_count = int(os.environ.get("SMARTARRAY_FAKE_GPU_DEVICES", "1"))
+        self.device_count = _device_count()
         self._handle_ids = itertools.count(0x10000, 0x10)
-        self.heap = DeviceHeap()
+        self.heaps = DeviceHeaps(device_sizes(self.device_count))
         self.host = HostRegistry()
-        self.queue = Queue(lambda: next(self._handle_ids))
+        self.queue = Queue(lambda: next(self._handle_ids), self._queue_device)
         self.initialized = False
         self.contexts = {d: next(self._handle_ids) for d in range(self.device_count)}
-        self.mempool = next(self._handle_ids)
+        self._ctx_device = {c: d for d, c in self.contexts.items()}
+        self.mempools = {d: next(self._handle_ids) for d in range(self.device_count)}
+        self.peer_allowed = allowed_pairs(self.device_count)
+        self.peer_enabled: set[tuple[int, int]] = set()
+        self.peer_copies: Counter[tuple[int, int]] = Counter()  # (from, to) device: copies
+        self.peer_bytes: Counter[tuple[int, int]] = Counter()  # (from, to) device: bytes
         self._current = threading.local()
         self.libraries: dict[int, bytes] = {}
         self.kernels: dict[int, str] = {}  # CUkernel / CUfunction handle -> entry name
-        self.globals: dict[tuple[int, str], int] = {}
+        self.globals: dict[tuple[int, str, int], int] = {}  # (library, name, device)
         self.sticky: CudaError | None = None
         self.calls: Counter[str] = Counter()  # how often each entry point was called
         # Thread CPU time spent in the entry points (benchmarks subtract it: a GPU driver's
@@ -221,6 +246,15 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
             raise CudaError(CUDA_ERROR_INVALID_CONTEXT, "no current context")
         return ctx
 
+    def _current_device(self) -> int:
+        """The device of the calling thread's current context."""
+        return self._ctx_device[self._context()]
+
+    def _queue_device(self) -> int:
+        """The device whose legacy stream handle 0 names: the current one (device 0 when no
+        context is current, which calls that need a context refuse on their own)."""
+        return self._ctx_device.get(getattr(self._current, "ctx", 0), 0)
+
     # initialisation, devices, contexts -------------------------------------------------------
     def cuInit(self, flags: int) -> None:
         self.initialized = True
@@ -248,15 +282,11 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
     cuDeviceGetUuid_v2 = cuDeviceGetUuid
 
     def cuDeviceTotalMem(self, p: int, dev: int) -> None:
-        self._device(dev)
-        _put(p, ctypes.c_size_t, self.heap.size)
+        _put(p, ctypes.c_size_t, self.heaps[self._device(dev)].size)
 
     def cuDeviceGetPCIBusId(self, p: int, length: int, dev: int) -> None:
         text = f"0000:{self._device(dev) + 1:02x}:00.0".encode()[: length - 1]
         ctypes.memmove(p, text + b"\0", len(text) + 1)
-
-    def cuDeviceCanAccessPeer(self, p: int, dev: int, peer: int) -> None:
-        _put(p, ctypes.c_int, int(self._device(dev) != self._device(peer)))
 
     def cuDevicePrimaryCtxRetain(self, p: int, dev: int) -> None:
         _put(p, ctypes.c_void_p, self.contexts[self._device(dev)])
@@ -293,15 +323,14 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
         self._current.ctx = stack.pop() if stack else 0
 
     def cuCtxGetDevice(self, p: int) -> None:
-        ctx = self._context()
-        _put(p, ctypes.c_int, next(d for d, c in self.contexts.items() if c == ctx))
+        _put(p, ctypes.c_int, self._current_device())
 
     def cuCtxGetId(self, ctx: int | None, p: int) -> None:
         _put(p, ctypes.c_ulonglong, ctx or self._context())
 
     def cuCtxSynchronize(self) -> None:
-        self._context()
-        self._run(self.queue.synchronize_all)
+        device = self._current_device()
+        self._run(lambda: self.queue.synchronize_device(device))
 
     def cuCtxGetStreamPriorityRange(self, least: int, greatest: int) -> None:
         if least:
@@ -313,9 +342,6 @@ class FakeDriver(MemoryEntries, ExecutionEntries):
         _put(p, ctypes.c_size_t, 1024)
 
     def cuCtxSetLimit(self, limit: int, value: int) -> None:
-        pass
-
-    def cuCtxEnablePeerAccess(self, ctx: int | None, flags: int) -> None:
         pass
 
     def cuGetErrorName(self, code: int, p: int) -> None:
