@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 import pytest
-from _kernels import add_one
+from _kernels import add_one, non_blocking_stream
 from numba import cuda
 
 import smartarray as sa
@@ -494,13 +494,7 @@ def test_gpu_interface_stream_after_a_launch_on_a_stream_orders_the_consumer_aft
     default stream (1), made to wait for the launch's event on the device: the user's stream
     may be destroyed before the consumer runs, and a consumer ordered after stream 1 sees the
     kernel's writes (a non-blocking stream is not ordered before the legacy stream by CUDA)."""
-    from cuda.bindings import driver as drv
-
-    cuda.current_context()  # the primary context, current in this thread
-    err, handle = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
-    assert err == drv.CUresult.CUDA_SUCCESS
-    s = cuda.external_stream(int(handle))
-    try:
+    with non_blocking_stream() as s:
         for trial in range(8):  # the fake driver's seeded order picks another order each time
             a = sa.SmartArray(np.zeros(N))
             a.gpu()
@@ -510,9 +504,6 @@ def test_gpu_interface_stream_after_a_launch_on_a_stream_orders_the_consumer_aft
             assert iface["stream"] == 1
             d = cuda.from_cuda_array_interface(iface, owner=a, sync=False)
             np.testing.assert_array_equal(d.copy_to_host(), np.full(N, 3.0), err_msg=str(trial))
-    finally:
-        cuda.synchronize()
-        drv.cuStreamDestroy(handle)
 
 
 @pytest.mark.gpu

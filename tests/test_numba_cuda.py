@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 import pytest
-from _kernels import add_one
+from _kernels import add_one, non_blocking_stream
 from _targets import real_target_env
 from numba import cuda
 
@@ -550,43 +550,25 @@ def test_gpu_launches_on_two_streams_are_ordered_on_one_array():
 def test_gpu_default_stream_work_is_ordered_before_a_launch_on_a_non_blocking_stream():
     # A non-blocking stream (what CuPy and PyTorch may hand over) does not wait for the legacy
     # default stream: smartarray orders the default stream's kernel before it with an event.
-    from cuda.bindings import driver as drv
-
-    cuda.current_context()
-    err, handle = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
-    assert err == drv.CUresult.CUDA_SUCCESS
-    s = cuda.external_stream(int(handle))
-    try:
+    with non_blocking_stream() as s:
         for _ in range(8):  # the fake driver's seeded order picks another order each time
             a = sa.SmartArray(np.zeros(MID))
             fill_with_index[a.size // 256, 256](a)  # on the default stream
             add_one[a.size // 256, 256, s](a)
             np.testing.assert_array_equal(np.asarray(a), np.arange(a.size) + 1.0)
-    finally:
-        cuda.synchronize()
-        drv.cuStreamDestroy(handle)
 
 
 @pytest.mark.gpu
 def test_gpu_host_write_waits_for_an_upload_on_a_non_blocking_launch_stream():
     # The upload from page-locked memory runs when the stream gets to it: a host write waits
     # for the launch's stream, which a wait for the default stream does not cover here.
-    from cuda.bindings import driver as drv
-
-    cuda.current_context()
-    err, handle = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
-    assert err == drv.CUresult.CUDA_SUCCESS
-    s = cuda.external_stream(int(handle))
-    try:
+    with non_blocking_stream() as s:
         for _ in range(8):  # the fake driver's seeded order picks another order each time
             a = sa.SmartArray(np.arange(float(MID)), pinned=True)
             out = sa.SmartArray(np.zeros(MID))
             copy_into[MID // 256, 256, s](sa.In(a), out)
             a[:] = -1.0  # the kernel's input must not change
             np.testing.assert_array_equal(np.asarray(out), np.arange(float(MID)))
-    finally:
-        cuda.synchronize()
-        drv.cuStreamDestroy(handle)
 
 
 @pytest.mark.gpu
