@@ -78,6 +78,12 @@ class Launch:
         """``view`` (of ``buf``) is an argument: pinned from now until the callback ran."""
         self.entries.append((buf, view, intent, fast))
 
+    def _done(self) -> None:
+        """Unpinned; its arguments are let go (the thread keeps this object as its latest
+        launch: it must not keep their memory alive)."""
+        self.state = Launch.DONE
+        self.entries = []
+
     def pinned_buffers(self) -> list[Buffer]:
         """The buffers this launch keeps from eviction (none once its callback ran)."""
         if self.state == Launch.DONE:
@@ -92,7 +98,7 @@ class Launch:
         try:
             errors = self._record()
         finally:
-            self.state = Launch.DONE
+            self._done()
         if errors:
             failures = LaunchFailures(errors)
             if retr is not None:
@@ -161,7 +167,7 @@ def current(retr: list[Any], stream: Any) -> Launch:
             # Its launch failed before queuing (no callback will run): drop its reference
             # to that ``retr``, which holds it (a cycle), and its pins.
             launch.retr = None
-            launch.state = Launch.DONE
+            launch._done()
     launch = _local.launch = Launch(stream, retr)
     _residency.started(launch)
     return launch

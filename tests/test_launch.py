@@ -141,3 +141,16 @@ def test_a_launch_is_found_by_its_object_in_retr_not_by_address():
     for callback in retr:
         callback()
     assert fresh[0].pinned_buffers() == []  # ran: unpinned
+
+
+def test_a_launched_array_dropped_after_its_launch_is_freed_at_once():
+    """The thread's latest launch is remembered (for its pins) but holds none of its arguments
+    once its callback ran: an array dropped after a launch goes at once, with its device
+    memory (no garbage collection, no later launch needed)."""
+    import weakref
+
+    a = sa.SmartArray(np.zeros(32))
+    k_fill[1, 32](a, sa.In(a), sa.In(a))
+    buffer = weakref.ref(a._buf)
+    del a
+    assert buffer() is None
