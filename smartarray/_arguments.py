@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _launch, _numba_cpu, _numba_cuda, _residency, _streams, memory
-from ._engine import GPU, HOST, IN, INOUT
+from . import _devices, _launch, _numba_cpu, _numba_cuda, _residency, _streams, memory
+from ._engine import HOST, IN, INOUT
 from ._launch import LaunchWrites
 from .errors import TransferError
 
@@ -107,6 +107,7 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
             (self._gpu_only_at == version or (intent == IN and self._device_at == version))
             and devary is not None
             and (queued is launch.pending or (queued != 0 and _streams.same(queued, stream)))
+            and (not _devices.several or self._device_on == _devices.current())
         ):
             # The loop-of-launches fast path: nothing changed since this view was found
             # current on the device only (or, for a read, current there), and the latest work
@@ -131,13 +132,20 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         buf = self._buf
         # (The fast path needs no type check: it is open only to a view prepared here before.)
         self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
+        device = _devices.current()  # (a launch runs on the current device)
+        where = _devices.location(device)
+        if self._device_on != device:
+            # Cached for another device's copy: this launch needs this device's.
+            self._device_view = self._device_arg = None
+            self._gpu_only_at = self._device_at = -1
+            self._device_on = device
         if self._device_view is None:
             self._check_device_geometry()  # before anything moves
         _residency.preparing(launch)  # an allocation now keeps this launch's own pins
         try:
             with buf.lock:
                 exclusive = buf.acquire(
-                    GPU,
+                    where,
                     self._lo,
                     self._hi,
                     intent,
@@ -147,14 +155,18 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
                 )
                 if self._device_view is None:
                     devary = self._device_view = memory.device_view(
-                        buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+                        buf.ensure_device(where),
+                        self._offset,
+                        self._shape,
+                        self._strides,
+                        self._dtype,
                     )
                     self._device_arg = _numba_cuda.kernel_argument(devary)
                     _residency.cache_view(buf, self)  # an eviction clears the cache
                 state = buf.state
                 if exclusive:
                     self._gpu_only_at = self._device_at = state.version
-                elif state.is_valid(GPU, self._lo, self._hi):  # (Out uploads nothing)
+                elif state.is_valid(where, self._lo, self._hi):  # (Out uploads nothing)
                     self._device_at = state.version
                 launch.add(buf, self, intent, exclusive)  # pinned until the launch ran
                 return self._device_arg
@@ -170,14 +182,15 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
         """
         buf = self._buf
         lo, hi = self._lo, self._hi
+        where = _devices.location(self._device_on)  # (the launch's device)
         try:
             with buf.lock:
-                buf.release(GPU, lo, hi, INOUT, writes=writes)
+                buf.release(where, lo, hi, INOUT, writes=writes)
                 state = buf.state
                 # Open the launch fast path (which refreshes no held host array) only if no
                 # held array shows these bytes: the refresh runs after the buffer's last
                 # argument's record, which may fail after this one and leave them stale.
-                if state.is_exclusive(GPU, lo, hi) and not buf.held.any_stale(
+                if state.is_exclusive(where, lo, hi) and not buf.held.any_stale(
                     state.valid(HOST), lo, hi
                 ):
                     self._gpu_only_at = self._device_at = state.version

@@ -31,6 +31,7 @@ def copy_range(
     stream: Any = 0,
     reason: str = "",
     array: str = "",
+    location: str = "gpu",
 ) -> None:
     """Copy bytes ``[start, stop)`` between a host and a device byte buffer, and count it.
 
@@ -47,6 +48,8 @@ def copy_range(
         Where the copy is enqueued.
     reason, array : str
         Shown in trace events.
+    location : str
+        The device copy's location (``'gpu'`` or ``'gpu:N'``), named in trace events.
 
     Raises
     ------
@@ -68,8 +71,65 @@ def copy_range(
     except BaseException:
         _abort(began)
         raise
+    device = _absolute(location)
     _record(
-        direction, stop - start, reason, array, start=start, stop=stop, stream=stream, began=began
+        direction,
+        stop - start,
+        reason,
+        array,
+        start=start,
+        stop=stop,
+        stream=stream,
+        began=began,
+        between=("host", device) if direction == "h2d" else (device, "host"),
+    )
+
+
+def _absolute(location: str) -> str:
+    """``'gpu:N'`` for a device location (device 0's is ``'gpu'`` in the coherence state)."""
+    return "gpu:0" if location == "gpu" else location
+
+
+def copy_between_devices(
+    target: Any,
+    source: Any,
+    start: int,
+    stop: int,
+    stream: Any = 0,
+    reason: str = "",
+    array: str = "",
+    between: tuple[str, str] = ("gpu", "gpu"),
+) -> None:
+    """Copy bytes ``[start, stop)`` from one device byte buffer to another's, and count it.
+
+    The buffers may be on two devices (unified addressing: the driver copies peer to peer
+    where the devices can reach each other). Counted ``d2d``; trace events name both
+    locations (``between``: source, target).
+
+    Raises
+    ------
+    TransferGuardError
+        The transfer guard refuses the copy; nothing was copied.
+    """
+    if stop <= start:
+        return
+    began = _begin("d2d", stop - start, reason, array)  # the transfer guard may refuse
+    try:
+        part = _raw(source)[start:stop]._dev  # (a device array of the source's class)
+        _raw(target)[start:stop].copy_to_device(_sim.numba_copy_source(part), stream=stream)
+    except BaseException:
+        _abort(began)
+        raise
+    _record(
+        "d2d",
+        stop - start,
+        reason,
+        array,
+        start=start,
+        stop=stop,
+        stream=stream,
+        began=began,
+        between=(_absolute(between[0]), _absolute(between[1])),
     )
 
 

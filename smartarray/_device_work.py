@@ -3,20 +3,29 @@
 The operations of :class:`smartarray._engine.Buffer` that read and write its stream state
 (``stream``: the stream of the latest device work, ``0`` when none is queued; ``done``: the
 event recorded after it; ``done_for``: the stream that event captured; ``own_event``: the
-event only this buffer records). They are bound in ``Buffer``'s class body (one class at
-run time), kept here as one concept: nothing else writes that state.
+events only this buffer records, one per device; ``work_device``: the device of ``stream``).
+They are bound in ``Buffer``'s class body (one class at run time), kept here as one concept:
+nothing else writes that state.
+
+Several devices: an event can be recorded only on a stream of its own device, but any
+device's stream may wait for it (CUDA's programming guide, "Stream and Event Behavior").
+Work queued on another device than the current one is waited for on the host where it would
+otherwise take an event recorded on that device's stream (:func:`order_before` while a
+launch is being prepared there, :func:`unnamed_stream`): device switches are rare, and that
+wait is what a copy between the devices needs anyway.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import _residency, _streams
+from . import _devices, _residency, _streams
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._engine import Buffer
 
 __all__ = [
+    "works_on",
     "consumer_queued",
     "launched",
     "order_before",
@@ -32,6 +41,7 @@ def consumer_queued(self: Buffer, stream: Any) -> None:
     stream itself, not for an event recorded now. Call with the lock held."""
     self.stream = stream
     self.done_for = None
+    self.work_device = _devices.current()
 
 
 def wait_for_device(self: Buffer) -> None:
@@ -54,13 +64,20 @@ def queued(self: Buffer, stream: Any) -> None:
     the stream itself is kept only for same-stream comparisons. Call with the lock held.
     """
     pending = _streams.pending(stream)
-    event = self.own_event
+    device = _devices.current()
+    events = self.own_event
+    if events is None:
+        events = self.own_event = [None]
+    if device >= len(events):
+        events.extend([None] * (device + 1 - len(events)))
+    event = events[device]
     if event is None:
-        event = self.own_event = _streams.new_event()
+        event = events[device] = _streams.new_event()
     event.record(_streams.native(pending))
     self.stream = pending
     self.done = event
     self.done_for = pending
+    self.work_device = device
 
 
 def launched(self: Buffer, pending: Any, event: Any) -> None:
@@ -72,7 +89,19 @@ def launched(self: Buffer, pending: Any, event: Any) -> None:
     self.stream = pending
     self.done = event
     self.done_for = pending
+    self.work_device = _devices.current()
     _residency.touch(self)
+
+
+def works_on(self: Buffer, stream: Any) -> bool:
+    """Whether this buffer's latest device work is on ``stream`` (of the current device):
+    then work queued there next is ordered after it. With several devices the default
+    stream is each device's own."""
+    return (
+        self.stream != 0
+        and _streams.same(self.stream, stream)
+        and (not _devices.several or self.work_device == _devices.current())
+    )
 
 
 def order_before(self: Buffer, after: Any) -> None:
@@ -82,7 +111,9 @@ def order_before(self: Buffer, after: Any) -> None:
     once recorded, so the stream of that work need not be alive any more.
     """
     if self.done_for is self.stream:
-        self.done.wait(_streams.native(after))
+        self.done.wait(_streams.native(after))  # (any device's stream may wait for it)
+    elif _devices.several and self.work_device != _devices.current():
+        self.wait_for_device()  # an event recorded on that device's stream: not from here
     else:
         _streams.order(self.stream, after)
 
@@ -95,6 +126,10 @@ def unnamed_stream(self: Buffer) -> Any:
     stream, made to wait for the event on the device (no host wait), which then holds
     the buffer's latest work.
     """
+    if _devices.several and self.stream != 0 and self.work_device != _devices.current():
+        # Another device's stream: its copies and events are not this device's to queue.
+        self.wait_for_device()
+        return 0
     if self.stream == 0 or self.done_for is not self.stream:
         return self.stream
     if self.stream is _streams.DEFAULT:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import cuda
 
-from . import _residency, _streams
+from . import _devices, _residency, _streams
 from . import _simulator as _sim
 from . import memory as _memory
 from ._engine import GPU
@@ -251,11 +251,9 @@ def export(
                 "needs a copy, and copy=False refuses one"
             )
         copy = True
-    if dl_device_id is not None and dl_device_id != device_id(a._buf.device_bytes):
-        raise BufferError(
-            f"the array's device copy is on CUDA device {device_id(a._buf.device_bytes)}, "
-            f"not {dl_device_id}"
-        )
+    on = device_id(a._buf.device_copy(_devices.here()))
+    if dl_device_id is not None and dl_device_id != on:
+        raise BufferError(f"the array's device copy is on CUDA device {on}, not {dl_device_id}")
     consumer = None if value == NO_SYNC else _sim.consumer_stream(value)
     flags = FLAG_READ_ONLY if readonly else 0
     if copy:
@@ -273,15 +271,16 @@ def _copied(a: SmartArray) -> SmartArray:
     from .array import SmartArray
 
     buf = a._buf
+    here = _devices.here()
     with buf.lock:
         if (
             a.size
-            and buf.device_bytes is not None
+            and buf.device_copy(here) is not None
             and a.is_valid(GPU)
             and all(s >= 0 for s in a.strides)
         ):
             # A view of the copy (no hand-out: nothing the user holds pins the source after).
-            dev = _memory.device_view(buf.device_bytes, a._offset, a.shape, a.strides, a.dtype)
+            dev = _memory.device_view(buf.device_copy(here), a._offset, a.shape, a.strides, a.dtype)
             if _layout(dev) is not None:
                 order_before_default(a)  # the copy runs on the default stream
                 try:
@@ -308,16 +307,17 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
 
     buf = a._buf
     with buf.lock:
-        dev = buf.ensure_device()
+        here = _devices.here()
+        dev = buf.ensure_device(here)
         if consumer is None:  # stream=-1: the consumer orders its work itself
-            buf.sync(GPU, a._lo, a._hi, "dlpack export")
+            buf.sync(here, a._lo, a._hi, "dlpack export")
         else:
             target = _streams.pending(consumer)
-            if buf.stream != 0 and not _streams.same(buf.stream, target):
+            if buf.stream != 0 and not buf.works_on(target):
                 # Pending device work on this buffer goes before the consumer's: an event, the
                 # device orders the two, the host does not wait.
                 buf.order_before(consumer)
-            buf.sync(GPU, a._lo, a._hi, "dlpack export", stream=consumer)  # stale bytes go up
+            buf.sync(here, a._lo, a._hi, "dlpack export", stream=consumer)  # stale bytes go up
             if value == LEGACY_DEFAULT or target is _streams.DEFAULT:
                 # The consumer works there, later: host access waits for that stream (which
                 # is never destroyed), not for an event recorded now.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
-from . import _device_work, _perf, _residency, _streams, guard, memory
+from . import _device_work, _devices, _perf, _residency, _streams, guard, memory
 from ._held import HeldHostArrays
 from .coherence import BufferState, IntervalSet, Plan
 from .errors import TransferError
@@ -41,9 +41,10 @@ if TYPE_CHECKING:  # pragma: no cover - the views the engine arms (array layer, 
 
 __all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "Buffer"]
 
-#: Locations of a buffer's copies: the host copy (NumPy memory) and the device copy.
-HOST: Final = "host"
-GPU: Final = "gpu"
+#: Locations of a buffer's copies: the host copy (NumPy memory) and device 0's copy; another
+#: device's copy is ``"gpu:N"`` (see smartarray._devices), added on its first use.
+HOST: Final = _devices.HOST
+GPU: Final = _devices.GPU
 LOCATIONS: Final = (HOST, GPU)
 
 #: Intents of an access (a kernel or njit argument, a host read or write): ``IN`` only reads,
@@ -59,11 +60,16 @@ _REFRESH = "eager refresh of an exported view"  # the reason of a held host arra
 _names = itertools.count()
 
 
+def _direction(source: str, target: str) -> str:
+    """``'h2d'``, ``'d2h'`` or ``'d2d'``: what a copy from ``source`` to ``target`` is."""
+    if source == HOST:
+        return "h2d"
+    return "d2h" if target == HOST else "d2d"
+
+
 def _refused(plan: Plan) -> bool:
     """Whether the guard refuses one of ``plan``'s copies made for a consolidation."""
-    return any(
-        guard.refuses("h2d" if c.target == GPU else "d2h", "consolidation") for c in plan.copies
-    )
+    return any(guard.refuses(_direction(c.source, c.target), "consolidation") for c in plan.copies)
 
 
 class Buffer:
@@ -74,7 +80,7 @@ class Buffer:
         "state",
         "lock",
         "host_bytes",
-        "device_bytes",
+        "device_copies",
         "held",
         "pinned",
         "stream",
@@ -82,6 +88,7 @@ class Buffer:
         "done",
         "done_for",
         "own_event",
+        "work_device",
         "name",
         "perf",
         "residency",
@@ -95,10 +102,15 @@ class Buffer:
         self.name = f"a{next(_names)}" if name is None else name
         self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
         self.nbytes = nbytes
-        self.state = BufferState(nbytes, LOCATIONS, valid_at=valid_at)
+        locations = LOCATIONS if valid_at in (None, HOST, GPU) else (*LOCATIONS, valid_at)
+        self.state = BufferState(nbytes, locations, valid_at=valid_at)
+        if len(locations) > 2:
+            self.locate()
         self.lock = threading.RLock()
         self.host_bytes: np.ndarray | None = None
-        self.device_bytes: Any = None
+        # Device copies by device ordinal (None: not allocated): one entry until a second
+        # device uses this buffer.
+        self.device_copies: list[Any] = [None]
         self.held = HeldHostArrays()  # host arrays handed out, refreshed after device writes
         self.pinned = pinned
         # The stream of the latest device work on this buffer: host reads of device data and
@@ -118,6 +130,8 @@ class Buffer:
         self.done: Any = None
         self.done_for: Any = None
         self.own_event: Any = None
+        # The device whose stream ``stream`` is (0 unless several devices are visible).
+        self.work_device = 0
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
@@ -142,24 +156,62 @@ class Buffer:
                 self.host_bytes = np.empty(self.nbytes, np.uint8)
         return self.host_bytes
 
-    def ensure_device(self) -> Any:
-        """The device copy, allocated on first need (within the device-memory budget: other
-        buffers' device copies may be evicted to make room, see :mod:`smartarray._residency`)."""
-        if self.device_bytes is None:
-            self.device_bytes = _residency.allocate(self)
-        return self.device_bytes
+    @property
+    def device_bytes(self) -> Any:
+        """Device 0's copy, or None (the device copy of a process that uses one device)."""
+        return self.device_copies[0]
 
-    def drop_device(self) -> None:
-        """Give the device copy back (an eviction): the one transition that frees it.
+    def device_copy(self, where: str = GPU) -> Any:
+        """The copy at the device location ``where``, or None if it is not allocated."""
+        device = _devices.ordinal(where)
+        copies = self.device_copies
+        return copies[device] if device < len(copies) else None
 
-        Only when no byte is current on the device only (the state refuses otherwise) and no
-        device work is queued on it. Every cache of the device copy goes here, with it: the
-        views' device views (``_device_view``, which also keep the memory alive); the launch
-        fast path (``_gpu_only_at``) is closed by the state's new version. The next device
-        access allocates a new copy and uploads only what it needs.
+    def ensure_device(self, where: str = GPU) -> Any:
+        """The copy at device location ``where``, allocated on first need (within that
+        device's memory budget: other buffers' copies there may be evicted to make room, see
+        :mod:`smartarray._residency`). Call with that device current."""
+        device = _devices.ordinal(where)
+        copies = self.device_copies
+        if device >= len(copies):
+            copies.extend([None] * (device + 1 - len(copies)))
+        dev = copies[device]
+        if dev is None:
+            if where not in self.state.locations:
+                self.locate(where)
+            dev = copies[device] = _residency.allocate(self, device)
+        return dev
+
+    def locate(self, where: str | None = None) -> None:
+        """Add device location ``where`` to the state (current nowhere yet), and make every
+        device read from the devices it reaches peer to peer before the host: the shortest
+        path for bytes another device wrote (NVLink, or one PCIe hop instead of two)."""
+        state = self.state
+        if where is not None:
+            state.add_location(where)
+        devices = [loc for loc in state.locations if loc != HOST]
+        for target in devices:
+            to = _devices.ordinal(target)
+            peers = [d for d in devices if d != target and _devices.peer(_devices.ordinal(d), to)]
+            state.prefer(target, peers)
+
+    def device_locations(self) -> list[str]:
+        """The device locations that hold a copy now."""
+        return [_devices.location(d) for d, dev in enumerate(self.device_copies) if dev is not None]
+
+    def drop_device(self, where: str = GPU) -> None:
+        """Give the copy at device location ``where`` back (an eviction): the one transition
+        that frees it.
+
+        Only when no byte is current there only (the state refuses otherwise) and no device
+        work is queued on it. Every cache of a device copy goes here, with it: the views'
+        device views (``_device_view``, which also keep the memory alive; those of the other
+        devices' copies are made again on their next launch); the launch fast path
+        (``_gpu_only_at``) is closed by the state's new version. The next access there
+        allocates a new copy and uploads only what it needs.
         """
-        self.state.drop(GPU)
-        self.device_bytes = None
+        self.state.drop(where)
+        self.device_copies[_devices.ordinal(where)] = None
         rec = self.residency
         if rec is not None and rec.views:
             for view in list(rec.views.values()):
@@ -173,13 +225,18 @@ class Buffer:
             raise RuntimeError(f"{self.name} already has a host copy")  # pragma: no cover
         self.host_bytes = raw
 
-    def adopt_device(self, raw: Any) -> None:
-        """Make ``raw`` (1-D uint8 device memory another library owns) this new buffer's
-        device copy: counted in the device-memory budget, never evicted."""
-        if self.device_bytes is not None:
+    def adopt_device(self, raw: Any, where: str = GPU) -> None:
+        """Make ``raw`` (1-D uint8 device memory another library owns, on the device of
+        location ``where``) this new buffer's copy there: counted in that device's memory
+        budget, never evicted."""
+        if self.device_copy(where) is not None:
             raise RuntimeError(f"{self.name} already has a device copy")  # pragma: no cover
-        self.device_bytes = raw
-        _residency.adopt(self)
+        if where not in self.state.locations:
+            self.locate(where)
+        device = _devices.ordinal(where)
+        self.device_copies.extend([None] * (device + 1 - len(self.device_copies)))
+        self.device_copies[device] = raw
+        _residency.adopt(self, device)
 
     # Device work and its order (smartarray/_device_work.py).
     wait_for_device = _device_work.wait_for_device
@@ -187,6 +244,7 @@ class Buffer:
     launched = _device_work.launched
     consumer_queued = _device_work.consumer_queued
     order_before = _device_work.order_before
+    works_on = _device_work.works_on
     _unnamed_stream = _device_work.unnamed_stream
 
     def ensure(self, where: str) -> None:
@@ -194,7 +252,7 @@ class Buffer:
         if where == HOST:
             self.ensure_host()
         else:
-            self.ensure_device()
+            self.ensure_device(where)
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -217,7 +275,7 @@ class Buffer:
                 self.fast_views[id(view)] = view
 
     def mark(self, where: str, lo: int, hi: int) -> None:
-        """Record a write of ``[lo, hi)`` at ``where`` in the state (the other copy goes stale)."""
+        """Record a write of ``[lo, hi)`` at ``where`` in the state (other copies go stale)."""
         if where != HOST:
             self._leave_host_only()
         self.state.mark_changed(where, lo, hi)
@@ -246,8 +304,10 @@ class Buffer:
         for loc in state.locations:
             runs = state.valid(loc)
             excess = len(runs) - state.max_runs
-            other = GPU if loc == HOST else HOST
-            if excess <= 0 or guard.refuses("h2d" if other == GPU else "d2h", "consolidation"):
+            other = HOST if loc != HOST else next(iter(self.device_locations()), None)
+            if other is None:
+                continue  # (the host alone: nothing to coalesce against)
+            if excess <= 0 or guard.refuses(_direction(loc, other), "consolidation"):
                 continue
             elsewhere = state.valid(other)
             own = sorted((b - a, a, b) for a, b in runs if not elsewhere.contains(a, b))
@@ -258,26 +318,50 @@ class Buffer:
         return state.plan_consolidate()
 
     def _copy(self, plan: Plan, reason: str, stream: Any) -> None:
-        """Perform the copies of a plan on ``stream``; TransferError if one fails."""
+        """Perform the copies of a plan on ``stream``; TransferError if one fails.
+
+        A copy between two devices goes peer to peer (counted ``d2d``); the plan has none
+        between devices that cannot reach each other (see :meth:`_stage`).
+        """
         if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
             for c in plan.copies:
-                direction = "h2d" if c.target == GPU else "d2h"
-                guard.check(direction, c.stop - c.start, reason, self.name)
+                guard.check(_direction(c.source, c.target), c.stop - c.start, reason, self.name)
         host = self.ensure_host()
-        dev = self.ensure_device()
+        for c in plan.copies:
+            if c.target != HOST:
+                self.ensure_device(c.target)  # (DeviceMemoryError as it is, before any copy)
         downloads = uploads = False
         # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
         native = _streams.native(stream)
         snaps = _perf.before_copy(self, plan, host) if self.perf is not None else None
         try:
             for c in plan.copies:
-                direction = "h2d" if c.target == GPU else "d2h"
-                if direction == "h2d":
-                    self._leave_host_only()
-                    uploads = True
-                else:
+                if c.target == HOST:
                     downloads = True
-                memory.copy_range(direction, host, dev, c.start, c.stop, native, reason, self.name)
+                    dev = self.device_copies[_devices.ordinal(c.source)]
+                    memory.copy_range(
+                        "d2h", host, dev, c.start, c.stop, native, reason, self.name, c.source
+                    )
+                    continue
+                self._leave_host_only()
+                uploads = True
+                dev = self.device_copies[_devices.ordinal(c.target)]
+                if c.source == HOST:
+                    memory.copy_range(
+                        "h2d", host, dev, c.start, c.stop, native, reason, self.name, c.target
+                    )
+                else:
+                    source = self.device_copies[_devices.ordinal(c.source)]
+                    memory.copy_between_devices(
+                        dev,
+                        source,
+                        c.start,
+                        c.stop,
+                        native,
+                        reason,
+                        self.name,
+                        (c.source, c.target),
+                    )
             if downloads and stream != 0:
                 if native != 0:
                     _streams.synchronize(stream)  # the host reads these bytes next
@@ -291,7 +375,7 @@ class Buffer:
                 # user held since before and writes next would change what the device gets.
                 # Wait for it here, before the launch returns.
                 for c in plan.copies:
-                    if c.target == GPU and self.held.any_writable(c.start, c.stop):
+                    if c.source == HOST and self.held.any_writable(c.start, c.stop):
                         _streams.synchronize(stream)  # (the stream is alive: in use now)
                         break
             if uploads and native == 0 and (self.stream == 0 or self.stream is _streams.DEFAULT):
@@ -312,18 +396,46 @@ class Buffer:
         they are ordered after it); a download is waited for before returning.
         """
         with self.lock:
-            plan = self.state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
+            if where not in self.state.locations:
+                self.locate(where)  # this device's first use (its copy: on need)
+            plan = self._plan_read(where, lo, hi, reason)
             if not plan.copies:
                 return
             self._copy(plan, reason, self._unnamed_stream() if stream is None else stream)
             self.state.apply(plan)
+
+    def _plan_read(self, where: str, lo: int, hi: int, reason: str) -> Plan:
+        """Plan the copies that make ``[lo, hi)`` current at ``where``.
+
+        With several devices, bytes current only on devices that cannot reach ``where``'s
+        memory peer to peer are first downloaded to the host copy (which then holds them
+        too), so the plan copies them from there: every device-to-device copy it holds is a
+        peer copy.
+        """
+        state = self.state
+        plan = state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
+        if where == HOST or len(state.locations) <= 2 or not plan.copies:
+            return plan
+        target = _devices.ordinal(where)
+        for _ in range(3):  # (a plan's coalesced gaps may reach more such bytes: at most twice)
+            far = [
+                c
+                for c in plan.copies
+                if c.source != HOST and not _devices.peer(_devices.ordinal(c.source), target)
+            ]
+            if not far:
+                break
+            for c in far:
+                self.sync(HOST, c.start, c.stop, reason)
+            plan = state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
+        return plan
 
     def _may_rewrite(self, where: str) -> bool:
         """Whether a copy into ``where`` may rewrite bytes already current there.
 
         Not while memory of that copy is in the user's hands (held host arrays; device arrays
         handed out or exported): writes through it are recorded only when announced, and a
-        rewrite from the other copy would bring the old values back.
+        rewrite from another copy would bring the old values back.
         """
         if where == HOST:
             return not self.held
@@ -339,14 +451,14 @@ class Buffer:
                 # Current there only (a kernel writing the same array again): nothing else to
                 # make stale. Held host arrays are current unless an export or a failed launch
                 # left them stale: this write is the moment to refresh them.
-                if where == GPU and self.held.any_stale(self.state.valid(HOST), lo, hi):
+                if where != HOST and self.held.any_stale(self.state.valid(HOST), lo, hi):
                     self.refresh_exports(lo, hi)
                 return
             self.record(where, lo, hi)
-            if where == GPU:
+            if where != HOST:
                 self.refresh_exports(lo, hi)
 
-    def exported(self, lo: int, hi: int) -> None:
+    def exported(self, lo: int, hi: int, where: str = GPU) -> None:
         """Record that bytes ``[lo, hi)`` of the device copy were shared with a consumer that
         may write them (``__cuda_array_interface__``, DLPack, ``cuda_view``).
 
@@ -356,8 +468,8 @@ class Buffer:
         ``with a.cuda_view()``).
         """
         with self.lock:
-            if not self.state.is_exclusive(GPU, lo, hi):
-                self.record(GPU, lo, hi)
+            if not self.state.is_exclusive(where, lo, hi):
+                self.record(where, lo, hi)
             if self.held.shown(lo, hi):
                 self.held_stale = True
 
@@ -450,16 +562,18 @@ class Buffer:
             if intent != IN:
                 self.wait_for_device()
             return False
+        if where not in self.state.locations:
+            self.locate(where)  # this device's first use (its copy: on need)
         _residency.touch(self)  # least recently used goes first
         if launch is None:
-            self.sync(GPU, lo, hi, reason)
+            self.sync(where, lo, hi, reason)
             return False
         launch_stream = _streams.pending(launch)
         if intent != IN:
             self._leave_host_only()  # device work that writes these bytes starts
         if self.perf is not None and self.perf.pending:
             _perf.emit(self)  # before anything moves for this launch
-        if self.stream != 0 and not _streams.same(self.stream, launch_stream):
+        if self.stream != 0 and not self.works_on(launch_stream):
             # Work on this buffer is queued on another stream (the default stream included):
             # order it before this launch on the device, with an event. No host wait; host
             # reads then wait for this launch's stream, which waited for it.
@@ -468,7 +582,7 @@ class Buffer:
         state = self.state
         # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
         # that failed: this launch must then refresh them, so it takes no fast path.)
-        if state.is_exclusive(GPU, lo, hi) and not self.held.any_stale(state.valid(HOST), lo, hi):
+        if state.is_exclusive(where, lo, hi) and not self.held.any_stale(state.valid(HOST), lo, hi):
             # Current on the device only (a loop of launches): nothing to upload, and a write
             # by the kernel changes nothing unless the host reads in between.
             self.queued(launch_stream)
@@ -480,7 +594,7 @@ class Buffer:
             for a, b in self.held.shown(lo, hi):
                 guard.check("d2h", b - a, _REFRESH, self.name)
         if intent != OUT or not covers:  # Out of a covering view: no upload
-            plan = state.plan_read(GPU, lo, hi, coalesce=self._may_rewrite(GPU))
+            plan = self._plan_read(where, lo, hi, reason)
             if plan:
                 self._copy(plan, reason, launch)
                 state.apply(plan)
@@ -496,7 +610,7 @@ class Buffer:
             # upload of the others: if the kernel never runs, the host holds their value).
             # The release after the launch records the whole write again and refreshes held
             # host arrays.
-            self.record_where_valid(GPU, lo, hi)
+            self.record_where_valid(where, lo, hi)
         # The buffer's event is recorded on the launch's stream now (it captures this
         # preparation's uploads; a launch that fails later runs no callback and must leave
         # nothing that waits on its stream's handle), and again by the launch's callback,
@@ -529,8 +643,8 @@ class Buffer:
                 self._arm(view, lo, hi)
             return
         try:
-            if not self.state.is_exclusive(GPU, lo, hi):
-                self.record(GPU, lo, hi)
+            if not self.state.is_exclusive(where, lo, hi):
+                self.record(where, lo, hi)
         finally:
             if writes is not None:
                 writes.ranges.append((lo, hi))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _streams, memory
+from . import _devices, _streams, memory
 from ._checks import (
     _check_host_array,
     _check_stream,
@@ -24,7 +24,7 @@ from ._checks import (
     _is_device_array,
     check_compatibility,
 )
-from ._engine import GPU, HOST
+from ._engine import HOST
 from ._numpy_api import NumPyMethods
 from .errors import TransferError
 
@@ -93,11 +93,12 @@ class ExchangeMethods:
         buf = self._buf
         copy_stream = _streams.pending(stream)
         with buf.lock:
-            if buf.stream != 0 and not _streams.same(buf.stream, copy_stream):
+            if buf.stream != 0 and not buf.works_on(copy_stream):
                 # Earlier device work on this buffer must not overtake: ordered on the device.
                 buf.order_before(copy_stream)
+            here = _devices.here()
             dev = memory.device_view(
-                buf.ensure_device(), self._offset, self._shape, self._strides, self._dtype
+                buf.ensure_device(here), self._offset, self._shape, self._strides, self._dtype
             )
             try:
                 dev.copy_to_device(source, stream=stream)
@@ -108,7 +109,7 @@ class ExchangeMethods:
                     buf.mark(HOST, self._lo, self._hi)
                 raise TransferError(f"copy_to_device failed: {exc}") from exc
             buf.queued(copy_stream)  # host reads of this buffer wait for this copy
-            self._changed(GPU, self._lo, self._hi)
+            self._changed(here, self._lo, self._hi)
 
     # -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) --------
 

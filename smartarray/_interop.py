@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _residency, _streams, memory
+from . import _devices, _residency, _streams, memory
 from . import _simulator as _sim
 from ._engine import GPU, HOST, INOUT
 from .array import SmartArray
@@ -82,7 +82,8 @@ def order_before_default(a: SmartArray) -> None:
 
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
     """Make ``raw`` (1-D uint8 device memory) ``a``'s device copy (``a`` owns a fresh buffer)."""
-    a._buf.adopt_device(raw)  # counted in the budget, never evicted (the owner's memory)
+    # Counted in the budget, never evicted (the owner's memory).
+    a._buf.adopt_device(raw, _devices.here())
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -207,7 +208,7 @@ class CudaView:
         """``(kDLCUDA, device id)``: the device copy is what this view shares."""
         from . import _dlpack
 
-        return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_bytes))
+        return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_copy(_devices.here())))
 
     def __enter__(self) -> CudaView:
         return self
@@ -448,17 +449,18 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
     (nothing the user holds is involved: no hand-out pins it afterwards).
     """
     buf = a._buf
+    here = _devices.here()
     with buf.lock:
         if (
             order in ("C", "K", "A")
             and a.size
-            and buf.device_bytes is not None
+            and buf.device_copy(here) is not None
             and all(s >= 0 for s in a.strides)
             and a.is_valid(GPU)
             and not buf.state.valid(HOST).intersection(IntervalSet.span(a._lo, a._hi))
         ):
             # Current on the device only: a view of the copy (no hand-out, nothing moves).
-            dev = memory.device_view(buf.device_bytes, a._offset, a.shape, a.strides, a.dtype)
+            dev = memory.device_view(buf.device_copy(here), a._offset, a.shape, a.strides, a.dtype)
             if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
                 order_before_default(a)
                 try:

@@ -22,8 +22,11 @@ what a host read does; skipping it instead would make a loop of launches that ne
 unevictable. An evicted copy comes back lazily: the next device access allocates it again and
 uploads only the bytes it needs (the state says the device holds nothing).
 
-The registry is process-wide: one device, one budget. Recency is a tick stored in the buffer's
-:class:`Residency` record, set on every device access (the launch fast path included: O(1)).
+Several devices: each has its own budget (the same number for each, or each one's own default)
+and its own registry of resident copies; an allocation on one device evicts copies on that
+device only. Recency is a tick stored in the buffer's :class:`Residency` record, set on every
+device access (the launch fast path included: O(1)); a buffer with copies on several devices
+has one tick for all of them.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from . import _devices, memory, stats
 from . import _simulator as _sim
-from . import memory, stats
 from ._deferred import DeferringLock
 from ._numba_cuda import ArrayArgument
 from ._strict import state as _strict_state
@@ -71,8 +74,9 @@ class Residency:
     tick : int
         When its device copy was last used (a process-wide counter): least recent is evicted
         first.
-    nbytes : int
-        Device bytes it holds (counted in the budget), 0 when not resident.
+    sizes : dict of int to int
+        Device bytes it holds on each device where it is resident (counted in that device's
+        budget).
     keep : int
         How many :func:`resident` blocks keep it resident.
     shared : str
@@ -85,11 +89,11 @@ class Residency:
         ``memory.handout_view``; live DLPack exports), and why: while one lives, it stays.
     """
 
-    __slots__ = ("tick", "nbytes", "keep", "shared", "views", "handouts")
+    __slots__ = ("tick", "sizes", "keep", "shared", "views", "handouts")
 
     def __init__(self) -> None:
         self.tick = 0
-        self.nbytes = 0
+        self.sizes: dict[int, int] = {}
         self.keep = 0
         self.shared = ""
         self.views: weakref.WeakValueDictionary[int, Any] | None = None
@@ -102,6 +106,7 @@ class ResidentArray(NamedTuple):
     name: str
     nbytes: int
     kept: str  # why it may not be evicted now ('' if it may)
+    device: int = 0
 
 
 class DeviceBudget(NamedTuple):
@@ -115,10 +120,9 @@ class DeviceBudget(NamedTuple):
 _lock = DeferringLock()  # the registry; held while making room (evictions serialise)
 _budget: int | None = None  # set by the user
 _budget_set = False  # whether the user set one (None then means: unlimited)
-_default: int | None = None  # the default on a GPU, computed at first use
-_default_known = False
-_used = 0
-_resident: dict[int, weakref.ref[Buffer]] = {}
+_default: dict[int, int | None] = {}  # each device's default on a GPU, computed at first use
+_used: dict[int, int] = {}  # device -> bytes of the resident copies there
+_resident: dict[tuple[int, int], weakref.ref[Buffer]] = {}  # (id(buffer), device) -> buffer
 _ticks = itertools.count(1)
 #: Whether an allocation may evict, so launches pin their arguments (see :func:`launched`):
 #: a budget is set, or allocations can fail (a GPU, strict mode's finite memory). Only the
@@ -191,60 +195,59 @@ def share(buf: Buffer, why: str) -> None:
     record(buf).shared = why
 
 
-def adopt(buf: Buffer) -> None:
-    """``buf`` adopted device memory (``copy=False``): resident, counted, never evicted."""
+def adopt(buf: Buffer, device: int = 0) -> None:
+    """``buf`` adopted device memory (``copy=False``) on ``device``: resident, counted, never
+    evicted."""
     with _lock:
         share(buf, "it adopted device memory (copy=False)")
-        _register(buf, buf.nbytes)
+        _register(buf, buf.nbytes, device)
 
 
-def _register(buf: Buffer, nbytes: int) -> None:
-    global _used
+def _register(buf: Buffer, nbytes: int, device: int) -> None:
     rec = record(buf)
-    key = id(buf)
+    key = (id(buf), device)
 
     def release() -> None:  # the buffer died: its device memory goes with it
-        global _used
         if _resident.get(key) is ref:
             del _resident[key]
-            _used -= nbytes
+            _used[device] -= nbytes
 
     # The callback takes no lock: the next holder of the registry lock releases (issue 25 E4, E5).
     ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))
     with _lock:
         _resident[key] = ref
-        rec.nbytes = nbytes
+        rec.sizes[device] = nbytes
         rec.tick = next(_ticks)
-        _used += nbytes
+        _used[device] = _used.get(device, 0) + nbytes
 
 
-def _unregister(buf: Buffer) -> None:
-    global _used
+def _unregister(buf: Buffer, device: int) -> None:
     rec = buf.residency
     with _lock:
-        if _resident.pop(id(buf), None) is not None and rec is not None:
-            _used -= rec.nbytes
-            rec.nbytes = 0
+        if _resident.pop((id(buf), device), None) is not None and rec is not None:
+            _used[device] -= rec.sizes.pop(device, 0)
 
 
 # -- budget ---------------------------------------------------------------------------------
 
 
-def _effective_budget() -> int | None:
-    global _default, _default_known
+def _effective_budget(device: int = 0) -> int | None:
     if _budget_set:
         return _budget
-    if not _default_known:
-        free = _sim.free_device_memory()
+    if device not in _default:
+        with _devices.on(device):
+            free = _sim.free_device_memory()
+        budget = None
         if free is not None:
             # What SmartArrays hold now is part of what they may use.
-            _default = max(0, free + _used - max(free // 10, DEFAULT_MARGIN))
-        _default_known = True
-    return _default
+            budget = max(0, free + _used.get(device, 0) - max(free // 10, DEFAULT_MARGIN))
+        _default[device] = budget
+    return _default[device]
 
 
 def set_device_budget(nbytes: int | None) -> None:
-    """Set how many bytes of device memory SmartArrays' device copies may use together.
+    """Set how many bytes of device memory SmartArrays' device copies may use together, on
+    each device.
 
     When a device copy would exceed the budget, device copies are evicted to make room:
     first those whose bytes are all current on the host too (nothing moves), then the least
@@ -279,10 +282,11 @@ def set_device_budget(nbytes: int | None) -> None:
     1048576
     >>> sa.set_device_budget(None)
     """
-    global _budget, _budget_set, _default_known
+    global _budget, _budget_set
     if nbytes is None:
         with _lock:
-            _budget, _budget_set, _default_known = None, False, False
+            _budget, _budget_set = None, False
+            _default.clear()
             _derive_pinning()
         return
     if isinstance(nbytes, bool):
@@ -300,16 +304,26 @@ def set_device_budget(nbytes: int | None) -> None:
         _derive_pinning()
 
 
-def device_budget() -> DeviceBudget:
+def device_budget(device: int | None = None) -> DeviceBudget:
     """Return the device-memory budget, the bytes SmartArrays use of it, and what is resident.
+
+    Parameters
+    ----------
+    device : int, optional
+        The CUDA device (default: the current one). Each device has its own budget.
 
     Returns
     -------
     DeviceBudget
         A named tuple ``(budget, used, resident)``: ``budget`` in bytes (None: unlimited),
         ``used`` the bytes of the resident device copies, and ``resident`` one
-        ``(name, nbytes, kept)`` per resident copy, least recently used first, ``kept`` saying
-        why it may not be evicted now (``''`` if it may).
+        ``(name, nbytes, kept, device)`` per resident copy, least recently used first,
+        ``kept`` saying why it may not be evicted now (``''`` if it may).
+
+    Raises
+    ------
+    ValueError
+        ``device`` is not a device this process sees.
 
     Examples
     --------
@@ -319,15 +333,21 @@ def device_budget() -> DeviceBudget:
     >>> [(r.name, r.nbytes) for r in sa.device_budget().resident if r.name == "a"]
     [('a', 32)]
     """
+    if device is None:
+        device = _devices.current()
+    else:
+        device = _devices.ordinal(_devices.resolve(f"gpu:{index(device)}", "device"))
     with _lock:
-        budget = _effective_budget()
+        budget = _effective_budget(device)
         pinned = _pinned()
         entries = []
-        for buf in _buffers():
+        for buf in _buffers(device):
             rec = buf.residency
-            entries.append((rec.tick, ResidentArray(buf.name, rec.nbytes, _kept(buf, pinned))))
+            size = rec.sizes[device]  # type: ignore[union-attr]
+            entry = ResidentArray(buf.name, size, _kept(buf, pinned), device)
+            entries.append((rec.tick, entry))  # type: ignore[union-attr]
         entries.sort(key=lambda e: e[0])
-        return DeviceBudget(budget, _used, tuple(e[1] for e in entries))
+        return DeviceBudget(budget, _used.get(device, 0), tuple(e[1] for e in entries))
 
 
 @contextlib.contextmanager
@@ -373,11 +393,12 @@ def resident(*arrays: Any) -> Iterator[None]:
 # -- allocation and eviction ----------------------------------------------------------------
 
 
-def _buffers() -> list[Buffer]:
+def _buffers(device: int) -> list[Buffer]:
+    """The buffers with a copy resident on ``device``."""
     out = []
-    for ref in list(_resident.values()):
+    for (_, on), ref in list(_resident.items()):
         buf = ref()
-        if buf is not None and buf.residency is not None:
+        if on == device and buf is not None and buf.residency is not None:
             out.append(buf)
     return out
 
@@ -420,20 +441,30 @@ def _kept(buf: Buffer, pinned: set[Residency]) -> str:
     return ""
 
 
-def _dirty(buf: Buffer) -> bool:
-    """Whether some byte is current on the device only (it must be downloaded first)."""
+def _only_there(buf: Buffer, where: str) -> Any:
+    """The bytes current at ``where`` only (an eviction downloads them first)."""
     state = buf.state
-    return bool(state.valid("gpu").difference(state.valid("host")))
+    only = state.valid(where)
+    for loc in state.locations:
+        if loc != where and only:
+            only = only.difference(state.valid(loc))
+    return only
 
 
-def _evict_one(buf: Buffer, reason: str) -> int:
-    """Give back ``buf``'s device copy; return the device bytes freed (0: it stays)."""
+def _dirty(buf: Buffer, device: int) -> bool:
+    """Whether some byte is current on ``device`` only (it must be downloaded first)."""
+    return bool(_only_there(buf, _devices.location(device)))
+
+
+def _evict_one(buf: Buffer, reason: str, device: int) -> int:
+    """Give back ``buf``'s copy on ``device``; return the device bytes freed (0: it stays)."""
     if not buf.lock.acquire(blocking=False):  # in use by another thread now
         _skipped[id(buf)] = "another thread holds its lock"
         return 0
+    where = _devices.location(device)
     try:
         rec = buf.residency
-        if buf.device_bytes is None or rec is None:
+        if buf.device_copy(where) is None or rec is None:
             return 0
         # Close the lock-free launch fast path first, then read the pins: a launch in another
         # thread pins before it checks the fast path again, so either its pin is seen here or
@@ -446,63 +477,72 @@ def _evict_one(buf: Buffer, reason: str) -> int:
         # Queued device work uses it (stream order): wait for it, as a host read would.
         buf.wait_for_device()
         downloaded = 0
-        plan = buf.state.plan_read("host", 0, buf.nbytes, coalesce=not buf.held)
-        if plan.copies:
-            downloaded = plan.nbytes
+        # What must reach the host: the whole buffer's stale host bytes with one device (the
+        # cost model may merge runs), the bytes current on this device only with several.
+        if len(buf.state.locations) == 2:
+            spans = [(0, buf.nbytes)]
+        else:
+            spans = list(_only_there(buf, where))
+        for lo, hi in spans:
+            plan = buf.state.plan_read("host", lo, hi, coalesce=not buf.held)
+            if not plan.copies:
+                continue
             try:
-                buf.sync("host", 0, buf.nbytes, "eviction", 0)
+                buf.sync("host", lo, hi, "eviction", 0)
             except TransferGuardError:  # the guard refuses the download: this copy stays
                 _skipped[id(buf)] = "the transfer guard refuses its download"
                 return 0
             except TransferError as exc:  # the download failed: nothing changed, it stays
                 _skipped[id(buf)] = f"downloading it failed: {exc}"
                 return 0
-        nbytes = rec.nbytes
-        buf.drop_device()
-        _unregister(buf)
+            downloaded += plan.nbytes
+        nbytes = rec.sizes.get(device, 0)
+        buf.drop_device(where)
+        _unregister(buf, device)
         stats.evicted(buf.name, nbytes, downloaded, reason)
         return nbytes
     finally:
         buf.lock.release()
 
 
-def _evict(need: int, exclude: Buffer, reason: str) -> int:
-    """Evict device copies (clean ones first, then least recently used) until ``need``
-    bytes are freed or nothing more may go; return the bytes freed."""
+def _evict(need: int, exclude: Buffer, reason: str, device: int = 0) -> int:
+    """Evict copies on ``device`` (clean ones first, then least recently used) until
+    ``need`` bytes are freed or nothing more may go; return the bytes freed."""
     pinned = _pinned()
     _skipped.clear()
-    candidates = [b for b in _buffers() if b is not exclude and not _kept(b, pinned)]
-    candidates.sort(key=lambda b: (_dirty(b), b.residency.tick))  # type: ignore[union-attr]
+    candidates = [b for b in _buffers(device) if b is not exclude and not _kept(b, pinned)]
+    candidates.sort(key=lambda b: (_dirty(b, device), b.residency.tick))  # type: ignore[union-attr]
     freed = 0
     try:
         for buf in candidates:
             if freed >= need:
                 break
-            freed += _evict_one(buf, reason)
+            freed += _evict_one(buf, reason, device)
     finally:
         if freed:
             _sim.give_back_freed()  # numba defers frees: give the memory back now
     return freed
 
 
-def _no_room(buf: Buffer, budget: int | None, cause: str) -> DeviceMemoryError:
+def _no_room(buf: Buffer, budget: int | None, cause: str, device: int) -> DeviceMemoryError:
     pinned = _pinned()
     listed = [
         (
             b.name,
-            b.residency.nbytes,  # type: ignore[union-attr]
+            b.residency.sizes.get(device, 0),  # type: ignore[union-attr]
             _kept(b, pinned) or _skipped.get(id(b), "may be evicted"),
         )
-        for b in _buffers()
+        for b in _buffers(device)
         if b is not buf
     ]
     shown = "; ".join(f"{n} ({size} B): {why}" for n, size, why in listed[:10]) or "nothing"
     if len(listed) > 10:
         shown += f"; and {len(listed) - 10} more"
     limit = "no budget set" if budget is None else f"budget {budget} B"
+    on = f" on device {device}" if _devices.several else ""
     return DeviceMemoryError(
-        f"the device copy of {buf.name} ({buf.nbytes} B) does not fit: {cause} ({limit}, "
-        f"{_used} B resident). Resident: {shown}. Raise the budget "
+        f"the device copy of {buf.name} ({buf.nbytes} B) does not fit{on}: {cause} ({limit}, "
+        f"{_used.get(device, 0)} B resident). Resident: {shown}. Raise the budget "
         "(smartarray.set_device_budget), release arrays kept with smartarray.resident or "
         "device arrays from get('gpu'), or use smaller arrays",
         buf.name,
@@ -512,8 +552,9 @@ def _no_room(buf: Buffer, budget: int | None, cause: str) -> DeviceMemoryError:
     )
 
 
-def allocate(buf: Buffer) -> Any:
-    """Allocate ``buf``'s device copy within the budget, evicting others if needed.
+def allocate(buf: Buffer, device: int = 0) -> Any:
+    """Allocate ``buf``'s copy on ``device`` (the current one) within that device's budget,
+    evicting others there if needed.
 
     Called with ``buf``'s lock held. An allocation that fails with CUDA_ERROR_OUT_OF_MEMORY
     evicts (at least ``buf.nbytes``) and is tried once more.
@@ -526,27 +567,28 @@ def allocate(buf: Buffer) -> Any:
     """
     nbytes = buf.nbytes
     with _lock:
-        budget = _effective_budget()
-        if budget is not None and _used + nbytes > budget:
-            need = _used + nbytes - budget
+        budget = _effective_budget(device)
+        used = _used.get(device, 0)
+        if budget is not None and used + nbytes > budget:
             if nbytes > budget:
-                raise _no_room(buf, budget, "it is larger than the budget")
-            _evict(need, buf, "budget")
-            if _used + nbytes > budget:
-                raise _no_room(buf, budget, "eviction cannot make room")
+                raise _no_room(buf, budget, "it is larger than the budget", device)
+            _evict(used + nbytes - budget, buf, "budget", device)
+            if _used.get(device, 0) + nbytes > budget:
+                raise _no_room(buf, budget, "eviction cannot make room", device)
         try:
             dev = memory.device_array(nbytes, np.uint8)
         except Exception as exc:
             if not _sim.out_of_memory(exc):
                 raise
-            if not _evict(max(nbytes, 1), buf, "out of memory"):
-                raise _no_room(buf, budget, f"the device is out of memory: {exc}") from exc
+            if not _evict(max(nbytes, 1), buf, "out of memory", device):
+                cause = f"the device is out of memory: {exc}"
+                raise _no_room(buf, budget, cause, device) from exc
             try:
                 dev = memory.device_array(nbytes, np.uint8)
             except Exception as again:
                 if _sim.out_of_memory(again):
                     cause = f"the device is out of memory, even after eviction: {again}"
-                    raise _no_room(buf, budget, cause) from again
+                    raise _no_room(buf, budget, cause, device) from again
                 raise
-        _register(buf, nbytes)
+        _register(buf, nbytes, device)
     return dev

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from . import _devices
 from . import _simulator as _sim
 from ._strict import state as _strict_state  # (its sessions own their streams and events)
 
@@ -136,8 +137,10 @@ def synchronize(stream: Any) -> None:
 
 
 # smartarray's own stream for copies that follow device work whose stream may be gone: made on
-# first need, for the strict session it was made in (strict mode's streams belong to one).
+# first need, for the strict session it was made in (strict mode's streams belong to one), one
+# per device (a stream belongs to its device's context).
 _copy_stream: list[Any] = [None, None]
+_device_copy_streams: dict[int, Any] = {}
 
 
 def copy_stream() -> Any:
@@ -147,6 +150,12 @@ def copy_stream() -> Any:
     legacy default stream), or for the calling thread's only (per-thread default streams).
     """
     session = _strict_state.get()
+    device = _devices.current()
+    if device:
+        stream = _device_copy_streams.get(device)
+        if stream is None:
+            stream = _device_copy_streams[device] = cuda.stream()
+        return stream
     owner, stream = _copy_stream
     if stream is None or owner is not session:
         stream = cuda.stream()
@@ -179,12 +188,23 @@ def launch_event() -> Any:
     """
     # Events of the current strict-mode session, made by the current factory (a test may
     # replace numba's with stand-ins).
+    # (With several devices, of the current device: an event is recorded on its own device's
+    # streams only.)
     session, factory = _strict_state.get(), cuda.event
+    device = _devices.current() if _devices.several else 0
     local = _launch_events
     pool = getattr(local, "pool", None)
-    if pool is None or local.session is not session or local.factory is not factory:
-        pool = local.pool = []
-        local.session, local.factory = session, factory
+    if (
+        pool is None
+        or local.session is not session
+        or local.factory is not factory
+        or local.device != device
+    ):
+        pools = getattr(local, "pools", None)
+        if pools is None or local.session is not session or local.factory is not factory:
+            pools = local.pools = {}
+        pool = local.pool = pools.setdefault(device, [])
+        local.session, local.factory, local.device = session, factory, device
     for event in pool:
         if sys.getrefcount(event) <= _POOL_ONLY:
             return event

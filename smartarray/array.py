@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _numba_cpu, _perf, _residency, guard, memory
+from . import _devices, _numba_cpu, _perf, _residency, guard, memory
 from ._arguments import ArgumentMethods
 from ._checks import _check_array_dtype, _check_shape
-from ._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT
+from ._engine import HOST, IN, INOUT, OUT
 from ._engine import Buffer as _Buffer
 from ._exchange import ExchangeMethods
 from ._geometry import GeometryMethods
@@ -52,14 +52,12 @@ from .errors import CoherenceError, TransferError
 
 __all__ = ["SmartArray"]
 
-_WHERE = LOCATIONS
 _ORDERS = (None, "C", "F", "A", "K")
 
 
 def _check_where(where: Any) -> str:
-    if where not in _WHERE:
-        raise ValueError(f"where must be 'host' or 'gpu', got {where!r}")
-    return where
+    """The location ``where`` names ('host', 'gpu': the current device, 'gpu:N')."""
+    return _devices.resolve(where)
 
 
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
@@ -149,6 +147,7 @@ class SmartArray(
         "_device_arg",
         "_gpu_only_at",
         "_device_at",
+        "_device_on",
     )  # weak references and the instance dict (``_numba_type_``'s cache) come from ArgHint
 
     __hash__ = None  # type: ignore[assignment]
@@ -214,7 +213,7 @@ class SmartArray(
             ary = np.ascontiguousarray(ary)
         layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
         strides = _contiguous_strides(ary.shape, ary.dtype.itemsize, layout)
-        valid_at = HOST if (where == HOST or adopt) else GPU
+        valid_at = HOST if (where == HOST or adopt) else where
         buf = _Buffer(ary.nbytes, valid_at, bool(pinned), name)
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
         if adopt:
@@ -228,17 +227,20 @@ class SmartArray(
         elif where == HOST:
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
-        if where == GPU:
+        if where != HOST:
             if ary.nbytes:
                 guard.check("h2d", ary.nbytes, "construction", buf.name)  # before anything moves
-            dev = buf.ensure_device()
-            try:
-                memory.copy_range("h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc())
-            except Exception as exc:
-                raise TransferError(f"uploading the initial data failed: {exc}") from exc
-            buf.queued(0)  # a staged synchronous upload: see Buffer._copy
+            with _devices.at(where):
+                dev = buf.ensure_device(where)
+                try:
+                    memory.copy_range(
+                        "h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc(), where
+                    )
+                except Exception as exc:
+                    raise TransferError(f"uploading the initial data failed: {exc}") from exc
+                buf.queued(0)  # a staged synchronous upload: see Buffer._copy
             if adopt:
-                buf.state.apply(buf.state.plan_read(GPU, 0, ary.nbytes))
+                buf.state.apply(buf.state.plan_read(where, 0, ary.nbytes))
 
     @staticmethod
     def _dtype_of(dtype: Any) -> np.dtype:
@@ -265,6 +267,7 @@ class SmartArray(
         # The launch fast path (smartarray._arguments): the state's version at which this
         # view was current on the device only, and at which it was current there.
         self._gpu_only_at = self._device_at = -1
+        self._device_on = 0  # the device of the cached device view (several devices)
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.
@@ -387,8 +390,9 @@ class SmartArray(
             kernels, on any stream) has finished when it is returned.
         """
         where = _check_where(where)
-        if where == GPU:
-            return self._device_handout(wait=True)
+        if where != HOST:
+            with _devices.at(where):
+                return self._device_handout(wait=True, where=where)
         with self._buf.lock:
             self._buf.ensure(where)
             # A writable view (the caller may write, then mark_changed): on the host, an upload
@@ -397,22 +401,25 @@ class SmartArray(
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
             return self._export(readonly=False)
 
-    def _device_handout(self, wait: bool) -> Any:
+    def _device_handout(self, wait: bool, where: str | None = None) -> Any:
         """A writable device array over this view's current device bytes (see :meth:`get`).
 
         ``wait``: block until the device work queued on this buffer finished (the caller may
         use the array on any stream, or a late upload would overwrite what its kernel writes).
         Without it, the caller orders its work after the buffer's itself (the CUDA Array
-        Interface names the stream to order after: see smartarray._interop).
+        Interface names the stream to order after: see smartarray._interop). ``where``: the
+        device location (default: the current device's), which must be current.
         """
         self._check_device_geometry()  # before anything moves
+        if where is None:
+            where = _devices.location(_devices.current())
         with self._buf.lock:
-            self._buf.ensure(GPU)
-            self._buf.acquire(GPU, self._lo, self._hi, INOUT, "explicit get")
+            self._buf.ensure(where)
+            self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
             if wait:
                 self._buf.wait_for_device()
             dev, token = memory.handout_view(
-                self._buf.device_bytes, self._offset, self._shape, self._strides, self._dtype
+                self._buf.device_copy(where), self._offset, self._shape, self._strides, self._dtype
             )
             # Not evicted while the user holds it or any view of it (a slice keeps the token).
             _residency.handed_out(self._buf, token)
@@ -430,9 +437,10 @@ class SmartArray(
         """Return the current host data, as ``get('host')``."""
         return self.get("host")
 
-    def gpu(self) -> Any:
-        """Return the current device data, as ``get('gpu')``."""
-        return self.get("gpu")
+    def gpu(self, device: int | None = None) -> Any:
+        """Return the current device data, as ``get('gpu')``; ``device=N``: on device N, as
+        ``get('gpu:N')``."""
+        return self.get("gpu" if device is None else f"gpu:{device}")
 
     def mark_changed(self, where: str = "host") -> None:
         """Record that this array's elements were written at ``where``.
@@ -447,7 +455,7 @@ class SmartArray(
             ``get(where)`` before writing there.
         """
         where = _check_where(where)
-        with self._buf.lock:
+        with _devices.at(where), self._buf.lock:
             self._buf.ensure(where)
             if not self._covers() and not self._buf.state.is_valid(where, self._lo, self._hi):
                 raise CoherenceError(
@@ -470,13 +478,22 @@ class SmartArray(
         """Return whether every byte of this array is current at ``where``."""
         where = _check_where(where)
         with self._buf.lock:
-            return self._buf.state.is_valid(where, self._lo, self._hi)
+            state = self._buf.state
+            return where in state.locations and state.is_valid(where, self._lo, self._hi)
 
     @property
     def valid_at(self) -> tuple[str, ...]:
-        """tuple of str: where every byte of this array is current."""
+        """tuple of str: where every byte of this array is current: ``'host'``, ``'gpu'``
+        (the current device) and, with several devices, ``'gpu:N'`` for each other device."""
+        here = _devices.current()
         with self._buf.lock:
-            return tuple(w for w in _WHERE if self._buf.state.is_valid(w, self._lo, self._hi))
+            state = self._buf.state
+            found = {
+                _devices.public(w, here)
+                for w in state.locations
+                if state.is_valid(w, self._lo, self._hi)
+            }
+        return tuple(sorted(found, key=lambda w: (w != HOST, w != "gpu", w)))
 
     # -- hooks of the view and indexing methods (smartarray._views) ----------------------------
 

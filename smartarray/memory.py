@@ -29,7 +29,13 @@ from . import _simulator as _sim
 
 # SmartArray's byte ranges, the shared checks and the counted objects' internals are reached
 # through this module by the layers above (and by tests): hence the re-exports (F401).
-from ._byteranges import copy_device, copy_range, device_view, handout_view  # noqa: F401
+from ._byteranges import (  # noqa: F401
+    copy_between_devices,
+    copy_device,
+    copy_range,
+    device_view,
+    handout_view,
+)
 from ._checks import (  # noqa: F401
     _byte_extent,
     _check_dtype,

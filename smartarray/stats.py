@@ -134,6 +134,10 @@ class TransferEvent:
         The line in ``file``, or 0.
     thread : str
         The name of the thread that issued the copy.
+    source, target : str
+        Where a SmartArray's copy took the bytes from and put them: ``'host'`` or
+        ``'gpu:N'`` (device N), so a copy between devices names both; ``''`` for copies of
+        plain arrays (:mod:`smartarray.memory`'s functions).
     """
 
     direction: str
@@ -148,6 +152,8 @@ class TransferEvent:
     file: str = ""
     lineno: int = 0
     thread: str = ""
+    source: str = ""
+    target: str = ""
 
     @property
     def line(self) -> str:
@@ -399,6 +405,7 @@ def record(
     stop: int | None = None,
     stream: Any = 0,
     began: _Began | None = None,
+    between: tuple[str, str] = ("", ""),
 ) -> None:
     """Count one copy. Called by :mod:`smartarray.memory` after the copy was issued.
 
@@ -418,6 +425,8 @@ def record(
         Where the copy was enqueued.
     began : optional
         What :func:`begin` returned before the copy.
+    between : (str, str), optional
+        The copy's source and target locations (see :attr:`TransferEvent.source`).
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -443,6 +452,7 @@ def record(
         began.file,
         began.lineno,
         threading.current_thread().name,
+        *between,
     )
     if began.nvtx and _nvtx is not None:
         _nvtx.pop_range()

@@ -110,7 +110,11 @@ def test_pinned_host_copy():
 @pytest.mark.parametrize(
     ("kwargs", "exc", "match"),
     [
-        ({"obj": [1], "where": "cpu"}, ValueError, "'host' or 'gpu'"),
+        (
+            {"obj": [1], "where": "cpu"},
+            ValueError,
+            "'host', 'gpu' \\(the current device\\) or 'gpu:N'",
+        ),
         ({}, TypeError, "obj"),
         ({"obj": np.array([object()])}, TypeError, "object"),
         ({"obj": np.array(["a"])}, TypeError, "string"),

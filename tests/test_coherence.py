@@ -17,7 +17,7 @@ import tracemalloc
 import pytest
 from hypothesis import event, given, note
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from smartarray.coherence import (
     DEFAULT_MAX_RUNS,
@@ -728,6 +728,30 @@ class CoherenceMachine(RuleBasedStateMachine):
                 s.drop(where)
             assert snapshot(s) == before and s.version == version
 
+    @precondition(lambda self: len(self.locs) < 5)
+    @rule()
+    def add_device(self):
+        # a device's first use (several GPUs): a location current nowhere, holding garbage
+        name = f"gpu{len(self.locs)}"
+        version = self.state.version
+        self.state.add_location(name)
+        self.locs = (*self.locs, name)
+        self.held[name] = [-1] * self.n
+        assert self.state.locations == self.locs and not self.state.valid(name)
+        assert self.state.version > version  # a view's cached fast path closes
+        self.state.add_location(name)  # (again: nothing changes)
+        assert self.state.locations == self.locs
+
+    @rule(data=st.data())
+    def prefer(self, data):
+        # a device reads from its peers first (several GPUs): any order must stay coherent
+        where = data.draw(st.sampled_from(self.locs), label="where")
+        others = data.draw(st.permutations([x for x in self.locs if x != where]), label="order")
+        first = others[: data.draw(st.integers(0, len(others)), label="first")]
+        self.state.prefer(where, first)
+        order = self.state.sources(where)
+        assert order[: len(first)] == tuple(first) and sorted(order) == sorted(self.locs)
+
     # -- invariants ------------------------------------------------------------------------
 
     @invariant()
@@ -988,3 +1012,47 @@ def test_modelled_seconds():
     assert PCIE5_X16.seconds(2, 1_000_000) == pytest.approx(2 * 10e-6 + 1e6 / 50e9)
     assert PCIE5_X16.break_even_bytes == 500_000
     assert NVLINK_C2C.break_even_bytes == 1_200_000
+
+
+# ---------------------------------------------------------------------------------------------
+# several devices: locations added on first use, sources in a target's order of preference
+
+
+def test_an_added_location_is_current_nowhere_and_reads_from_the_preferred_source():
+    s = BufferState(16, valid_at="host")
+    s.plan_read("gpu")  # (planned, not applied: nothing changes)
+    s.apply(s.plan_read("gpu", 0, 16))
+    s.add_location("gpu:1")
+    assert s.locations == ("host", "gpu", "gpu:1") and not s.valid("gpu:1")
+    # host first by default: the order locations were made in
+    assert s.plan_read("gpu:1", 0, 8).copies == (Copy("host", "gpu:1", 0, 8),)
+    s.prefer("gpu:1", ["gpu"])  # device 1 reaches device 0 peer to peer
+    assert s.sources("gpu:1") == ("gpu", "host", "gpu:1")
+    assert s.plan_read("gpu:1", 0, 8).copies == (Copy("gpu", "gpu:1", 0, 8),)
+    s.mark_changed("host", 4, 8)  # bytes 4..8 now only on the host: split by source
+    assert s.plan_read("gpu:1", 0, 8).copies == (
+        Copy("gpu", "gpu:1", 0, 4),
+        Copy("host", "gpu:1", 4, 8),
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "sources", "match"),
+    [
+        ("gpu:9", [], "where must be one of"),
+        ("gpu", ["gpu"], "other locations"),
+        ("gpu", ["gpu:9"], "other locations"),
+    ],
+)
+def test_prefer_refuses_unknown_locations_and_changes_nothing(where, sources, match):
+    s = BufferState(8, valid_at="host")
+    with pytest.raises(ValueError, match=match):
+        s.prefer(where, sources)
+    assert s.sources("gpu") == ("host", "gpu")
+
+
+def test_add_location_refuses_a_name_that_is_not_a_str():
+    s = BufferState(8)
+    with pytest.raises(TypeError, match="str"):
+        s.add_location(1)
+    assert s.locations == ("host", "gpu")

@@ -435,12 +435,6 @@ def test_a_smartarray_used_on_device_1_lives_there() -> None:
     assert out["ordinal"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 29: smartarray's launch events are made on the device current when the pool "
-    "first needs one, and cuEventRecord of a device-1 event on a device-0 stream is "
-    "CUDA_ERROR_INVALID_HANDLE (as CUDA documents); the engine needs an event per device",
-)
 def test_a_smartarray_launched_on_device_1_then_device_0() -> None:
     out = run_fake("MIXED = True\n" + SMARTARRAY_ON, env=_devices(2))
     assert out["mixed"] == [3.0] * 8

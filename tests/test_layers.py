@@ -79,7 +79,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_perf",
         "_numba_transfers",
     ),
-    ("_byteranges", "_counted", "_pinning", "memory", "_streams"),  # memory and streams
+    ("_byteranges", "_counted", "_pinning", "memory", "_streams", "_devices"),  # memory, devices
     # the engine, and numba's typing of an argument (ArrayArgument, SmartArray's base class)
     (
         "_engine",

@@ -117,7 +117,7 @@ def _plan_span(
     final = with_span(valid, lo, hi)
     if len(final) > state._max_runs:
         return None
-    for source in state._locations:
+    for source in state.sources(where):
         if source != where and state._valid[source].contains(lo, hi):
             break
     else:  # no single source holds the span: copy the pieces

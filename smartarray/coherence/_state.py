@@ -104,6 +104,7 @@ class BufferState:
         "_cost",
         "_break_even",
         "_scatter",
+        "_prefer",
     )
 
     def __init__(
@@ -155,6 +156,8 @@ class BufferState:
         # per location that was read scattered: (copies paid, span start, span stop) of the
         # span copy that ended the series; a hint for the next time it is stale, not validity
         self._scatter: dict[str, tuple[int, int, int]] = {}
+        # target -> the sources it prefers, before the others (see prefer)
+        self._prefer: dict[str, tuple[str, ...]] = {}
 
     # -- properties ------------------------------------------------------------------------
 
@@ -182,6 +185,56 @@ class BufferState:
     def version(self) -> int:
         """int: incremented by every transition that changes a valid set."""
         return self._version
+
+    def add_location(self, where: str) -> None:
+        """Add the location ``where``, current nowhere yet (a device's copy, made on first use).
+
+        It comes last in the order of preference as a copy source. Bytes never written since
+        the state was made uninitialised are not valid there: a read copies them (garbage, but
+        never stale data). Adding a location that exists does nothing.
+
+        Raises
+        ------
+        TypeError
+            ``where`` is not a str.
+        """
+        if not isinstance(where, str):
+            raise TypeError(f"a location must be a str, got {where!r}")
+        if where in self._valid:
+            return
+        self._valid[where] = EMPTY_SET
+        self._locations = (*self._locations, where)
+        self._version += 1
+
+    def prefer(self, where: str, sources: Iterable[str]) -> None:
+        """Make reads at ``where`` take bytes from ``sources`` first, in that order.
+
+        The other locations follow, in :attr:`locations` order. (Several devices: a device
+        reads from the devices it reaches peer to peer before the host.)
+
+        Raises
+        ------
+        ValueError
+            ``where`` or one of ``sources`` is not a location, or ``sources`` names
+            ``where``.
+        """
+        if where not in self._valid:
+            raise self._bad_where(where)
+        order = tuple(sources)
+        for loc in order:
+            if loc not in self._valid or loc == where:
+                raise ValueError(
+                    f"sources must name other locations than {where!r}: one of "
+                    f"{self._locations!r}; got {loc!r}"
+                )
+        self._prefer[where] = order
+
+    def sources(self, where: str) -> tuple[str, ...]:
+        """The locations reads at ``where`` take bytes from, in order of preference."""
+        first = self._prefer.get(where)
+        if not first:
+            return self._locations
+        return first + tuple(loc for loc in self._locations if loc not in first)
 
     def run_counts(self) -> dict[str, int]:
         """Return the number of runs of each location's valid set.
@@ -329,7 +382,7 @@ class BufferState:
         """Plan the copies that make ``[start, stop)`` current at ``where``.
 
         The copies are exactly the bytes of the interval that are stale at ``where``, each
-        sourced from a location where it is valid (the first such in :attr:`locations` order;
+        sourced from a location where it is valid (the first such in :meth:`sources` order;
         a stale run valid in different places is split), adjacent bytes from one source in one
         copy. If installing the read would leave ``where`` with more than :attr:`max_runs` runs,
         the plan also copies the smallest gaps of ``where``'s valid set (stale there, valid
@@ -387,7 +440,7 @@ class BufferState:
             fill = smallest_gaps(final, excess, None)
             final = final.union(fill)
             need = need.union(fill)
-        copies = sourced(self._locations, where, need, self._valid)
+        copies = sourced(self.sources(where), where, need, self._valid)
         nbytes = need.total
         if break_even and len(copies) > 1 and len(valid) >= SCATTER_RUNS:
             # only once reads scatter: a plain sync keeps moving exactly its stale bytes
@@ -420,7 +473,7 @@ class BufferState:
         copies: list[Copy] = []
         for loc in self._locations:
             if loc in need:
-                copies.extend(sourced(self._locations, loc, need[loc], before))
+                copies.extend(sourced(self.sources(loc), loc, need[loc], before))
         changed = {loc: s for loc, s in after.items() if s != before[loc]}
         return Plan(tuple(copies), changed, self, self._version)
 

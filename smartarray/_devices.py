@@ -1,0 +1,197 @@
+"""Which CUDA devices a SmartArray's copies live on, and how locations name them.
+
+A buffer's coherence state (:class:`smartarray.coherence.BufferState`) has one location per
+copy: ``"host"``, and one per device that holds a copy. Device 0's location is ``"gpu"`` and
+device ``N``'s is ``"gpu:N"``, so a process that uses one device sees exactly the two locations
+it always did. What users write is resolved here (:func:`resolve`), at the boundary:
+
+- ``"gpu"``: the device current in the calling thread (``cuda.select_device``,
+  ``with cuda.gpus[N]:``), as numba-cuda binds its own device arrays to the current context;
+- ``"gpu:N"``: device ``N``, whichever is current.
+
+With one device visible (always on the simulator and in strict mode) :data:`several` is false
+and nothing here asks the driver anything per call: :func:`current` is 0, :func:`resolve` is a
+dictionary lookup. With several, :func:`current` asks numba-cuda for the current context.
+
+Copies between devices go peer to peer where the target device can access the source's memory
+(:func:`peer`), else through the host copy (see :meth:`smartarray._engine.Buffer._copy`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from numba import cuda
+
+from . import _simulator as _sim
+
+__all__ = [
+    "GPU",
+    "HOST",
+    "at",
+    "count",
+    "current",
+    "here",
+    "location",
+    "ordinal",
+    "peer",
+    "resolve",
+]
+
+HOST: Final = "host"
+GPU: Final = "gpu"  # device 0's location (and, as a user writes it, the current device)
+
+#: Whether more than one device is visible: the per-call device checks run only then.
+several = False
+_count: int | None = None
+_peer: dict[tuple[int, int], bool] = {}
+_names: dict[int, str] = {0: GPU}
+_ordinals: dict[str, int] = {GPU: 0}
+
+
+def count() -> int:
+    """How many CUDA devices this process sees (1 on the simulator, or without a driver)."""
+    global _count, several
+    if _count is None:
+        n = 1
+        if not _sim.SIMULATOR:
+            try:
+                n = max(1, len(cuda.gpus))
+            except Exception:  # no driver: device work fails later, with its own message
+                n = 1
+        _count = n
+        several = n > 1
+    return _count
+
+
+def location(device: int) -> str:
+    """The coherence location of ``device``'s copy: ``"gpu"`` for 0, ``"gpu:N"`` for N."""
+    name = _names.get(device)
+    if name is None:
+        name = _names[device] = f"gpu:{device}"
+        _ordinals[name] = device
+    return name
+
+
+def ordinal(where: str) -> int:
+    """The device of a device location (see :func:`location`)."""
+    return _ordinals[where]
+
+
+def current() -> int:
+    """The device current in the calling thread (0 when only one is visible)."""
+    if not several and (_count is not None or count() == 1):
+        return 0
+    return int(cuda.current_context().device.id)
+
+
+def here() -> str:
+    """The location of the current device's copy."""
+    return location(current())
+
+
+def resolve(where: object, argument: str = "where") -> str:
+    """The location a user's ``where`` names: ``"host"``, ``"gpu"`` or ``"gpu:N"``.
+
+    Raises
+    ------
+    ValueError
+        ``where`` is none of those, or ``N`` is not a visible device.
+    """
+    if where == HOST:
+        return HOST
+    if where == GPU:
+        return location(current())
+    if isinstance(where, str) and where.startswith("gpu:"):
+        n = count()
+        digits = where[4:]
+        if digits.isdigit() and int(digits) < n:
+            return location(int(digits))
+        raise ValueError(
+            f"{argument} names device {digits!r}, but this process sees {n} CUDA device(s): "
+            f"use 'gpu:0' to 'gpu:{n - 1}', 'gpu' (the current device) or 'host'"
+        )
+    raise ValueError(
+        f"{argument} must be 'host', 'gpu' (the current device) or 'gpu:N' (device N), "
+        f"got {where!r}"
+    )
+
+
+def public(where: str, here: int) -> str:
+    """How a location is shown to a user whose current device is ``here``: ``"gpu"`` for the
+    current device's copy, ``"gpu:N"`` for another device's."""
+    if where == HOST:
+        return HOST
+    device = _ordinals[where]
+    return GPU if device == here else f"gpu:{device}"
+
+
+def peer(source: int, target: int) -> bool:
+    """Whether ``target`` can read ``source``'s memory directly (a peer-to-peer copy)."""
+    key = (source, target)
+    known = _peer.get(key)
+    if known is None:
+        known = False
+        if source != target and not _sim.SIMULATOR:
+            # Asked of the driver directly: no context is made current (see ``on``).
+            from cuda.bindings import driver as binding
+            from numba.cuda.cudadrv.driver import driver
+
+            try:
+                known = bool(
+                    driver.cuDeviceCanAccessPeer(binding.CUdevice(target), binding.CUdevice(source))
+                )
+            except Exception:  # pragma: no cover - a driver without the query: through the host
+                known = False
+        _peer[key] = known
+    return known
+
+
+class on:  # noqa: N801 - used as ``with on(device):``, like numba's ``with cuda.gpus[n]:``
+    """Make ``device`` current for a block (nothing to do when it already is).
+
+    The first time a device's primary context is made (numba-cuda 0.30's
+    ``Device.get_primary_context``), cuda.core's ``Device.set_current`` replaces the current
+    context on the thread's stack (``cuCtxSetCurrent``) and numba then pops what it put
+    there: the context that was current is gone from the stack, and the user's enclosing
+    ``with cuda.gpus[n]:`` fails when it exits. It is put back here.
+    """
+
+    __slots__ = ("_device", "_entered")
+
+    def __init__(self, device: int) -> None:
+        self._device = device
+        self._entered: object = None
+
+    def __enter__(self) -> None:
+        if several and self._device >= 0 and self._device != current():
+            gpu = cuda.gpus[self._device]
+            _primary_context(self._device)
+            gpu.__enter__()
+            self._entered = gpu
+
+    def __exit__(self, *exc: object) -> None:
+        gpu, self._entered = self._entered, None
+        if gpu is not None:
+            gpu.__exit__(*exc)  # type: ignore[attr-defined]
+
+
+def at(where: str) -> on:
+    """Make the device of location ``where`` current for a block (the host: nothing to do)."""
+    return on(-1 if where == HOST else _ordinals[where])
+
+
+def _primary_context(device: int) -> None:
+    """Make ``device``'s primary context once, keeping the thread's context stack (see ``on``)."""
+    if _primaries.get(device):
+        return
+    from numba.cuda.cudadrv.driver import driver
+
+    before = driver.cuCtxGetCurrent()
+    cuda.gpus[device].get_primary_context()
+    if int(before) and int(driver.cuCtxGetCurrent()) != int(before):
+        driver.cuCtxPushCurrent(before)
+    _primaries[device] = True
+
+
+_primaries: dict[int, bool] = {}

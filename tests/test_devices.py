@@ -1,0 +1,283 @@
+"""One SmartArray over several GPUs (issue 29): a copy per device, current where it is used.
+
+Each test runs a child process on the fake CUDA driver with ``SMARTARRAY_FAKE_GPU_DEVICES``
+devices (numba-cuda's real target; the driver reads its settings when it loads), through
+:func:`tests.test_fakegpu.run_fake`. The child prints a JSON report; the assertions are here.
+Peer access comes from ``SMARTARRAY_FAKE_GPU_PEER`` (``1``: every pair, ``0``: none).
+The last tests check what a one-device process accepts and refuses, in-process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import smartarray as sa
+from tests.test_fakegpu import run_fake
+
+PRELUDE = """
+import warnings
+from smartarray import _fakegpu
+warnings.simplefilter("ignore")  # numba's low-occupancy warning
+fake = _fakegpu.current()
+
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
+
+def ordinal(d):
+    from cuda.bindings import driver as drv
+    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    ptr = int(d.device_ctypes_pointer.value)
+    return int(drv.cuPointerGetAttribute(attr, ptr)[1])
+
+def moved(trace):
+    return sorted(
+        (e.direction, e.source, e.target, e.start, e.stop) for e in trace.events
+    )
+
+def peer():
+    return {f"{a}->{b}": n for (a, b), n in fake.peer_copies.items()}
+"""
+
+
+def _run(code: str, devices: int = 2, peer: str = "1") -> dict:
+    env = {"SMARTARRAY_FAKE_GPU_DEVICES": str(devices), "SMARTARRAY_FAKE_GPU_PEER": peer}
+    return run_fake(PRELUDE + code, env=env)
+
+
+# -- a kernel on each device reads current data ----------------------------------------------
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_a_kernel_on_each_device_in_turn_reads_what_the_last_one_wrote(devices: int) -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(16.0))
+seen = []
+for step in range(2):
+    for dev in range(len(cuda.gpus)):
+        with cuda.gpus[dev]:
+            add_one[1, 16](a)
+            seen.append(a.valid_at)
+print(json.dumps({"values": np.asarray(a).tolist(), "seen": seen, "gpus": len(cuda.gpus)}))
+""",
+        devices,
+    )
+    assert out["gpus"] == devices
+    assert out["values"] == (np.arange(16.0) + 2 * devices).tolist()
+    # Right after each launch the launch's device holds the only current copy.
+    assert out["seen"] == [["gpu"]] * (2 * devices)
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+def test_stale_bytes_go_peer_to_peer_counted_d2d_with_both_devices(devices: int) -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))  # 512 bytes
+with cuda.gpus[0]:
+    add_one[1, 64](a)  # up once, then current on device 0 only
+last = len(cuda.gpus) - 1
+before = peer()
+with sa.trace() as t, cuda.gpus[last]:
+    add_one[1, 64](a)
+print(json.dumps({"moved": moved(t), "before": before, "after": peer(),
+                  "values": np.asarray(a).tolist(), "valid": a.valid_at}))
+""",
+        devices,
+    )
+    last = devices - 1
+    assert out["moved"] == [["d2d", "gpu:0", f"gpu:{last}", 0, 512]]
+    assert out["after"].get(f"0->{last}", 0) - out["before"].get(f"0->{last}", 0) == 1
+    assert out["values"] == [2.0] * 64
+    # (Current: device 0, whose copy is stale; the host read made the host current.)
+    assert out["valid"] == ["host", f"gpu:{last}"]
+
+
+def test_without_peer_access_stale_bytes_go_through_the_host_copy() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+before = peer()
+with sa.trace() as t, cuda.gpus[1]:
+    add_one[1, 64](a)
+    staged = a.valid_at
+new_peer = {k: v - before.get(k, 0) for k, v in peer().items()}
+print(json.dumps({"moved": moved(t), "new_peer": new_peer,
+                  "values": np.asarray(a).tolist(), "staged": staged}))
+""",
+        peer="0",
+    )
+    # Down from device 0 into the host copy, up to device 1: both counted, nothing peer.
+    assert out["moved"] == [["d2h", "gpu:0", "host", 0, 512], ["h2d", "host", "gpu:1", 0, 512]]
+    assert not any(out["new_peer"].values())
+    assert out["values"] == [2.0] * 64
+    assert out["staged"] == ["gpu"]  # device 1 wrote: the host copy is stale again
+
+
+def test_only_the_bytes_a_device_wrote_move_to_the_next_device() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+with cuda.gpus[1]:
+    add_one[1, 64](a)      # device 1 now holds everything current
+with cuda.gpus[0]:
+    add_one[1, 8](a[8:16])   # device 0 needs bytes 64..128 from device 1: only those move
+with sa.trace() as t, cuda.gpus[1]:
+    add_one[1, 64](a)      # device 1 needs back only what device 0 wrote
+print(json.dumps({"moved": moved(t), "values": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["moved"] == [["d2d", "gpu:0", "gpu:1", 64, 128]]
+    expected = [3.0] * 64
+    expected[8:16] = [4.0] * 8
+    assert out["values"] == expected
+
+
+def test_a_kernel_on_another_device_after_a_host_write_uploads_only_the_written_bytes() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+with cuda.gpus[1]:
+    add_one[1, 64](a)
+    np.asarray(a)          # down from device 1 (not held: no refresh after launches)
+    a[0:4] = 10.0          # a host write: the host holds bytes 0..32 alone
+with sa.trace() as t, cuda.gpus[0]:
+    add_one[1, 64](a)      # device 0: 0..32 from the host, the rest from device 1
+print(json.dumps({"moved": moved(t), "values": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["moved"] == [["d2d", "gpu:1", "gpu:0", 32, 512], ["h2d", "host", "gpu:0", 0, 32]]
+    assert out["values"] == [11.0] * 4 + [3.0] * 60
+
+
+# -- the current device decides; an explicit form names one ----------------------------------
+
+
+def test_gpu_names_the_current_device_and_gpu_n_names_device_n() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(8.0))
+with cuda.gpus[1]:
+    d1 = a.gpu()
+    here = a.valid_at
+d0 = a.gpu(device=0)
+with cuda.gpus[1]:
+    explicit = ordinal(a.get("gpu:1"))
+    d1_again = ordinal(a.gpu())
+print(json.dumps({"d1": ordinal(d1), "d0": ordinal(d0), "explicit": explicit,
+                  "again": d1_again, "here": here, "at0": a.valid_at,
+                  "values0": d0.copy_to_host().tolist()}))
+"""
+    )
+    assert (out["d1"], out["d0"], out["explicit"], out["again"]) == (1, 0, 1, 1)
+    assert out["here"] == ["host", "gpu"]  # (current: device 1)
+    assert out["at0"] == ["host", "gpu", "gpu:1"]  # (current: device 0)
+    assert out["values0"] == list(range(8))
+
+
+def test_a_write_marked_on_one_device_is_read_on_another_and_on_the_host() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(8))
+with cuda.gpus[1]:
+    d = a.gpu()
+    add_one[1, 8](d)          # a plain device array: smartarray does not see this write
+    cuda.synchronize()
+a.mark_changed("gpu:1")       # ... until it is told
+with sa.trace() as t:
+    d0 = a.gpu()              # device 0 (current): from device 1
+print(json.dumps({"moved": moved(t), "dev0": d0.copy_to_host().tolist(),
+                  "host": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["moved"] == [["d2d", "gpu:1", "gpu:0", 0, 64]]
+    assert out["dev0"] == [1.0] * 8
+    assert out["host"] == [1.0] * 8
+
+
+def test_an_array_made_on_a_device_lives_there() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(4.0), where="gpu:1")
+print(json.dumps({"valid": a.valid_at, "on1": ordinal(a.get("gpu:1")),
+                  "host": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["valid"] == ["gpu:1"]
+    assert out["on1"] == 1
+    assert out["host"] == [0.0, 1.0, 2.0, 3.0]
+
+
+# -- residency per device --------------------------------------------------------------------
+
+
+def test_each_device_has_its_own_budget_and_evicts_only_its_own_copies() -> None:
+    out = _run(
+        """
+sa.set_device_budget(1024)   # bytes per device
+xs = [sa.SmartArray(np.full(64, float(i))) for i in range(3)]   # 512 bytes each
+with cuda.gpus[0]:
+    add_one[1, 64](xs[0]); add_one[1, 64](xs[1])   # device 0 full
+with cuda.gpus[1]:
+    add_one[1, 64](xs[2]); add_one[1, 64](xs[0])   # device 1 full; device 0 untouched
+budget0, budget1 = sa.device_budget(0), sa.device_budget(1)
+evictions = sa.stats().evictions
+with sa.trace() as t, cuda.gpus[0]:
+    add_one[1, 64](xs[2])    # device 0 must make room: evicts there only
+evicted = [(e.direction, e.array, e.source) for e in t.events if e.reason == "eviction"]
+print(json.dumps({
+    "evictions": sa.stats().evictions - evictions,
+    "moved": moved(t),
+    "used": [budget0.used, budget1.used],
+    "names0": sorted(r.name for r in budget0.resident),
+    "names1": sorted(r.name for r in budget1.resident),
+    "after1": sorted(r.name for r in sa.device_budget(1).resident),
+    "after0": sorted(r.name for r in sa.device_budget(0).resident),
+    "evicted": evicted,
+    "names": [x.name for x in xs],
+    "values": [np.asarray(x).tolist()[:1] for x in xs],
+}))
+"""
+    )
+    n = out["names"]
+    assert out["used"] == [1024, 1024]
+    assert out["names0"] == sorted([n[0], n[1]])
+    assert out["names1"] == sorted([n[0], n[2]])
+    assert out["after1"] == sorted([n[0], n[2]])  # device 1's copies stay
+    # x0 is current on device 1 (its latest launch): device 0's copy of it goes first, without
+    # a download; x1 (current on device 0 only) stays. x2 comes from device 1, peer to peer.
+    assert out["after0"] == sorted([n[1], n[2]])
+    assert out["evictions"] == 1 and out["evicted"] == []
+    assert out["moved"] == [["d2d", "gpu:1", "gpu:0", 0, 512]]
+    assert out["values"] == [[2.0], [2.0], [4.0]]
+
+
+def test_device_budget_refuses_a_device_the_process_does_not_see() -> None:
+    with pytest.raises(ValueError, match="CUDA device"):
+        sa.device_budget(7)
+
+
+# -- one device: the names it accepts --------------------------------------------------------
+
+
+def test_one_device_accepts_gpu_0_and_refuses_gpu_1_before_anything_moves() -> None:
+    a = sa.SmartArray(np.arange(4.0))
+    with sa.trace() as t:
+        with pytest.raises(ValueError, match="device '1'.*gpu:0"):
+            a.get("gpu:1")
+        with pytest.raises(ValueError, match="'host', 'gpu'"):
+            a.get("gpu1")
+    assert t.events == []
+    assert a.valid_at == ("host",)
+    np.testing.assert_array_equal(a.get("gpu:0").copy_to_host(), np.arange(4.0))
+    assert a.valid_at == ("host", "gpu")
+    assert a.is_valid("gpu:0") and a.is_valid("gpu")
