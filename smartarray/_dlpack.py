@@ -328,7 +328,7 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
         if not readonly:
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
             # from now on; held host arrays are refreshed at the next host access.
-            buf.exported(a._lo, a._hi)
+            buf.exported(a._lo, a._hi, _devices.here())
     return (_device_pointer(dev) + a._offset if a.size else 0), dev
 
 

@@ -140,7 +140,7 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
     # The consumer keeps the pointer as long as it likes: this device copy is never evicted.
     _residency.share(a._buf, "it was shared through __cuda_array_interface__")
     if not readonly:
-        a._buf.exported(a._lo, a._hi)  # held host arrays: refreshed once the consumer wrote
+        a._buf.exported(a._lo, a._hi, _devices.here())  # held host arrays: refreshed later
     contiguous = dev.size == 0 or dev.is_c_contiguous()
     return {
         "shape": tuple(int(d) for d in dev.shape),
