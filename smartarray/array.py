@@ -378,7 +378,10 @@ class SmartArray(
 
         Parameters
         ----------
-        where : {'host', 'gpu'}
+        where : {'host', 'gpu', 'gpu:N'}
+            ``'gpu'`` is the device current in the calling thread (``cuda.select_device``,
+            ``with cuda.gpus[N]:``), ``'gpu:N'`` device ``N`` (see "Several GPUs" in the
+            documentation).
 
         Returns
         -------
@@ -445,8 +448,9 @@ class SmartArray(
     def mark_changed(self, where: str = "host") -> None:
         """Record that this array's elements were written at ``where``.
 
-        The other copy becomes stale over this array's byte interval; host arrays handed out
-        earlier are refreshed at once when ``where='gpu'``.
+        ``where``: ``'host'``, ``'gpu'`` (the current device) or ``'gpu:N'``. The other copies
+        become stale over this array's byte interval; host arrays handed out earlier are
+        refreshed at once after a device write.
 
         Raises
         ------
@@ -475,7 +479,8 @@ class SmartArray(
         self.mark_changed("gpu")
 
     def is_valid(self, where: str = "host") -> bool:
-        """Return whether every byte of this array is current at ``where``."""
+        """Return whether every byte of this array is current at ``where`` (``'host'``,
+        ``'gpu'``: the current device, or ``'gpu:N'``)."""
         where = _check_where(where)
         with self._buf.lock:
             state = self._buf.state
