@@ -89,7 +89,8 @@ def launched(self: Buffer, pending: Any, event: Any) -> None:
     self.stream = pending
     self.done = event
     self.done_for = pending
-    self.work_device = _devices.current()
+    if _devices.several:  # (0 otherwise, as it was made)
+        self.work_device = _devices.current()
     _residency.touch(self)
 
 

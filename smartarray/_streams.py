@@ -176,6 +176,18 @@ _EVENTS_KEPT = 8  # events a thread's pool keeps (each free one is found in a sh
 _POOL_ONLY = 3
 
 
+def _thread_pool(local: Any) -> list[Any]:
+    """The calling thread's pool for its session, factory and current device."""
+    session, factory = _strict_state.get(), cuda.event
+    device = _devices.current()
+    pools = getattr(local, "pools", None)
+    if pools is None or local.session is not session or local.factory is not factory:
+        pools = local.pools = {}
+    pool = local.pool = pools.setdefault(device, [])
+    local.session, local.factory, local.device = session, factory, device
+    return pool
+
+
 def launch_event() -> Any:
     """An event to record a launch on (each launch records one: see smartarray._launch).
 
@@ -187,24 +199,17 @@ def launch_event() -> Any:
     an event is legal in CUDA (waits already queued keep what they captured).
     """
     # Events of the current strict-mode session, made by the current factory (a test may
-    # replace numba's with stand-ins).
-    # (With several devices, of the current device: an event is recorded on its own device's
-    # streams only.)
-    session, factory = _strict_state.get(), cuda.event
-    device = _devices.current() if _devices.several else 0
+    # replace numba's with stand-ins), and with several devices of the current device (an
+    # event is recorded on its own device's streams only).
     local = _launch_events
     pool = getattr(local, "pool", None)
     if (
         pool is None
-        or local.session is not session
-        or local.factory is not factory
-        or local.device != device
+        or local.session is not _strict_state.get()
+        or local.factory is not cuda.event
+        or (_devices.several and local.device != _devices.current())
     ):
-        pools = getattr(local, "pools", None)
-        if pools is None or local.session is not session or local.factory is not factory:
-            pools = local.pools = {}
-        pool = local.pool = pools.setdefault(device, [])
-        local.session, local.factory, local.device = session, factory, device
+        pool = _thread_pool(local)
     for event in pool:
         if sys.getrefcount(event) <= _POOL_ONLY:
             return event
