@@ -281,3 +281,36 @@ def test_one_device_accepts_gpu_0_and_refuses_gpu_1_before_anything_moves() -> N
     np.testing.assert_array_equal(a.get("gpu:0").copy_to_host(), np.arange(4.0))
     assert a.valid_at == ("host", "gpu")
     assert a.is_valid("gpu:0") and a.is_valid("gpu")
+
+
+# -- on a machine with two or more GPUs (or the fake driver with several devices) --------------
+
+
+@pytest.mark.gpu
+def test_gpu_every_device_reads_what_the_previous_one_wrote_peer_to_peer_where_it_can() -> None:
+    from numba import cuda
+
+    from smartarray import _devices
+    from tests._kernels import add_one
+
+    if len(cuda.gpus) < 2:
+        pytest.skip("needs two or more CUDA devices")
+    n = len(cuda.gpus)
+    a = sa.SmartArray(np.zeros(1 << 16, np.float32))  # 256 KiB
+    nbytes = a.nbytes
+    with sa.trace() as t:
+        for dev in range(n):
+            with cuda.gpus[dev]:
+                add_one[(a.size + 255) // 256, 256](a)
+        result = np.asarray(a)
+    np.testing.assert_array_equal(result, np.full(a.size, float(n), np.float32))
+    moved = [(e.direction, e.source, e.target, e.nbytes) for e in t.events]
+    expected = [("h2d", "host", "gpu:0", nbytes)]
+    for dev in range(1, n):
+        src, dst = f"gpu:{dev - 1}", f"gpu:{dev}"
+        if _devices.peer(dev - 1, dev):
+            expected.append(("d2d", src, dst, nbytes))
+        else:
+            expected += [("d2h", src, "host", nbytes), ("h2d", "host", dst, nbytes)]
+    expected.append(("d2h", f"gpu:{n - 1}", "host", nbytes))
+    assert moved == expected
