@@ -84,6 +84,13 @@ def info(target_line: str) -> dict[str, str]:
         name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
         major, minor = device.compute_capability
         rows["device"] = f"{name} (compute capability {major}.{minor})"
+        if len(cuda.gpus) > 1:
+            from . import _devices
+
+            n = len(cuda.gpus)
+            pairs = [f"{a}->{b}" for a in range(n) for b in range(n) if _devices.peer(a, b)]
+            rows["devices"] = f"{n} (each SmartArray keeps a copy per device that uses it)"
+            rows["peer copies"] = ", ".join(pairs) or "none (copies go through the host)"
         rows["pinned memory"] = "real (page-locked by the CUDA driver)"
         rows["mapped memory"] = "real (host memory mapped into the device address space)"
     return rows

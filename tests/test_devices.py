@@ -314,3 +314,16 @@ def test_gpu_every_device_reads_what_the_previous_one_wrote_peer_to_peer_where_i
             expected += [("d2h", src, "host", nbytes), ("h2d", "host", dst, nbytes)]
     expected.append(("d2h", f"gpu:{n - 1}", "host", nbytes))
     assert moved == expected
+
+
+def test_info_lists_the_devices_and_the_pairs_that_copy_peer_to_peer() -> None:
+    out = _run(
+        """
+from smartarray.__main__ import info
+print(json.dumps(info("CUDA GPU")))
+""",
+        devices=3,
+        peer="0:1,1:0",
+    )
+    assert out["devices"].startswith("3 ")
+    assert out["peer copies"] == "0->1, 1->0"
