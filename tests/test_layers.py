@@ -84,6 +84,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (
         "_engine",
         "_device_work",
+        "_buffer_copies",
         "_residency",
         "_arguments",
         "_launch",
