@@ -18,10 +18,10 @@ elif _flag("SMARTARRAY_STRICT"):
     _select_simulator()
 
 from . import _no_device
+from ._budget import device_budget, resident, set_device_budget
 from ._interop import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like
 from ._numba_transfers import count_all_transfers
-from ._residency import device_budget, resident, set_device_budget
 from ._version import __version__
 from .array import SmartArray
 from .coherence import NVLINK_C2C, PCIE5_X16, TransferCost, set_transfer_cost, transfer_cost

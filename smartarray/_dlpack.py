@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import cuda
 
-from . import _devices, _residency, _streams
+from . import _budget, _devices, _residency, _streams
 from . import _simulator as _sim
 from . import memory as _memory
 from ._engine import GPU
@@ -284,7 +284,7 @@ def _copied(a: SmartArray) -> SmartArray:
             if _layout(dev) is not None:
                 order_before_default(a)  # the copy runs on the default stream
                 try:
-                    with _residency.resident(a):  # the source stays while it is copied
+                    with _budget.resident(a):  # the source stays while it is copied
                         return SmartArray(dev)  # device to device (counted d2d)
                 except DeviceMemoryError:
                     pass  # no room for two device copies: gathered on the host instead

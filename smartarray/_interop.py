@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _devices, _residency, _streams, memory
+from . import _budget, _devices, _residency, _streams, memory
 from . import _simulator as _sim
 from ._engine import GPU, HOST, INOUT
 from .array import SmartArray
@@ -464,7 +464,7 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
             if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
                 order_before_default(a)
                 try:
-                    with _residency.resident(a):  # the source stays while the copy is made
+                    with _budget.resident(a):  # the source stays while the copy is made
                         return SmartArray(dev)
                 except DeviceMemoryError:
                     pass  # no room for two device copies: copy on the host instead

@@ -2,7 +2,7 @@
 
 Every SmartArray device copy is allocated through :func:`allocate` (from
 :meth:`Buffer.ensure_device <smartarray._engine.Buffer.ensure_device>`), which keeps the bytes
-resident within the budget (:func:`set_device_budget`; by default, on a GPU, the memory free at
+resident within the budget (:func:`~smartarray.set_device_budget`; by default, on a GPU, the memory free at
 first use less a margin, and unlimited on the simulator). When an allocation would exceed the
 budget, or fails with CUDA_ERROR_OUT_OF_MEMORY (a GPU, or strict mode's finite device memory),
 device copies are evicted, then the allocation is tried once more:
@@ -14,7 +14,7 @@ device copies are evicted, then the allocation is tried once more:
 
 Never evicted: a copy a launch being prepared or run uses (its arguments are pinned from their
 preparation until the launch's post-launch callbacks ran, so allocating the third argument never
-evicts the first), a copy kept with :func:`resident`, a copy whose memory was handed out (a
+evicts the first), a copy kept with :func:`~smartarray.resident`, a copy whose memory was handed out (a
 device array from ``get('gpu')`` still referenced, ``__cuda_array_interface__``, adopted device
 memory), and a copy whose lock another thread holds. Queued device work on a copy (its buffer's
 stream) is waited for before it is evicted: stream order says the work uses it, and waiting is
@@ -31,12 +31,9 @@ has one tick for all of them.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 import weakref
-from collections.abc import Iterator
-from operator import index
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -44,7 +41,6 @@ import numpy as np
 from . import _devices, memory, stats
 from . import _simulator as _sim
 from ._deferred import DeferringLock
-from ._numba_cuda import ArrayArgument
 from ._strict import state as _strict_state
 from .errors import DeviceMemoryError, TransferError, TransferGuardError
 
@@ -56,9 +52,8 @@ __all__ = [
     "Residency",
     "ResidentArray",
     "allocate",
-    "device_budget",
-    "resident",
-    "set_device_budget",
+    "budget_of",
+    "set_budget",
 ]
 
 #: The margin left free below a GPU's free memory by the default budget: a tenth of it, at
@@ -78,7 +73,7 @@ class Residency:
         Device bytes it holds on each device where it is resident (counted in that device's
         budget).
     keep : int
-        How many :func:`resident` blocks keep it resident.
+        How many :func:`~smartarray.resident` blocks keep it resident.
     shared : str
         Why it stays resident for good ('' if it may be evicted): its device memory was shared.
     views : WeakValueDictionary or None
@@ -101,7 +96,7 @@ class Residency:
 
 
 class ResidentArray(NamedTuple):
-    """One resident device copy, as :func:`device_budget` lists it."""
+    """One resident device copy, as :func:`~smartarray.device_budget` lists it."""
 
     name: str
     nbytes: int
@@ -110,7 +105,7 @@ class ResidentArray(NamedTuple):
 
 
 class DeviceBudget(NamedTuple):
-    """What :func:`device_budget` returns."""
+    """What :func:`~smartarray.device_budget` returns."""
 
     budget: int | None
     used: int
@@ -245,98 +240,19 @@ def _effective_budget(device: int = 0) -> int | None:
     return _default[device]
 
 
-def set_device_budget(nbytes: int | None) -> None:
-    """Set how many bytes of device memory SmartArrays' device copies may use together, on
-    each device.
-
-    When a device copy would exceed the budget, device copies are evicted to make room:
-    first those whose bytes are all current on the host too (nothing moves), then the least
-    recently used ones, after downloading the bytes only they hold. An evicted array comes
-    back on its next device use, uploading only what that use needs. A budget below what is
-    resident now takes effect at the next allocation (nothing is evicted before).
-
-    Parameters
-    ----------
-    nbytes : int or None
-        The budget in bytes (0 or more). ``None`` restores the default: on a GPU, the device
-        memory free at the first allocation after this call, less a margin (a tenth of it, at
-        least 128 MiB); on the CUDA simulator, unlimited.
-
-    Raises
-    ------
-    TypeError
-        ``nbytes`` is not an integer or None.
-    ValueError
-        ``nbytes`` is negative.
-
-    See Also
-    --------
-    device_budget : the budget, the bytes in use and what is resident.
-    resident : keep arrays resident (never evicted) inside a ``with`` block.
-
-    Examples
-    --------
-    >>> import numpy as np, smartarray as sa
-    >>> sa.set_device_budget(1 << 20)
-    >>> sa.device_budget().budget
-    1048576
-    >>> sa.set_device_budget(None)
-    """
+def set_budget(nbytes: int | None) -> None:
+    """The user's budget (``None``: the default), for every device (see smartarray._budget)."""
     global _budget, _budget_set
-    if nbytes is None:
-        with _lock:
-            _budget, _budget_set = None, False
-            _default.clear()
-            _derive_pinning()
-        return
-    if isinstance(nbytes, bool):
-        raise TypeError("nbytes must be an int (bytes) or None, got a bool")
-    try:
-        value = index(nbytes)
-    except TypeError:
-        raise TypeError(
-            f"nbytes must be an int (bytes) or None, got {type(nbytes).__name__}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"nbytes must be >= 0 (bytes) or None, got {value}")
     with _lock:
-        _budget, _budget_set = value, True
+        _budget, _budget_set = nbytes, nbytes is not None
+        if nbytes is None:
+            _default.clear()  # computed again at the next allocation
         _derive_pinning()
 
 
-def device_budget(device: int | None = None) -> DeviceBudget:
-    """Return the device-memory budget, the bytes SmartArrays use of it, and what is resident.
-
-    Parameters
-    ----------
-    device : int, optional
-        The CUDA device (default: the current one). Each device has its own budget.
-
-    Returns
-    -------
-    DeviceBudget
-        A named tuple ``(budget, used, resident)``: ``budget`` in bytes (None: unlimited),
-        ``used`` the bytes of the resident device copies, and ``resident`` one
-        ``(name, nbytes, kept, device)`` per resident copy, least recently used first,
-        ``kept`` saying why it may not be evicted now (``''`` if it may).
-
-    Raises
-    ------
-    ValueError
-        ``device`` is not a device this process sees.
-
-    Examples
-    --------
-    >>> import numpy as np, smartarray as sa
-    >>> a = sa.SmartArray(np.zeros(4), name="a")
-    >>> d = a.gpu()  # resident, and kept while d lives (a device array handed out)
-    >>> [(r.name, r.nbytes) for r in sa.device_budget().resident if r.name == "a"]
-    [('a', 32)]
-    """
-    if device is None:
-        device = _devices.current()
-    else:
-        device = _devices.ordinal(_devices.resolve(f"gpu:{index(device)}", "device"))
+def budget_of(device: int) -> DeviceBudget:
+    """The budget, the bytes used and the resident copies on ``device`` (see
+    smartarray._budget.device_budget)."""
     with _lock:
         budget = _effective_budget(device)
         pinned = _pinned()
@@ -348,46 +264,6 @@ def device_budget(device: int | None = None) -> DeviceBudget:
             entries.append((rec.tick, entry))  # type: ignore[union-attr]
         entries.sort(key=lambda e: e[0])
         return DeviceBudget(budget, _used.get(device, 0), tuple(e[1] for e in entries))
-
-
-@contextlib.contextmanager
-def resident(*arrays: Any) -> Iterator[None]:
-    """Keep the device copies of ``arrays`` resident (never evicted) inside the block.
-
-    Use it for arrays a loop touches on every step, so that making room for others never
-    evicts them. Blocks nest; an array becomes evictable again when the last block keeping
-    it exits. It does not upload anything: the copies are allocated when first used.
-
-    Parameters
-    ----------
-    *arrays : SmartArray
-        The arrays (views keep their whole base buffer resident).
-
-    Raises
-    ------
-    TypeError
-        An argument is not a SmartArray (nothing is kept).
-
-    Examples
-    --------
-    >>> import numpy as np, smartarray as sa
-    >>> a = sa.SmartArray(np.zeros(4))
-    >>> with sa.resident(a):
-    ...     d = a.gpu()  # a kernel loop would go here
-    """
-    for i, a in enumerate(arrays):
-        if not isinstance(a, ArrayArgument):  # (SmartArray: the one ArrayArgument)
-            raise TypeError(f"arrays[{i}] must be a SmartArray, got {type(a).__name__}")
-    recs = [record(a._buf) for a in arrays]
-    with _lock:
-        for rec in recs:
-            rec.keep += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            for rec in recs:
-                rec.keep -= 1
 
 
 # -- allocation and eviction ----------------------------------------------------------------

@@ -86,6 +86,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_device_work",
         "_buffer_copies",
         "_residency",
+        "_budget",
         "_arguments",
         "_launch",
         "_held",
