@@ -2,10 +2,10 @@
 
 Every SmartArray device copy is allocated through :func:`allocate` (from
 :meth:`Buffer.ensure_device <smartarray._engine.Buffer.ensure_device>`), which keeps the bytes
-resident within the budget (:func:`~smartarray.set_device_budget`; by default, on a GPU, the memory free at
-first use less a margin, and unlimited on the simulator). When an allocation would exceed the
-budget, or fails with CUDA_ERROR_OUT_OF_MEMORY (a GPU, or strict mode's finite device memory),
-device copies are evicted, then the allocation is tried once more:
+resident within the budget (:func:`~smartarray.set_device_budget`; by default, on a GPU, the
+memory free at first use less a margin, and unlimited on the simulator). When an allocation
+would exceed the budget, or fails with CUDA_ERROR_OUT_OF_MEMORY (a GPU, or strict mode's finite
+device memory), device copies are evicted, then the allocation is tried once more:
 
 1. first, device copies whose bytes are all current on the host too (given back, nothing
    moves), least recently used first;
@@ -14,19 +14,19 @@ device copies are evicted, then the allocation is tried once more:
 
 Never evicted: a copy a launch being prepared or run uses (its arguments are pinned from their
 preparation until the launch's post-launch callbacks ran, so allocating the third argument never
-evicts the first), a copy kept with :func:`~smartarray.resident`, a copy whose memory was handed out (a
-device array from ``get('gpu')`` still referenced, ``__cuda_array_interface__``, adopted device
-memory), and a copy whose lock another thread holds. Queued device work on a copy (its buffer's
-stream) is waited for before it is evicted: stream order says the work uses it, and waiting is
-what a host read does; skipping it instead would make a loop of launches that never reads back
-unevictable. An evicted copy comes back lazily: the next device access allocates it again and
-uploads only the bytes it needs (the state says the device holds nothing).
+evicts the first), a copy kept with :func:`~smartarray.resident`, a copy whose memory was handed
+out (a device array from ``get('gpu')`` still referenced, ``__cuda_array_interface__``, adopted
+device memory), and a copy whose lock another thread holds. Queued device work on a copy (its
+buffer's stream) is waited for before it is evicted: stream order says the work uses it, and
+waiting is what a host read does; skipping it instead would make a loop of launches that never
+reads back unevictable. An evicted copy comes back lazily: the next device access allocates it
+again and uploads only the bytes it needs (the state says the device holds nothing).
 
 Several devices: each has its own budget (the same number for each, or each one's own default)
 and its own registry of resident copies; an allocation on one device evicts copies on that
 device only. Recency is a tick stored in the buffer's :class:`Residency` record, set on every
-device access (the launch fast path included: O(1)); a buffer with copies on several devices
-has one tick for all of them.
+device access (the launch fast path included: O(1)); a buffer with copies on several devices has
+one tick for all of them.
 """
 
 from __future__ import annotations

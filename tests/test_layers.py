@@ -76,6 +76,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_checks",
         "guard",
         "stats",
+        "_transfer_records",
         "_perf",
         "_numba_transfers",
     ),
