@@ -10,24 +10,20 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from operator import index
 
+from . import _locations, _planning
 from ._cost import TransferCost, _checked, _current
 from ._intervals import (
     EMPTY_SET,
     IntervalSet,
-    smallest_gaps,
     with_span,
     without_span,
 )
 from ._plan import (
     EMPTY_PLAN,
-    Copy,
     Plan,
     StalePlanError,
-    consolidated,
-    merged_copies,
-    sourced,
 )
-from ._series import SCATTER_RUNS, plan_series
+from ._series import SCATTER_RUNS
 
 __all__ = ["DEFAULT_MAX_RUNS", "SCATTER_RUNS", "BufferState"]
 
@@ -186,55 +182,11 @@ class BufferState:
         """int: incremented by every transition that changes a valid set."""
         return self._version
 
-    def add_location(self, where: str) -> None:
-        """Add the location ``where``, current nowhere yet (a device's copy, made on first use).
-
-        It comes last in the order of preference as a copy source. Bytes never written since
-        the state was made uninitialised are not valid there: a read copies them (garbage, but
-        never stale data). Adding a location that exists does nothing.
-
-        Raises
-        ------
-        TypeError
-            ``where`` is not a str.
-        """
-        if not isinstance(where, str):
-            raise TypeError(f"a location must be a str, got {where!r}")
-        if where in self._valid:
-            return
-        self._valid[where] = EMPTY_SET
-        self._locations = (*self._locations, where)
-        self._version += 1
-
-    def prefer(self, where: str, sources: Iterable[str]) -> None:
-        """Make reads at ``where`` take bytes from ``sources`` first, in that order.
-
-        The other locations follow, in :attr:`locations` order. (Several devices: a device
-        reads from the devices it reaches peer to peer before the host.)
-
-        Raises
-        ------
-        ValueError
-            ``where`` or one of ``sources`` is not a location, or ``sources`` names
-            ``where``.
-        """
-        if where not in self._valid:
-            raise self._bad_where(where)
-        order = tuple(sources)
-        for loc in order:
-            if loc not in self._valid or loc == where:
-                raise ValueError(
-                    f"sources must name other locations than {where!r}: one of "
-                    f"{self._locations!r}; got {loc!r}"
-                )
-        self._prefer[where] = order
-
-    def sources(self, where: str) -> tuple[str, ...]:
-        """The locations reads at ``where`` take bytes from, in order of preference."""
-        first = self._prefer.get(where)
-        if not first:
-            return self._locations
-        return first + tuple(loc for loc in self._locations if loc not in first)
+    # Locations added on first use, and the sources each target prefers
+    # (smartarray/coherence/_locations.py).
+    add_location = _locations.add_location
+    prefer = _locations.prefer
+    sources = _locations.sources
 
     def run_counts(self) -> dict[str, int]:
         """Return the number of runs of each location's valid set.
@@ -419,63 +371,9 @@ class BufferState:
         i = bisect_right(valid._starts, start) - 1
         if i >= 0 and valid._stops[i] >= stop:
             return EMPTY_PLAN
-        return self._plan_read_slow(where, valid, start, stop, coalesce)
+        return _planning.plan_read_slow(self, where, valid, start, stop, coalesce)
 
-    def _plan_read_slow(
-        self, where: str, valid: IntervalSet, start: int, stop: int, coalesce: bool
-    ) -> Plan:
-        break_even = self._break_even  # bytes worth one copy's latency; 0: exact copies
-        if break_even < 0:
-            break_even = _current[1]
-        if not coalesce:
-            break_even = 0  # exact copies: nothing valid at ``where`` is rewritten
-        if break_even:
-            plan = plan_series(self, where, valid, start, stop, break_even)
-            if plan is not None:
-                return plan
-        final = with_span(valid, start, stop)
-        need = valid.gaps(start, stop)  # the stale bytes of the interval
-        excess = len(final) - self._max_runs
-        if excess > 0:  # also fill gaps of final: stale here, and disjoint from the interval
-            fill = smallest_gaps(final, excess, None)
-            final = final.union(fill)
-            need = need.union(fill)
-        copies = sourced(self.sources(where), where, need, self._valid)
-        nbytes = need.total
-        if break_even and len(copies) > 1 and len(valid) >= SCATTER_RUNS:
-            # only once reads scatter: a plain sync keeps moving exactly its stale bytes
-            merged = merged_copies(copies, self._valid, break_even)
-            if len(merged) < len(copies):
-                copies = merged
-                nbytes = sum(c.stop - c.start for c in copies)
-        return Plan(tuple(copies), {where: final}, self, self._version, nbytes)
-
-    def plan_consolidate(self) -> Plan:
-        """Plan bringing every location's valid set back within :attr:`max_runs` runs.
-
-        For each location over the cap (in :attr:`locations` order), first drop its smallest
-        runs whose bytes are also valid in another location (free now; those bytes are copied
-        again if they are read there later); if that is not enough, fill the gaps that are
-        cheapest to copy, from locations where those bytes are valid. Call it right after
-        :meth:`mark_changed`, perform its copies, and :meth:`apply` it.
-
-        Returns
-        -------
-        Plan
-            :data:`EMPTY_PLAN` when every location is already within the cap. The plan may have
-            no copies and still change validity (drops only).
-        """
-        m = self._max_runs
-        before = self._valid
-        if all(len(s) <= m for s in before.values()):
-            return EMPTY_PLAN
-        after, need = consolidated(self._locations, before, m)
-        copies: list[Copy] = []
-        for loc in self._locations:
-            if loc in need:
-                copies.extend(sourced(self.sources(loc), loc, need[loc], before))
-        changed = {loc: s for loc, s in after.items() if s != before[loc]}
-        return Plan(tuple(copies), changed, self, self._version)
+    plan_consolidate = _planning.plan_consolidate
 
     # -- transitions -----------------------------------------------------------------------
 
