@@ -22,6 +22,7 @@ from ._budget import device_budget, resident, set_device_budget
 from ._interop import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like
 from ._numba_transfers import count_all_transfers
+from ._partition import DeviceBlock, decompose
 from ._version import __version__
 from .array import SmartArray
 from .coherence import NVLINK_C2C, PCIE5_X16, TransferCost, set_transfer_cost, transfer_cost
@@ -71,6 +72,7 @@ if _flag("SMARTARRAY_STRICT"):
 
 __all__ = [
     "CoherenceError",
+    "DeviceBlock",
     "DeviceMemoryError",
     "In",
     "InOut",
@@ -92,6 +94,7 @@ __all__ = [
     "__version__",
     "as_cuda_array",
     "count_all_transfers",
+    "decompose",
     "deregister",
     "device_array",
     "device_array_like",

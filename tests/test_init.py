@@ -6,6 +6,7 @@ import smartarray as sa
 
 PUBLIC = [
     "CoherenceError",
+    "DeviceBlock",
     "DeviceMemoryError",
     "In",
     "InOut",
@@ -27,6 +28,7 @@ PUBLIC = [
     "__version__",
     "as_cuda_array",
     "count_all_transfers",
+    "decompose",
     "deregister",
     "device_array",
     "device_array_like",

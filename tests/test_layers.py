@@ -108,7 +108,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_results",
         "_like",
     ),
-    ("_interop", "_dlpack", "jit", "_mpi", "hints", "_no_device"),  # numba and interop glue
+    ("_interop", "_dlpack", "jit", "_mpi", "hints", "_no_device", "_partition"),  # numba and interop glue
     ("", "testing", "mpi", "__main__", "_demo", "_cli"),  # the public API ("" the package)
 )
 
