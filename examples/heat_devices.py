@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -125,16 +124,16 @@ def optimum(
     return opt
 
 
-@dataclass
 class Run:
     """What :func:`main` computed and moved: the result, and per device the bytes of each
     step and of the final download (``per_device`` counters), and the hand-written optimum."""
 
-    result: np.ndarray
-    steps: list[dict[int, Counter]] = field(default_factory=list)
-    last: dict[int, Counter] = field(default_factory=dict)
-    optimum: dict[int, dict[str, Counter]] = field(default_factory=dict)
-    digest: str = ""
+    def __init__(self, result: np.ndarray) -> None:
+        self.result = result
+        self.steps: list[dict[int, Counter]] = []
+        self.last: dict[int, Counter] = {}
+        self.optimum: dict[int, dict[str, Counter]] = {}
+        self.digest = ""
 
 
 def _peer(devices: list[int]) -> bool:

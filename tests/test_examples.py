@@ -52,6 +52,7 @@ def test_readme_snippets_run(capsys):
 def test_every_example_is_tested():
     tested = {
         "explicit_transfers",
+        "heat_devices",  # also on 2 and 4 devices of the fake driver, below
         "host_edits",
         "inferred_access",
         "mpi_heat",  # tests/test_mpi.py runs it under mpiexec
@@ -143,10 +144,84 @@ def test_porting_numba_smartarray(capsys):
     assert "new style (kernel(a)): 3 upload(s) 528 bytes, 1 download(s) 504 bytes" in out
 
 
+def test_heat_devices_on_this_sessions_device(capsys):
+    module = load("heat_devices")
+    run = module.main(n=16, steps=4)  # checks itself against NumPy
+    np.testing.assert_allclose(run.result, module.reference(module.initial(16), 4))
+    grid = 16 * 16 * 8
+    # One block on one device: the grid up once, nothing between steps, down once.
+    assert run.steps[0] == {0: {"h2d": grid}}
+    assert run.steps[1:] == [{}] * 3
+    assert run.last == {0: {"d2h": grid}}
+    assert run.optimum == {0: {"first": {"h2d": grid}, "step": {}, "last": {"d2h": grid}}}
+    # Three blocks on the one device: its copy holds them all; still the grid once each way.
+    three = module.main(n=16, steps=4, parts=3, quiet=True)
+    assert (three.steps[0], three.steps[1:], three.last) == (run.steps[0], [{}] * 3, run.last)
+    assert three.digest == run.digest
+    out = capsys.readouterr().out
+    assert f"device 0: step 1            h2d {grid:,}  (h2d {grid:,})" in out
+    assert f"sha256 {run.digest}" in out
+
+
+HEAT_DEVICES = """
+import importlib.util, sys
+from smartarray import _fakegpu
+spec = importlib.util.spec_from_file_location("heat_devices", "examples/heat_devices.py")
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+before = dict(_fakegpu.current().peer_copies)
+run = module.main(n=16, steps=4)
+copies = sum(n - before.get(k, 0) for k, n in _fakegpu.current().peer_copies.items())
+plain = lambda c: {str(d): dict(v) for d, v in c.items()}
+print(json.dumps({"steps": [plain(s) for s in run.steps], "last": plain(run.last),
+                  "optimum": {str(d): {k: dict(v) for k, v in o.items()}
+                              for d, o in run.optimum.items()},
+                  "digest": run.digest, "peer_copies": copies}))
+"""
+
+
+def _heat_optimum(devices: int, k: int, peer: bool, n: int = 16) -> dict:
+    """Hand-written transfers for device ``k`` of ``devices``, ``n`` rows of ``n`` float64:
+    its block of ``m`` rows plus a halo row per neighbour up once; each later step a row in
+    from each neighbour (peer to peer, or down from it and up); the owned rows down once."""
+    row, m = n * 8, n // devices
+    above, below = k > 0, k < devices - 1
+    neighbours = above + below
+    if peer:  # step 1: the two rows shared with the block above come from its device
+        first = {"h2d": (m + neighbours - 2 * above) * row}
+        first.update({"d2d_in": 2 * row} if above else {})
+        first.update({"d2d_out": 2 * row} if below else {})
+        step = {"d2d_in": neighbours * row, "d2d_out": neighbours * row}
+    else:
+        first = {"h2d": (m + neighbours) * row}
+        step = {"h2d": neighbours * row, "d2h": neighbours * row}
+    return {"first": first, "step": step, "last": {"d2h": m * row}}
+
+
+@pytest.mark.parametrize("devices", [2, 4])
+@pytest.mark.parametrize("peer", [True, False])
+def test_heat_devices_moves_the_hand_written_optimum_per_device(devices, peer):
+    from tests.test_fakegpu import run_fake
+
+    env = {"SMARTARRAY_FAKE_GPU_DEVICES": str(devices), "SMARTARRAY_FAKE_GPU_PEER": str(+peer)}
+    out = run_fake(HEAT_DEVICES, env=env)
+    one = load("heat_devices").main(n=16, steps=4, quiet=True)  # this session's one device
+    assert out["digest"] == one.digest  # the same field on 1, 2 and 4 devices
+    for k in range(devices):
+        d, want = str(k), _heat_optimum(devices, k, peer)
+        assert out["optimum"][d] == want, d  # what the example prints as the optimum
+        assert out["steps"][0][d] == want["first"], d
+        assert [s[d] for s in out["steps"][1:]] == [want["step"]] * 3, d
+        assert out["last"][d] == want["last"], d
+    # peer copies: one per pair in step 1 (its two shared rows), then 2 per pair a step
+    assert out["peer_copies"] == ((devices - 1) * (1 + 2 * 3) if peer else 0)
+
+
 # The README's example command (``--n``, ``--steps``) at sizes for the simulator, for every
 # example (test_readme_example_command_uses_the_options_of_every_example).
 SMALL_ARGS = {
     "explicit_transfers": ["--n", "64", "--steps", "2"],
+    "heat_devices": ["--n", "16", "--steps", "3"],
     "host_edits": ["--n", "64", "--steps", "2", "--edit", "2"],
     "inferred_access": ["--n", "64", "--steps", "2"],
     "pipeline": ["--n", "64", "--steps", "2"],
