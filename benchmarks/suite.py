@@ -27,7 +27,13 @@ JSON layout (:func:`run` returns it; other tools read it)::
                         "rows": [{"variant", "preset", "results_agree",
                                   "first" | "total": {"smartarray" | "exact" | "whole":
                                                           {"copies", "bytes", "seconds"},
-                                                      "smartarray_over_best": float}}]}
+                                                      "smartarray_over_best": float}}]},
+      "devices": {"params": {"n", "steps"}, "same_result": bool,
+                  "rows": [{"devices": 1 | 2 | 4, "peer": bool, "where": str, "target": str,
+                            "digest": str,
+                            "per_device": [{"device": int,
+                                            "moved" | "hand" | "per_step":
+                                                {"h2d" | "d2h" | "d2d_in" | "d2d_out": int}}]}]}
     }
 
 Run it through ``python -m smartarray bench [--quick] [--json PATH] [--markdown]``, which
@@ -42,6 +48,7 @@ from typing import Any
 
 import bench_budget
 import bench_coherence
+import bench_devices
 import bench_fragmentation
 import bench_overhead
 import bench_strict
@@ -131,6 +138,9 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     if progress:
         print("bench: scattered host reads (transfer cost model)", file=sys.stderr, flush=True)
     fragmentation = bench_fragmentation.run(quick)
+    if progress:
+        print("bench: partitioned heat steps on 1, 2 and 4 devices", file=sys.stderr, flush=True)
+    devices = bench_devices.run(quick)
     return {
         "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
         "simulator": memory.SIMULATOR,
@@ -141,6 +151,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
         "strict_host_syncs_per_launch": syncs,
         "over_budget": over_budget,
         "fragmentation": fragmentation,
+        "devices": devices,
     }
 
 
@@ -243,6 +254,7 @@ def format_report(report: dict[str, Any]) -> str:
     out += ["", bench_strict.format_figures(report.get("strict_host_syncs_per_launch"))]
     out += ["", bench_budget.format_figures(report.get("over_budget"))]
     out += ["", bench_fragmentation.format_figures(report.get("fragmentation"))]
+    out += ["", bench_devices.format_figures(report.get("devices"))]
     return "\n".join(out)
 
 
@@ -363,6 +375,9 @@ def format_markdown(report: dict[str, Any]) -> str:
             ),
             "",
         ]
+    devices = report.get("devices")
+    if devices:
+        out += [_devices_markdown(devices), ""]
     out += [
         "<details><summary>overheads</summary>",
         "",
@@ -371,3 +386,30 @@ def format_markdown(report: dict[str, Any]) -> str:
         "</details>",
     ]
     return "\n".join(out)
+
+
+def _devices_markdown(figures: dict[str, Any]) -> str:
+    """The partitioned heat steps' bytes per device as a Markdown table (smartarray, then
+    hand-written, per kind of copy)."""
+    p = figures["params"]
+    kinds = bench_devices.KINDS
+    rows: list[tuple[str, ...]] = [
+        ("devices", "device", *(f"{k} (hand)" for k in kinds)),
+    ]
+    for r in figures["rows"]:
+        if "error" in r:
+            rows.append((str(r["devices"]), "", *(["not measured"] * len(kinds))))
+            continue
+        label = f"{r['devices']} ({r['where'] or r['target']})"
+        for d in r["per_device"]:
+            cells = (f"{d['moved'][k]:,} ({d['hand'][k]:,})" for k in kinds)
+            rows.append((label, str(d["device"]), *cells))
+            label = ""
+    return "\n".join(
+        [
+            f"Partitioned heat steps ({p['n']}x{p['n']} float64, {p['steps']} steps, one block "
+            "per device): bytes per device over the run, hand-written in brackets:",
+            "",
+            _md_table(rows, text_columns=2),
+        ]
+    )

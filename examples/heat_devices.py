@@ -10,7 +10,7 @@ through the host copy), and the owned rows come down once at the end. The script
 what each device moved next to what hand-written transfers would move, and the result's
 hash, which is the same on one device or several.
 
-Run: python examples/heat_devices.py [--n N] [--steps STEPS] [--parts PARTS]
+Run: python examples/heat_devices.py [--n N] [--steps STEPS] [--parts P] [--devices D]
 (no GPU: it restarts itself on the CUDA simulator, one device, with small sizes, and says
 so; on the fake CUDA driver, SMARTARRAY_FAKE_GPU=1 SMARTARRAY_FAKE_GPU_DEVICES=4 models four)
 """
@@ -143,14 +143,16 @@ def _peer(devices: list[int]) -> bool:
     return all(_devices.peer(a, b) for a in devices for b in devices if a != b)
 
 
-def main(n: int = 16, steps: int = 4, parts: int = 0, quiet: bool = False) -> Run:
+def main(n: int = 16, steps: int = 4, parts: int = 0, devices: int = 0, quiet: bool = False) -> Run:
     """Diffuse for ``steps`` steps on an ``n`` x ``n`` grid split into ``parts`` row blocks
-    (0: one per visible device), a kernel per block on its device."""
+    (0: one per device) over the first ``devices`` devices (0: every visible one), a kernel
+    per block on its device."""
     u0 = initial(n)
     u = sa.SmartArray(u0, name="u")
     v = sa.SmartArray(shape=u0.shape, dtype=np.float64, name="v")  # never copied
-    pu = sa.decompose(u, parts or None, halo=1)
-    pv = sa.decompose(v, parts or None, halo=1)
+    chosen = range(devices) if devices else None
+    pu = sa.decompose(u, parts or None, halo=1, devices=chosen)
+    pv = sa.decompose(v, parts or None, halo=1, devices=chosen)
     if min(b.rows.stop - b.rows.start for b in pu) < 2:
         raise ValueError(f"--n {n} is too small for {len(pu)} blocks (at least 2 rows each)")
     simulator = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
@@ -206,7 +208,8 @@ if __name__ == "__main__":
         [
             Option("n", "grid rows and columns", gpu=4096, simulator=16),
             Option("steps", "diffusion steps (one kernel per block each)", gpu=100, simulator=4),
-            Option("parts", "row blocks (0: one per visible device)", gpu=0, simulator=0),
+            Option("parts", "row blocks (0: one per device)", gpu=0, simulator=0),
+            Option("devices", "devices to use (0: every visible one)", gpu=0, simulator=0),
         ],
     )
-    main(args.n, args.steps, args.parts)
+    main(args.n, args.steps, args.parts, args.devices)

@@ -205,6 +205,30 @@ def test_bench_says_simulator_seconds_mean_nothing_for_a_gpu(bench):
         assert note not in out.stdout
 
 
+def test_bench_partitioned_heat_moves_hand_written_bytes_per_device(bench):
+    """Issue 29: the partitioned heat steps on 1, 2 and 4 devices move, per device, what
+    hand-written transfers move; off a machine with that many GPUs a row runs on the fake
+    driver in a child process and says so."""
+    out, report = bench
+    figures = report["devices"]
+    assert figures["same_result"]
+    assert [r["devices"] for r in figures["rows"]] == [1, 2, 4]
+    for r in figures["rows"]:
+        assert [d["device"] for d in r["per_device"]] == list(range(r["devices"])), r
+        for d in r["per_device"]:
+            assert set(d["moved"]) == {"h2d", "d2h", "d2d_in", "d2d_out"}
+            assert d["moved"] == d["hand"], (r["devices"], d)
+        several = r["devices"] > 1
+        if several and r["where"]:
+            assert r["where"] == "fake CUDA driver, child process" and r["peer"]
+        # with several devices, the halo rows go device to device every step
+        assert all((d["per_step"]["d2d_in"] > 0) == several for d in r["per_device"]), r
+    assert "partitioned heat steps over devices" in out.stdout
+    import suite
+
+    assert "Partitioned heat steps" in suite.format_markdown(report)
+
+
 def test_bench_markdown_is_a_table_to_paste(bench):
     _, report = bench
     import suite
