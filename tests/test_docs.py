@@ -207,6 +207,19 @@ def test_example_output_shown_in_the_docs(capsys):
     )
 
 
+def test_several_gpus_output_shown_is_what_the_example_prints():
+    """The output on several_gpus.rst is what its command prints on four fake devices."""
+    (line,) = [c for c in commands(DOCS / "several_gpus.rst") if "heat_devices" in c]
+    words = shlex.split(line)
+    env = dict(w.split("=", 1) for w in words[:2])
+    assert env == {"SMARTARRAY_FAKE_GPU": "1", "SMARTARRAY_FAKE_GPU_DEVICES": "4"}
+    env["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"
+    printed = _run([sys.executable, *words[3:]], env).splitlines()
+    texts = [b for d, lang, b in blocks(DOCS / "several_gpus.rst") if lang == "text"]
+    shown = [line.strip() for line in texts[-1].splitlines()]
+    assert printed[2:] == shown  # after the target and defaults lines
+
+
 def test_api_reference_lists_every_public_name():
     text = (DOCS / "api.rst").read_text()
     documented = set(re.findall(r"^\.\. (?:auto\w+|py:\w+):: (\w+)\s*$", text, flags=re.M))
