@@ -108,7 +108,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_results",
         "_like",
     ),
-    ("_interop", "_dlpack", "jit", "_mpi", "hints", "_no_device", "_partition"),  # numba and interop glue
+    # numba and interop glue; _partition: decomposing an array over devices
+    ("_interop", "_dlpack", "jit", "_mpi", "hints", "_no_device", "_partition"),
     ("", "testing", "mpi", "__main__", "_demo", "_cli"),  # the public API ("" the package)
 )
 
