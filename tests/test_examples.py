@@ -146,7 +146,7 @@ def test_porting_numba_smartarray(capsys):
 
 def test_heat_devices_on_this_sessions_device(capsys):
     module = load("heat_devices")
-    run = module.main(n=16, steps=4)  # checks itself against NumPy
+    run = module.main(n=16, steps=4, devices=1)  # checks itself against NumPy
     np.testing.assert_allclose(run.result, module.reference(module.initial(16), 4))
     grid = 16 * 16 * 8
     # One block on one device: the grid up once, nothing between steps, down once.
@@ -155,7 +155,7 @@ def test_heat_devices_on_this_sessions_device(capsys):
     assert run.last == {0: {"d2h": grid}}
     assert run.optimum == {0: {"first": {"h2d": grid}, "step": {}, "last": {"d2h": grid}}}
     # Three blocks on the one device: its copy holds them all; still the grid once each way.
-    three = module.main(n=16, steps=4, parts=3, quiet=True)
+    three = module.main(n=16, steps=4, parts=3, devices=1, quiet=True)
     assert (three.steps[0], three.steps[1:], three.last) == (run.steps[0], [{}] * 3, run.last)
     assert three.digest == run.digest
     out = capsys.readouterr().out
@@ -205,7 +205,7 @@ def test_heat_devices_moves_the_hand_written_optimum_per_device(devices, peer):
 
     env = {"SMARTARRAY_FAKE_GPU_DEVICES": str(devices), "SMARTARRAY_FAKE_GPU_PEER": str(+peer)}
     out = run_fake(HEAT_DEVICES, env=env)
-    one = load("heat_devices").main(n=16, steps=4, quiet=True)  # this session's one device
+    one = load("heat_devices").main(n=16, steps=4, devices=1, quiet=True)
     assert out["digest"] == one.digest  # the same field on 1, 2 and 4 devices
     for k in range(devices):
         d, want = str(k), _heat_optimum(devices, k, peer)
@@ -215,6 +215,31 @@ def test_heat_devices_moves_the_hand_written_optimum_per_device(devices, peer):
         assert out["last"][d] == want["last"], d
     # peer copies: one per pair in step 1 (its two shared rows), then 2 per pair a step
     assert out["peer_copies"] == ((devices - 1) * (1 + 2 * 3) if peer else 0)
+
+
+@pytest.mark.gpu
+def test_heat_devices_on_every_gpu_of_this_machine():
+    """On a machine with two or more GPUs: the same result as one device, and per device the
+    bytes hand-written transfers move (the example's optimum, peer access between every pair
+    or none)."""
+    from smartarray import _devices
+
+    count = _devices.count()
+    if count < 2:
+        pytest.skip(f"needs two or more GPUs (this process sees {count})")
+    pairs = {_devices.peer(a, b) for a in range(count) for b in range(count) if a != b}
+    if len(pairs) > 1:
+        pytest.skip(
+            "peer access between some pairs only: the example's optimum assumes all or none"
+        )
+    module = load("heat_devices")
+    run = module.main(n=256, steps=5, quiet=True)
+    assert run.digest == module.main(n=256, steps=5, devices=1, quiet=True).digest
+    assert sorted(run.optimum) == list(range(count))
+    for d, want in run.optimum.items():
+        assert run.steps[0][d] == want["first"], d
+        assert [s[d] for s in run.steps[1:]] == [want["step"]] * 4, d
+        assert run.last[d] == want["last"], d
 
 
 # The README's example command (``--n``, ``--steps``) at sizes for the simulator, for every
