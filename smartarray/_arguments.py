@@ -39,6 +39,14 @@ def address(ary: np.ndarray) -> int:
     return ary.__array_interface__["data"][0]
 
 
+def _on_this_device(view_device: int, work_device: int) -> bool:
+    """Whether a view's cached device copy and its buffer's latest work are both the current
+    device's (several devices: default streams of two devices compare equal, but the
+    launch's does not follow the other's work)."""
+    device = _devices.current()
+    return view_device == device and work_device == device
+
+
 class ArgumentMethods(_numba_cuda.ArrayArgument):
     """Typing, kernel launch preparation and njit hooks of a SmartArray view."""
 
@@ -107,7 +115,7 @@ class ArgumentMethods(_numba_cuda.ArrayArgument):
             (self._gpu_only_at == version or (intent == IN and self._device_at == version))
             and devary is not None
             and (queued is launch.pending or (queued != 0 and _streams.same(queued, stream)))
-            and (not _devices.several or self._device_on == _devices.current())
+            and (not _devices.several or _on_this_device(self._device_on, buf.work_device))
         ):
             # The loop-of-launches fast path: nothing changed since this view was found
             # current on the device only (or, for a read, current there), and the latest work

@@ -7,16 +7,9 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 
 from __future__ import annotations
 
-import pytest
-
 from tests.test_devices import _run
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the launch fast path ignores the device of the buffer's latest work: default "
-    "streams of two devices compare equal, and device 0's kernel is no longer waited for",
-)
 def test_a_fast_path_launch_on_another_device_keeps_the_first_devices_work_ordered() -> None:
     # Two disjoint views, each written on its own device; the second round takes the launch
     # fast path (current on its device only, latest work on "the default stream"). The
