@@ -7,6 +7,9 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
 from tests.test_devices import _run
 
 
@@ -32,3 +35,31 @@ print(json.dumps({"values": values}))
 """
     )
     assert out["values"] == [2.0] * 64
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="copy=False adopts another device's memory as the current device's copy: a "
+    "launch there gets a pointer into the other device (an illegal address)",
+)
+def test_adopting_another_devices_memory_keeps_it_that_devices_copy() -> None:
+    out = _run(
+        """
+with cuda.gpus[1]:
+    d = cuda.to_device(np.arange(16.0))
+with cuda.gpus[0]:
+    a = sa.SmartArray(d, copy=False)
+    adopted = a.valid_at
+    error = None
+    try:
+        add_one[1, 16](a)
+        values = a.get("host").tolist()
+    except Exception as exc:
+        error, values = repr(exc)[:300], None
+print(json.dumps({"adopted": adopted, "error": error, "values": values}))
+""",
+        peer="0",
+    )
+    assert out["error"] is None
+    assert out["adopted"] == ["gpu:1"]  # (device 0 current: device 1's copy is named)
+    assert out["values"] == (np.arange(16.0) + 1).tolist()
