@@ -63,3 +63,26 @@ print(json.dumps({"adopted": adopted, "error": error, "values": values}))
     assert out["error"] is None
     assert out["adopted"] == ["gpu:1"]  # (device 0 current: device 1's copy is named)
     assert out["values"] == (np.arange(16.0) + 1).tolist()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="CudaView's exit synchronizes and records a write on the current device, not on "
+    "the device whose copy it shares: that device's stale copy is recorded current",
+)
+def test_a_cuda_view_records_the_consumers_write_on_its_own_device() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(16))
+with cuda.gpus[0]:
+    add_one[1, 16](a)  # device 0's copy: 1.0
+with cuda.gpus[1]:
+    view = a.cuda_view()  # device 1's copy made current and shared
+    add_one[1, 16](cuda.as_cuda_array(view))  # the consumer writes there: 2.0
+with view:  # its exit records the consumer's write again (device 0 is current)
+    pass
+print(json.dumps({"values": a.get("host").tolist(), "valid": a.valid_at}))
+"""
+    )
+    assert out["values"] == [2.0] * 16
+    assert "gpu" not in out["valid"]  # device 0's copy is stale
