@@ -163,13 +163,16 @@ class CudaView:
       ``with`` block around it exits, so host arrays held earlier show the consumer's writes.
     """
 
-    __slots__ = ("array", "intent", "__cuda_array_interface__")
+    __slots__ = ("array", "intent", "device", "__cuda_array_interface__")
 
     def __init__(self, array: SmartArray, intent: str = "inout") -> None:
         if intent not in _INTENTS:
             raise ValueError(f"intent must be 'in' or 'inout', got {intent!r}")
         self.array = array
         self.intent = intent
+        # The device whose copy is shared (the current one): the exit records the consumer's
+        # write there, whichever device is current then.
+        self.device = _devices.current()
         self.__cuda_array_interface__ = cuda_array_interface(array, readonly=intent == "in")
 
     def __dlpack__(
@@ -221,8 +224,9 @@ class CudaView:
             # device's work.
             from numba import cuda
 
-            cuda.synchronize()
-            self.array.mark_changed(GPU)
+            with _devices.on(self.device):
+                cuda.synchronize()
+            self.array.mark_changed(f"gpu:{self.device}")
 
     def __repr__(self) -> str:
         return f"<CudaView of {self.array.name} intent={self.intent!r}>"

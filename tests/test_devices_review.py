@@ -65,11 +65,6 @@ print(json.dumps({"adopted": adopted, "error": error, "values": values}))
     assert out["values"] == (np.arange(16.0) + 1).tolist()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CudaView's exit synchronizes and records a write on the current device, not on "
-    "the device whose copy it shares: that device's stale copy is recorded current",
-)
 def test_a_cuda_view_records_the_consumers_write_on_its_own_device() -> None:
     out = _run(
         """
