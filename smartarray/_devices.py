@@ -34,6 +34,7 @@ __all__ = [
     "here",
     "location",
     "ordinal",
+    "owner",
     "peer",
     "resolve",
 ]
@@ -115,6 +116,25 @@ def resolve(where: object, argument: str = "where") -> str:
         f"{argument} must be 'host', 'gpu' (the current device) or 'gpu:N' (device N), "
         f"got {where!r}"
     )
+
+
+def owner(pointer: int) -> int:
+    """The device whose memory ``pointer`` (a device address) is in; the current device when
+    only one is visible or the driver cannot say (memory it does not know).
+
+    Another library's array says where its memory is only through its pointer: numba's
+    ``as_cuda_array`` binds any pointer to the current context.
+    """
+    if not pointer or (not several and (_count is not None or count() == 1)):
+        return current()
+    from cuda.bindings import driver as binding
+
+    attribute = binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    try:
+        err, device = binding.cuPointerGetAttribute(attribute, pointer)
+    except Exception:  # pragma: no cover - a driver without the query
+        return current()
+    return int(device) if err == binding.CUresult.CUDA_SUCCESS else current()
 
 
 def public(where: str, here: int) -> str:

@@ -80,10 +80,13 @@ def order_before_default(a: SmartArray) -> None:
             a._buf.order_before(0)
 
 
-def _adopt_device_bytes(a: SmartArray, raw: Any) -> None:
-    """Make ``raw`` (1-D uint8 device memory) ``a``'s device copy (``a`` owns a fresh buffer)."""
+def _adopt_device_bytes(a: SmartArray, raw: Any) -> str:
+    """Make ``raw`` (1-D uint8 device memory) ``a``'s copy on the device that memory is on
+    (``a`` owns a fresh buffer); return that device's name, ``'gpu:N'``."""
+    device = _devices.owner(_device_pointer(raw))
     # Counted in the budget, never evicted (the owner's memory).
-    a._buf.adopt_device(raw, _devices.here())
+    a._buf.adopt_device(raw, _devices.location(device))
+    return f"gpu:{device}"
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -430,8 +433,7 @@ def init_from_device(
         raise ValueError("copy=False adopts device memory; pinned=True is for a host copy")
     SmartArray.__init__(self, shape=shape, dtype=dtype, order=layout, pinned=pinned, name=name)
     if not copy:
-        _adopt_device_bytes(self, _byte_view(src))
-        self.mark_changed(GPU)
+        self.mark_changed(_adopt_device_bytes(self, _byte_view(src)))
         return
     dst = self.get(GPU)  # allocated; nothing current yet, nothing moves
     try:

@@ -8,7 +8,6 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.test_devices import _run
 
@@ -37,11 +36,6 @@ print(json.dumps({"values": values}))
     assert out["values"] == [2.0] * 64
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="copy=False adopts another device's memory as the current device's copy: a "
-    "launch there gets a pointer into the other device (an illegal address)",
-)
 def test_adopting_another_devices_memory_keeps_it_that_devices_copy() -> None:
     out = _run(
         """
