@@ -8,6 +8,7 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.test_devices import _run
 
@@ -75,3 +76,22 @@ print(json.dumps({"values": a.get("host").tolist(), "valid": a.valid_at}))
     )
     assert out["values"] == [2.0] * 16
     assert "gpu" not in out["valid"]  # device 0's copy is stale
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a host read from another device waits for the current device's default stream, "
+    "not for the one a DLPack consumer said it works on (consumer_queued)",
+)
+def test_a_host_read_from_another_device_waits_for_a_dlpack_consumers_default_stream() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(16))
+with cuda.gpus[1]:
+    view = a.cuda_view()
+    capsule = view.__dlpack__(stream=1)  # the consumer works on the legacy default stream
+    add_one[1, 16](cuda.as_cuda_array(view))  # its work there
+print(json.dumps({"values": a.get("host").tolist()}))  # device 0 current
+"""
+    )
+    assert out["values"] == [1.0] * 16
