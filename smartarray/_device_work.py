@@ -51,8 +51,10 @@ def wait_for_device(self: Buffer) -> None:
             self.done.synchronize()  # the buffer's own event: its stream may be gone
         else:
             # Recorded nowhere yet: a launch being prepared or queued, whose stream is
-            # alive (this thread is launching on it), or a launch that failed.
-            _streams.synchronize(self.stream)
+            # alive (this thread is launching on it), or a launch that failed; or a
+            # consumer's default stream, which is its device's (made current for it).
+            with _devices.on(self.work_device):
+                _streams.synchronize(self.stream)
         self.stream = 0  # nothing of this buffer is queued any more
         self.done_for = None
 

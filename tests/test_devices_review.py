@@ -8,7 +8,6 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.test_devices import _run
 
@@ -78,11 +77,6 @@ print(json.dumps({"values": a.get("host").tolist(), "valid": a.valid_at}))
     assert "gpu" not in out["valid"]  # device 0's copy is stale
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a host read from another device waits for the current device's default stream, "
-    "not for the one a DLPack consumer said it works on (consumer_queued)",
-)
 def test_a_host_read_from_another_device_waits_for_a_dlpack_consumers_default_stream() -> None:
     out = _run(
         """
