@@ -8,6 +8,7 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.test_devices import _run
 
@@ -89,3 +90,28 @@ print(json.dumps({"values": a.get("host").tolist()}))  # device 0 current
 """
     )
     assert out["values"] == [1.0] * 16
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="copies between devices that can reach each other never enable peer access "
+    "(cuCtxEnablePeerAccess): CUDA then stages them through the host",
+)
+def test_a_copy_between_peer_devices_enables_peer_access() -> None:
+    # CUDA's programming guide ("Peer-to-Peer Memory Copy"): with peer access enabled a copy
+    # between the two devices "no longer needs to be staged through the host". The fake
+    # driver counts any copy between two devices' memory as a peer copy, staged or not.
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+with sa.trace() as t, cuda.gpus[1]:
+    add_one[1, 64](a)
+print(json.dumps({"moved": moved(t), "enabled": sorted(fake.peer_enabled),
+                  "values": a.get("host").tolist()}))
+"""
+    )
+    assert out["moved"] == [["d2d", "gpu:0", "gpu:1", 0, 512]]
+    assert [1, 0] in out["enabled"]  # device 1 (the copy's target) reads device 0's memory
+    assert out["values"] == [2.0] * 64
