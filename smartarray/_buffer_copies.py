@@ -189,6 +189,7 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any) -> None:
                 )
             else:
                 source = self.device_copies[_devices.ordinal(c.source)]
+                _devices.reach(_devices.ordinal(c.source), _devices.ordinal(c.target))
                 memory.copy_between_devices(
                     dev,
                     source,

@@ -36,6 +36,7 @@ __all__ = [
     "ordinal",
     "owner",
     "peer",
+    "reach",
     "resolve",
 ]
 
@@ -165,6 +166,34 @@ def peer(source: int, target: int) -> bool:
                 known = False
         _peer[key] = known
     return known
+
+
+def reach(source: int, target: int) -> None:
+    """Let ``target`` access ``source``'s memory before a copy between them, once per pair.
+
+    Without peer access enabled (``cuCtxEnablePeerAccess``, which numba-cuda never calls)
+    CUDA stages a copy between two devices through the host (CUDA's programming guide,
+    "Peer-to-Peer Memory Copy"). A pair that cannot reach each other is left as it is: its
+    copies work, through the host.
+    """
+    key = (source, target)
+    if key in _reached:
+        return
+    _reached.add(key)
+    if not several or not peer(source, target):
+        return
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    _primary_context(source)
+    handle = cuda.gpus[source].get_primary_context().handle
+    with on(target):
+        try:
+            cuda.current_context().enable_peer_access(handle)
+        except CudaAPIError:
+            pass  # already enabled (by the user, or another library): what is wanted
+
+
+_reached: set[tuple[int, int]] = set()
 
 
 class on:  # noqa: N801 - used as ``with on(device):``, like numba's ``with cuda.gpus[n]:``

@@ -8,7 +8,6 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.test_devices import _run
 
@@ -92,11 +91,6 @@ print(json.dumps({"values": a.get("host").tolist()}))  # device 0 current
     assert out["values"] == [1.0] * 16
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="copies between devices that can reach each other never enable peer access "
-    "(cuCtxEnablePeerAccess): CUDA then stages them through the host",
-)
 def test_a_copy_between_peer_devices_enables_peer_access() -> None:
     # CUDA's programming guide ("Peer-to-Peer Memory Copy"): with peer access enabled a copy
     # between the two devices "no longer needs to be staged through the host". The fake
