@@ -8,6 +8,7 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.test_devices import _run
 
@@ -109,3 +110,53 @@ print(json.dumps({"moved": moved(t), "enabled": sorted(fake.peer_enabled),
     assert out["moved"] == [["d2d", "gpu:0", "gpu:1", 0, 512]]
     assert [1, 0] in out["enabled"]  # device 1 (the copy's target) reads device 0's memory
     assert out["values"] == [2.0] * 64
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a copy_to_device that fails halfway leaves the written device's copy recorded "
+    "current beside another device's intact copy (only the host copy is considered)",
+)
+def test_a_copy_to_device_that_fails_halfway_leaves_the_other_devices_copy_the_current_one():
+    out = _run(
+        """
+from smartarray import memory
+
+@cuda.jit
+def touch(x):
+    pass
+
+a = sa.SmartArray(np.zeros(16))
+with cuda.gpus[0]:
+    add_one[1, 16](a)  # 1.0, current on device 0 only
+with cuda.gpus[1]:
+    touch[1, 1](sa.In(a))  # read there: current on both devices, stale on the host
+    src = cuda.to_device(np.full(16, 7.0))
+real = memory.device_view
+
+class Halfway:  # numba's copy into device 0's copy, failing after half of it
+    def __init__(self, dev):
+        self.dev = dev
+
+    def copy_to_device(self, source, stream=0):
+        self.dev[:8].copy_to_device(source[:8], stream=stream)
+        cuda.synchronize()
+        raise RuntimeError("injected: the copy failed halfway")
+
+before = a.valid_at
+memory.device_view = lambda *args, **kw: Halfway(real(*args, **kw))
+try:
+    a.copy_to_device(src)  # device 0 current
+    error = None
+except Exception as exc:
+    error = type(exc).__name__
+finally:
+    memory.device_view = real
+print(json.dumps({"before": before, "error": error, "after": a.valid_at,
+                  "values": a.get("host").tolist()}))
+"""
+    )
+    assert out["before"] == ["gpu", "gpu:1"]
+    assert out["error"] == "TransferError"
+    assert out["after"] == ["gpu:1"]  # device 0's copy may hold part of the new values
+    assert out["values"] == [1.0] * 16
