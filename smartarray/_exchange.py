@@ -24,7 +24,6 @@ from ._checks import (
     _is_device_array,
     check_compatibility,
 )
-from ._engine import HOST
 from ._numpy_api import NumPyMethods
 from .errors import TransferError
 
@@ -103,10 +102,13 @@ class ExchangeMethods:
             try:
                 dev.copy_to_device(source, stream=stream)
             except Exception as exc:
-                # It may have written part of the bytes: where the host copy is current it
-                # keeps the values and the device bytes are recorded stale.
-                if buf.state.is_valid(HOST, self._lo, self._hi):
-                    buf.mark(HOST, self._lo, self._hi)
+                # It may have written part of the bytes: where another copy (the host's
+                # first, else another device's) is current it keeps the values and this
+                # device's bytes are recorded stale.
+                for other in buf.state.locations:
+                    if other != here and buf.state.is_valid(other, self._lo, self._hi):
+                        buf.mark(other, self._lo, self._hi)
+                        break
                 raise TransferError(f"copy_to_device failed: {exc}") from exc
             buf.queued(copy_stream)  # host reads of this buffer wait for this copy
             self._changed(here, self._lo, self._hi)

@@ -8,7 +8,6 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.test_devices import _run
 
@@ -112,11 +111,6 @@ print(json.dumps({"moved": moved(t), "enabled": sorted(fake.peer_enabled),
     assert out["values"] == [2.0] * 64
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a copy_to_device that fails halfway leaves the written device's copy recorded "
-    "current beside another device's intact copy (only the host copy is considered)",
-)
 def test_a_copy_to_device_that_fails_halfway_leaves_the_other_devices_copy_the_current_one():
     out = _run(
         """
