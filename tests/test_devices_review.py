@@ -8,6 +8,7 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.test_devices import _run
 
@@ -154,3 +155,22 @@ print(json.dumps({"before": before, "error": error, "after": a.valid_at,
     assert out["error"] == "TransferError"
     assert out["after"] == ["gpu:1"]  # device 0's copy may hold part of the new values
     assert out["values"] == [1.0] * 16
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a CudaView's DLPack device (and export) is the current device's, not the device "
+    "whose copy its __cuda_array_interface__ shares",
+)
+def test_a_cuda_view_names_the_device_of_the_copy_it_shares() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(16))
+with cuda.gpus[1]:
+    view = a.cuda_view()
+shared = ordinal(cuda.as_cuda_array(view))
+print(json.dumps({"shared": shared, "dlpack": list(view.__dlpack_device__())}))
+"""
+    )
+    assert out["shared"] == 1
+    assert out["dlpack"] == [2, 1]  # (kDLCUDA, device 1), whichever device is current
