@@ -201,20 +201,22 @@ class CudaView:
             )
         from . import _dlpack
 
-        return _dlpack.export(
-            self.array,
-            stream,
-            max_version,
-            None if kind is None else kind[1],
-            copy,
-            readonly=self.intent == "in",
-        )
+        with _devices.on(self.device):  # the copy this view shares, whichever is current
+            return _dlpack.export(
+                self.array,
+                stream,
+                max_version,
+                None if kind is None else kind[1],
+                copy,
+                readonly=self.intent == "in",
+            )
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(kDLCUDA, device id)``: the device copy is what this view shares."""
         from . import _dlpack
 
-        return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_copy(_devices.here())))
+        where = _devices.location(self.device)  # the copy this view shares
+        return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_copy(where)))
 
     def __enter__(self) -> CudaView:
         return self

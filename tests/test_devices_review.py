@@ -8,7 +8,6 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.test_devices import _run
 
@@ -157,11 +156,6 @@ print(json.dumps({"before": before, "error": error, "after": a.valid_at,
     assert out["values"] == [1.0] * 16
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a CudaView's DLPack device (and export) is the current device's, not the device "
-    "whose copy its __cuda_array_interface__ shares",
-)
 def test_a_cuda_view_names_the_device_of_the_copy_it_shares() -> None:
     out = _run(
         """
