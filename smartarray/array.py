@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _devices, _numba_cpu, _perf, _residency, guard, memory
+from . import _devices, _numba_cpu, _perf, _residency, _streams, guard, memory
 from ._arguments import ArgumentMethods
 from ._checks import _check_array_dtype, _check_shape
 from ._engine import HOST, IN, INOUT, OUT
@@ -58,6 +58,16 @@ _ORDERS = (None, "C", "F", "A", "K")
 def _check_where(where: Any) -> str:
     """The location ``where`` names ('host', 'gpu': the current device, 'gpu:N')."""
     return _devices.resolve(where)
+
+
+def _written_on_default_stream(buf: _Buffer) -> None:
+    """Several devices: a write ``mark_changed`` records at a device is taken to be queued on
+    that device's default stream (on one device, copies there follow it): reads from another
+    device then wait for that stream on the host, as for a DLPack consumer's. Earlier work on
+    the buffer is ordered before that stream first. Call with that device current."""
+    if buf.stream != 0 and not buf.works_on(_streams.DEFAULT):
+        buf.order_before(0)
+    buf.consumer_queued(_streams.DEFAULT)
 
 
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
@@ -466,6 +476,8 @@ class SmartArray(
                     f"this strided view's gaps are not current on the {where} copy; call "
                     f"get({where!r}) before writing through it, then mark_changed({where!r})"
                 )
+            if where != HOST and _devices.several:
+                _written_on_default_stream(self._buf)
             self._changed(where, self._lo, self._hi)
             if where == HOST:
                 _perf.host_marked(self._buf, self._lo, self._hi)

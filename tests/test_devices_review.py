@@ -8,7 +8,6 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.test_devices import _run
 
@@ -171,11 +170,6 @@ print(json.dumps({"shared": shared, "dlpack": list(view.__dlpack_device__())}))
     assert out["dlpack"] == [2, 1]  # (kDLCUDA, device 1), whichever device is current
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after mark_changed('gpu:1') a host read from device 0 downloads on device 0's "
-    "default stream, not after the user's write on device 1's (one device orders it)",
-)
 def test_a_write_marked_on_a_device_is_read_from_another_device_after_it_ran() -> None:
     # get, write, mark_changed: on one device the download follows the user's kernel on the
     # default stream (the control, b); with two it must too, whichever device is current.
