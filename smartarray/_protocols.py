@@ -1,10 +1,9 @@
 """SmartArray's Python protocols: length, iteration, conversions, text, pickling and copying.
 
-:class:`ProtocolMethods` is a mixin :class:`~smartarray.array.SmartArray` inherits. Those that read
-data read the current host data (made current first, only stale bytes moving) under the
-buffer's lock; pickles are new SmartArrays holding a copy of it. ``copy.copy`` and
-``copy.deepcopy`` are ``a.copy()`` (device to device when the data is current on the device
-only).
+Functions the :class:`~smartarray.array.SmartArray` class statement binds under the same names.
+Those that read data read the current host data (made current first, only stale bytes moving)
+under the buffer's lock. ``copy.copy`` and ``copy.deepcopy`` are ``a.copy()`` (device to device
+when the data is current on the device only). Pickling is :mod:`smartarray._results`'s.
 """
 
 from __future__ import annotations
@@ -13,91 +12,106 @@ import operator
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ._engine import HOST, IN
 from ._numpy_api import arrays_in as _arrays_in
 from ._numpy_api import locked as _locked
-from ._results import _rebuild
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
 
-__all__ = ["ProtocolMethods"]
+__all__ = [
+    "__bool__",
+    "__complex__",
+    "__contains__",
+    "__copy__",
+    "__deepcopy__",
+    "__float__",
+    "__format__",
+    "__index__",
+    "__int__",
+    "__iter__",
+    "__len__",
+    "__repr__",
+    "__reversed__",
+    "__str__",
+]
 
 
-class ProtocolMethods:
-    """Python's protocols of a SmartArray (``len``, ``iter``, ``int``, ``repr``, pickling, ...)."""
+def __len__(self: SmartArray) -> int:
+    if not self._shape:
+        raise TypeError("len() of unsized object")
+    return self._shape[0]
 
-    __slots__ = ()
 
-    def __len__(self) -> int:
-        if not self._shape:
-            raise TypeError("len() of unsized object")
-        return self._shape[0]
+def __iter__(self: SmartArray) -> Iterator[Any]:
+    return _elements(self, range(len(_iterable(self))))
 
-    def __iter__(self) -> Iterator[Any]:
-        return _elements(self, range(len(_iterable(self))))
 
-    def __reversed__(self) -> Iterator[Any]:
-        return _elements(self, range(len(_iterable(self)) - 1, -1, -1))
+def __reversed__(self: SmartArray) -> Iterator[Any]:
+    return _elements(self, range(len(_iterable(self)) - 1, -1, -1))
 
-    def __contains__(self, value: Any) -> bool:
-        with _locked(_arrays_in(self, value)):
-            return value in self._host_ro()
 
-    def __bool__(self) -> bool:
-        # Truthy by length, as numba's device arrays and Numba's SmartArray (which define
-        # __len__ only): numba's own helpers test ``if not b:``. Reads no data. A 0-d array
-        # has no length: its value decides, as in NumPy.
-        if self._shape:
-            return self._shape[0] != 0
-        with self._buf.lock:
-            return bool(self._host_ro())
+def __contains__(self: SmartArray, value: Any) -> bool:
+    with _locked(_arrays_in(self, value)):
+        return value in self._host_ro()
 
-    def __int__(self) -> int:
-        with self._buf.lock:
-            return int(self._host_ro())
 
-    def __float__(self) -> float:
-        with self._buf.lock:
-            return float(self._host_ro())
+def __bool__(self: SmartArray) -> bool:
+    # Truthy by length, as numba's device arrays and Numba's SmartArray (which define
+    # __len__ only): numba's own helpers test ``if not b:``. Reads no data. A 0-d array
+    # has no length: its value decides, as in NumPy.
+    if self._shape:
+        return self._shape[0] != 0
+    with self._buf.lock:
+        return bool(self._host_ro())
 
-    def __complex__(self) -> complex:
-        with self._buf.lock:
-            return complex(self._host_ro())
 
-    def __index__(self) -> int:
-        with self._buf.lock:
-            return operator.index(self._host_ro())
+def __int__(self: SmartArray) -> int:
+    with self._buf.lock:
+        return int(self._host_ro())
 
-    def __repr__(self) -> str:
-        with self._buf.lock:
-            valid = ",".join(self.valid_at)
-            text = repr(self._host_ro("repr"))
-        body = text[len("array(") : -1].replace("\n" + " " * 6, "\n" + " " * 11)
-        return f"SmartArray({body}, valid='{valid}')"
 
-    def __str__(self) -> str:
-        with self._buf.lock:
-            return str(self._host_ro("str"))
+def __float__(self: SmartArray) -> float:
+    with self._buf.lock:
+        return float(self._host_ro())
 
-    def __format__(self, spec: str) -> str:
-        with self._buf.lock:
-            return format(self._host_ro("format"), spec)
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        with self._buf.lock:
-            data = np.array(self._host_ro("pickle"), copy=True)
-        return (_rebuild, (data,))
+def __complex__(self: SmartArray) -> complex:
+    with self._buf.lock:
+        return complex(self._host_ro())
 
-    def __copy__(self) -> SmartArray:
-        # As ``a.copy()`` (device to device when the data is current on the device only),
-        # keeping the layout as ``ndarray.__copy__`` does.
-        return self.copy(order="K")
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> SmartArray:
-        return self.copy(order="K")  # numbers only: nothing deeper to copy
+def __index__(self: SmartArray) -> int:
+    with self._buf.lock:
+        return operator.index(self._host_ro())
+
+
+def __repr__(self: SmartArray) -> str:
+    with self._buf.lock:
+        valid = ",".join(self.valid_at)
+        text = repr(self._host_ro("repr"))
+    body = text[len("array(") : -1].replace("\n" + " " * 6, "\n" + " " * 11)
+    return f"SmartArray({body}, valid='{valid}')"
+
+
+def __str__(self: SmartArray) -> str:
+    with self._buf.lock:
+        return str(self._host_ro("str"))
+
+
+def __format__(self: SmartArray, spec: str) -> str:
+    with self._buf.lock:
+        return format(self._host_ro("format"), spec)
+
+
+def __copy__(self: SmartArray) -> SmartArray:
+    # As ``a.copy()`` (device to device when the data is current on the device only),
+    # keeping the layout as ``ndarray.__copy__`` does.
+    return self.copy(order="K")
+
+
+def __deepcopy__(self: SmartArray, memo: dict[int, Any]) -> SmartArray:
+    return self.copy(order="K")  # numbers only: nothing deeper to copy
 
 
 def _iterable(a: SmartArray) -> SmartArray:

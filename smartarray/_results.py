@@ -1,4 +1,4 @@
-"""SmartArrays over ndarrays made elsewhere: NumPy results, unpickled data and njit results.
+"""SmartArrays over ndarrays made elsewhere: NumPy results, pickled data and njit results.
 
 Each adopts a fresh ndarray nobody else holds (:func:`_owning`) where it can, instead of copying
 it. :func:`_from_njit` is the adapter :mod:`smartarray._numba_cpu` applies to what an njit
@@ -13,12 +13,19 @@ import numpy as np
 
 from ._arguments import address, njit_owner
 from ._engine import HOST
-from ._numpy_api import _smart
+from ._numba_cuda import ArrayArgument  # what the glue and this module call a SmartArray
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
 
-__all__ = ["_from_njit", "_owning", "_rebuild"]
+__all__ = ["__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "wrap"]
+
+
+def _smart() -> type[SmartArray]:
+    """The SmartArray class (the array layer's module imports this one to build it)."""
+    from .array import SmartArray
+
+    return SmartArray
 
 
 def _owning(ary: np.ndarray) -> SmartArray:
@@ -32,9 +39,37 @@ def _owning(ary: np.ndarray) -> SmartArray:
     return result
 
 
+def wrap(result: Any, sources: tuple[np.ndarray, ...] = ()) -> Any:
+    """Wrap a NumPy result: ndarrays become SmartArrays (copied if they alias a source)."""
+    if isinstance(result, np.ndarray) and not isinstance(result, ArrayArgument):
+        if result.dtype.hasobject or result.dtype.kind in "US":
+            return result
+        shares = any(np.may_share_memory(result, s) for s in sources)
+        if shares or not result.flags.writeable:
+            return _smart()(result)
+        return _owning(result)
+    if isinstance(result, tuple):
+        return tuple(wrap(r, sources) for r in result)
+    if isinstance(result, list):
+        return [wrap(r, sources) for r in result]
+    return result
+
+
+def copy_of(ary: np.ndarray) -> SmartArray:
+    """A new SmartArray holding a copy of ``ary`` (``SmartArray._copy_of``)."""
+    return _smart()(ary)
+
+
 def _rebuild(data: np.ndarray) -> SmartArray:
-    """Unpickle a SmartArray (see ``SmartArray.__reduce__``)."""
+    """Unpickle a SmartArray (see :func:`__reduce__`)."""
     return _owning(data)
+
+
+def __reduce__(self: SmartArray) -> tuple[Any, tuple[Any, ...]]:
+    """Pickle a SmartArray as a copy of its current host data (``SmartArray.__reduce__``)."""
+    with self._buf.lock:
+        data = np.array(self._host_ro("pickle"), copy=True)
+    return (_rebuild, (data,))
 
 
 # -- njit results (see smartarray._numba_cpu: SmartArrayType's copy, __array_ufunc__, box) --

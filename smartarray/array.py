@@ -26,29 +26,37 @@ Choices made here (see ``docs/user_guide.rst``):
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 import numpy as np
 
-from . import _devices, _numba_cpu, _perf, _residency, _streams, guard, memory
-from ._arguments import ArgumentMethods
+from . import (
+    _arguments,
+    _copies,
+    _devices,
+    _exchange,
+    _geometry,
+    _ndarray,
+    _numba_cpu,
+    _numpy_api,
+    _protocols,
+    _residency,
+    _results,
+    _views,
+    guard,
+    memory,
+)
 from ._checks import _check_array_dtype, _check_shape
-from ._engine import HOST, IN, INOUT, OUT
+from ._engine import HOST, INOUT
 from ._engine import Buffer as _Buffer
-from ._exchange import ExchangeMethods
-from ._geometry import GeometryMethods
-from ._mixins import flatten
 from ._numba_cuda import ArrayArgument
-from ._numpy_api import NumPyMethods, add_unsupported_hints
-from ._protocols import ProtocolMethods
 from ._results import (
     _from_njit,
-    _owning,
     _rebuild,  # noqa: F401 - old pickles name smartarray.array._rebuild
 )
-from ._views import ViewMethods
-from .errors import CoherenceError, TransferError
+from .errors import TransferError
 
 __all__ = ["SmartArray"]
 
@@ -58,16 +66,6 @@ _ORDERS = (None, "C", "F", "A", "K")
 def _check_where(where: Any) -> str:
     """The location ``where`` names ('host', 'gpu': the current device, 'gpu:N')."""
     return _devices.resolve(where)
-
-
-def _written_on_default_stream(buf: _Buffer) -> None:
-    """Several devices: a write ``mark_changed`` records at a device is taken to be queued on
-    that device's default stream (on one device, copies there follow it): reads from another
-    device then wait for that stream on the host, as for a DLPack consumer's. Earlier work on
-    the buffer is ordered before that stream first. Call with that device current."""
-    if buf.stream != 0 and not buf.works_on(_streams.DEFAULT):
-        buf.order_before(0)
-    buf.consumer_queued(_streams.DEFAULT)
 
 
 def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
@@ -86,17 +84,7 @@ def _check_name(name: Any) -> str | None:
     return name
 
 
-# One class at run time, its mixins merged in: numba's dispatchers walk an argument's MRO about
-# nine times per njit call (1.14 x -> 1.08 x numba's floor; see smartarray._mixins).
-@flatten(keep=ArrayArgument)
-class SmartArray(
-    GeometryMethods,
-    ViewMethods,
-    ProtocolMethods,
-    ExchangeMethods,
-    NumPyMethods,
-    ArgumentMethods,
-):
+class SmartArray(ArrayArgument):
     """An array with a host (NumPy) and a device (numba.cuda) copy, kept coherent by byte range.
 
     Parameters
@@ -299,88 +287,6 @@ class SmartArray(
         self._init(buf, offset, shape, strides, dtype)
         return self
 
-    @classmethod
-    def _wrap(cls, result: Any, sources: tuple[np.ndarray, ...] = ()) -> Any:
-        """Wrap a NumPy result: ndarrays become SmartArrays (copied if they alias a source)."""
-        if isinstance(result, np.ndarray) and not isinstance(result, SmartArray):
-            if result.dtype.hasobject or result.dtype.kind in "US":
-                return result
-            shares = any(np.may_share_memory(result, s) for s in sources)
-            if shares or not result.flags.writeable:
-                return cls(result)
-            return _owning(result)
-        if isinstance(result, tuple):
-            return tuple(cls._wrap(r, sources) for r in result)
-        if isinstance(result, list):
-            return [cls._wrap(r, sources) for r in result]
-        return result
-
-    # -- naming -------------------------------------------------------------------------------
-
-    def _desc(self) -> str:
-        return self._buf.name
-
-    @property
-    def name(self) -> str:
-        """str: the array's name in transfer events (shared by its views; assignable)."""
-        return self._buf.name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        if not isinstance(value, str):
-            raise TypeError(f"name must be a str, got {type(value).__name__}")
-        self._buf.name = value
-
-    # -- core operations ----------------------------------------------------------------------
-
-    def _changed(self, where: str, lo: int, hi: int) -> None:
-        """Record a write of bytes ``[lo, hi)`` at ``where`` (see :meth:`Buffer.changed`)."""
-        self._buf.changed(where, lo, hi)
-
-    def _host_view(self) -> np.ndarray:
-        """The writable host view (no sync; host memory allocated)."""
-        host = self._buf.ensure_host()
-        return np.ndarray(
-            self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
-        )
-
-    def _export(self, readonly: bool, unannounced: bool = False) -> np.ndarray:
-        """This view's host data as an ndarray handed out (tracked; no sync); ``unannounced``:
-        to a consumer that writes without calling ``mark_changed`` (see ``_held``)."""
-        buf = self._buf
-        return buf.held.view(
-            buf.ensure_host(),
-            self._shape,
-            self._dtype,
-            self._offset,
-            self._strides,
-            self._lo,
-            self._hi,
-            readonly,
-            unannounced,
-        )
-
-    def _host_ro(self, reason: str = "host read") -> np.ndarray:
-        """A synced read-only host view (not tracked)."""
-        buf = self._buf
-        with buf.lock:
-            buf.acquire(HOST, self._lo, self._hi, IN, reason)
-            view = self._host_view()
-            if buf.perf is not None and buf.perf.pending:
-                _perf.emit(buf)  # after the read is complete and recorded
-        view.flags.writeable = False
-        return view
-
-    def _host_rw(self, full: bool) -> np.ndarray:
-        """A writable host view before a write: synced in full, or only its gaps when needed."""
-        if full:
-            self._buf.acquire(HOST, self._lo, self._hi, INOUT, "host read")
-        else:
-            self._buf.acquire(
-                HOST, self._lo, self._hi, OUT, "host write gap", covers=self._covers()
-            )
-        return self._host_view()
-
     # -- public API ---------------------------------------------------------------------------
 
     def get(self, where: str = "host") -> Any:
@@ -438,14 +344,6 @@ class SmartArray(
             _residency.handed_out(self._buf, token)
             return dev
 
-    def _check_device_geometry(self) -> None:
-        """Refuse a device view that numba cannot take (negative strides), moving nothing."""
-        if any(s < 0 for s in self._strides):
-            raise ValueError(
-                f"device views take no negative strides, got {self._strides!r}; "
-                "make a contiguous copy first (e.g. SmartArray(a))"
-            )
-
     def host(self) -> np.ndarray:
         """Return the current host data, as ``get('host')``."""
         return self.get("host")
@@ -455,84 +353,136 @@ class SmartArray(
         ``get('gpu:N')``."""
         return self.get("gpu" if device is None else f"gpu:{device}")
 
-    def mark_changed(self, where: str = "host") -> None:
-        """Record that this array's elements were written at ``where``.
-
-        ``where``: ``'host'``, ``'gpu'`` (the current device) or ``'gpu:N'``. The other copies
-        become stale over this array's byte interval; host arrays handed out earlier are
-        refreshed at once after a device write.
-
-        Raises
-        ------
-        CoherenceError
-            This view has gaps between its elements that are stale at ``where``; call
-            ``get(where)`` before writing there.
-        """
-        where = _check_where(where)
-        with _devices.at(where), self._buf.lock:
-            self._buf.ensure(where)
-            if not self._covers() and not self._buf.state.is_valid(where, self._lo, self._hi):
-                raise CoherenceError(
-                    f"this strided view's gaps are not current on the {where} copy; call "
-                    f"get({where!r}) before writing through it, then mark_changed({where!r})"
-                )
-            if where != HOST and _devices.several:
-                _written_on_default_stream(self._buf)
-            self._changed(where, self._lo, self._hi)
-            if where == HOST:
-                _perf.host_marked(self._buf, self._lo, self._hi)
-
-    def host_changed(self) -> None:
-        """Record that the host copy was written, as ``mark_changed('host')``."""
-        self.mark_changed("host")
-
-    def gpu_changed(self) -> None:
-        """Record that the device copy was written, as ``mark_changed('gpu')``."""
-        self.mark_changed("gpu")
-
-    def is_valid(self, where: str = "host") -> bool:
-        """Return whether every byte of this array is current at ``where`` (``'host'``,
-        ``'gpu'``: the current device, or ``'gpu:N'``)."""
-        where = _check_where(where)
-        with self._buf.lock:
-            state = self._buf.state
-            return where in state.locations and state.is_valid(where, self._lo, self._hi)
-
-    @property
-    def valid_at(self) -> tuple[str, ...]:
-        """tuple of str: where every byte of this array is current: ``'host'``, ``'gpu'``
-        (the current device) and, with several devices, ``'gpu:N'`` for each other device."""
-        here = _devices.current()
-        with self._buf.lock:
-            state = self._buf.state
-            found = {
-                _devices.public(w, here)
-                for w in state.locations
-                if state.is_valid(w, self._lo, self._hi)
-            }
-        return tuple(sorted(found, key=lambda w: (w != HOST, w != "gpu", w)))
-
     # -- hooks of the view and indexing methods (smartarray._views) ----------------------------
 
-    @staticmethod
-    def _copy_of(ary: np.ndarray) -> SmartArray:
-        """A new SmartArray holding a copy of ``ary``."""
-        return SmartArray(ary)
-
-    @staticmethod
-    def _adopt(ary: np.ndarray) -> SmartArray:
-        """A new SmartArray adopting ``ary``, a fresh ndarray nobody else holds."""
-        return _owning(ary)
+    _copy_of = staticmethod(_results.copy_of)  # a new SmartArray holding a copy of an ndarray
+    _adopt = staticmethod(_results._owning)  # a new SmartArray adopting a fresh ndarray
 
     def _as_record(self) -> SmartArray:
         """This 0-d view of a structured array as a record view (see :class:`_Record`)."""
         return _Record._view(self._buf, self._offset, self._shape, self._strides, self._dtype)
 
+    # -- the concept modules' functions (module-level functions, ``self`` a SmartArray) ----------
+
+    # the host copy as this view sees it, and the array's name (smartarray._copies)
+    name = property(_copies.name, _copies.set_name)
+    _desc = _copies._desc
+    _changed = _copies._changed
+    _host_view = _copies._host_view
+    _export = _copies._export
+    _host_ro = _copies._host_ro
+    _host_rw = _copies._host_rw
+    mark_changed = _copies.mark_changed
+    host_changed, gpu_changed = _copies.host_changed, _copies.gpu_changed
+    is_valid = _copies.is_valid
+    valid_at = property(_copies.valid_at)
+
+    # geometry: ndarray attributes, read from the view's geometry (smartarray._geometry)
+    shape = property(_geometry.shape)
+    dtype = property(_geometry.dtype)
+    ndim = property(_geometry.ndim)
+    size = property(_geometry.size)
+    strides = property(_geometry.strides)
+    itemsize = property(_geometry.itemsize)
+    nbytes = property(_geometry.nbytes)
+    flags = property(_geometry.flags)
+    T = property(_geometry.T)
+    _probe, _covers = _geometry.probe, _geometry.covers
+    _check_device_geometry = _geometry.check_device_geometry
+
+    # views and indexing (smartarray._views)
+    transpose = _views.transpose
+    squeeze = _views.squeeze
+    swapaxes = _views.swapaxes
+    reshape = _views.reshape
+    ravel = _views.ravel
+    flatten = _views.flatten
+    __getitem__ = _views.__getitem__
+    __setitem__ = _views.__setitem__
+
+    # Python's protocols (smartarray._protocols), two to a line; pickling (smartarray._results)
+    __len__, __iter__ = _protocols.__len__, _protocols.__iter__
+    __reversed__, __contains__ = _protocols.__reversed__, _protocols.__contains__
+    __bool__, __index__ = _protocols.__bool__, _protocols.__index__
+    __int__, __float__ = _protocols.__int__, _protocols.__float__
+    __complex__, __repr__ = _protocols.__complex__, _protocols.__repr__
+    __str__, __format__ = _protocols.__str__, _protocols.__format__
+    __copy__, __deepcopy__ = _protocols.__copy__, _protocols.__deepcopy__
+    __reduce__ = _results.__reduce__
+    _wrap = staticmethod(_results.wrap)  # NumPy's results as SmartArrays
+
+    # device-array copies and the interop protocols (smartarray._exchange)
+    copy_to_host = _exchange.copy_to_host
+    copy_to_device = _exchange.copy_to_device
+    __cuda_array_interface__ = property(_exchange.__cuda_array_interface__)
+    cuda_view = _exchange.cuda_view
+    __dlpack__ = _exchange.__dlpack__
+    __dlpack_device__ = _exchange.__dlpack_device__
+    copy = _exchange.copy  # device to device when current there only; else ndarray.copy's
+
+    # NumPy's protocols (smartarray._numpy_api)
+    __array__ = _numpy_api.__array__
+    __array_ufunc__ = _numpy_api.__array_ufunc__
+    __array_function__ = _numpy_api.__array_function__
+
+    # numpy.ndarray's methods (smartarray._ndarray), several to a line: on the current host data
+    all, any, argmax, argmin = _ndarray.all, _ndarray.any, _ndarray.argmax, _ndarray.argmin
+    argpartition, argsort, astype = _ndarray.argpartition, _ndarray.argsort, _ndarray.astype
+    choose, clip, compress, conj = _ndarray.choose, _ndarray.clip, _ndarray.compress, _ndarray.conj
+    conjugate, cumprod, cumsum = _ndarray.conjugate, _ndarray.cumprod, _ndarray.cumsum
+    diagonal, dot, dump, dumps = _ndarray.diagonal, _ndarray.dot, _ndarray.dump, _ndarray.dumps
+    item, max, mean, min = _ndarray.item, _ndarray.max, _ndarray.mean, _ndarray.min
+    nonzero, prod, ptp, repeat = _ndarray.nonzero, _ndarray.prod, _ndarray.ptp, _ndarray.repeat
+    round, searchsorted, std = _ndarray.round, _ndarray.searchsorted, _ndarray.std
+    sum, take, tobytes, tofile = _ndarray.sum, _ndarray.take, _ndarray.tobytes, _ndarray.tofile
+    tolist, trace, var = _ndarray.tolist, _ndarray.trace, _ndarray.var
+    # in place on the host copy (or refused: a SmartArray's buffer cannot grow)
+    fill, sort, put, partition = _ndarray.fill, _ndarray.sort, _ndarray.put, _ndarray.partition
+    byteswap, resize, setflags = _ndarray.byteswap, _ndarray.resize, _ndarray.setflags
+
+    # Python's operators, as numpy.lib.mixins.NDArrayOperatorsMixin's (smartarray._ndarray)
+    __lt__ = _ndarray.binary(np.less, "lt")
+    __le__ = _ndarray.binary(np.less_equal, "le")
+    __eq__ = _ndarray.binary(np.equal, "eq")  # type: ignore[assignment]  # elementwise, as NumPy's
+    __ne__ = _ndarray.binary(np.not_equal, "ne")  # type: ignore[assignment]  # elementwise
+    __gt__ = _ndarray.binary(np.greater, "gt")
+    __ge__ = _ndarray.binary(np.greater_equal, "ge")
+    __add__, __radd__, __iadd__ = _ndarray.numeric(np.add, "add")
+    __sub__, __rsub__, __isub__ = _ndarray.numeric(np.subtract, "sub")
+    __mul__, __rmul__, __imul__ = _ndarray.numeric(np.multiply, "mul")
+    __matmul__, __rmatmul__, __imatmul__ = _ndarray.numeric(np.matmul, "matmul")
+    __truediv__, __rtruediv__, __itruediv__ = _ndarray.numeric(np.true_divide, "truediv")
+    __floordiv__, __rfloordiv__, __ifloordiv__ = _ndarray.numeric(np.floor_divide, "floordiv")
+    __mod__, __rmod__, __imod__ = _ndarray.numeric(np.remainder, "mod")
+    __divmod__ = _ndarray.binary(np.divmod, "divmod")
+    __rdivmod__ = _ndarray.reflected(np.divmod, "divmod")
+    __pow__, __rpow__, __ipow__ = _ndarray.numeric(np.power, "pow")
+    __lshift__, __rlshift__, __ilshift__ = _ndarray.numeric(np.left_shift, "lshift")
+    __rshift__, __rrshift__, __irshift__ = _ndarray.numeric(np.right_shift, "rshift")
+    __and__, __rand__, __iand__ = _ndarray.numeric(np.bitwise_and, "and")
+    __xor__, __rxor__, __ixor__ = _ndarray.numeric(np.bitwise_xor, "xor")
+    __or__, __ror__, __ior__ = _ndarray.numeric(np.bitwise_or, "or")
+    __neg__ = _ndarray.unary(np.negative, "neg")
+    __pos__ = _ndarray.unary(np.positive, "pos")
+    __abs__ = _ndarray.unary(np.absolute, "abs")
+    __invert__ = _ndarray.unary(np.invert, "invert")
+
+    # a kernel or njit argument: typing, launch preparation, njit hooks (smartarray._arguments)
+    _numba_type_ = functools.cached_property(_arguments._numba_type_)
+    _numba_in_type_ = functools.cached_property(_arguments._numba_in_type_)
+    _numba_type = _arguments._numba_type
+    to_device = _arguments.to_device
+    _prepare_launch = _arguments._prepare_launch
+    _after_launch = _arguments._after_launch
+    _njit_enter, _njit_enter_as = _arguments._njit_enter, _arguments._njit_enter_as
+    _njit_exit, _njit_exit_as = _arguments._njit_exit, _arguments._njit_exit_as
+    _njit_abort, _njit_abort_as = _arguments._njit_abort, _arguments._njit_abort_as
+
 
 # The njit results adapter (smartarray._results): registered where the class it makes exists.
 _numba_cpu.set_result_adapter(_from_njit)
 
-add_unsupported_hints(SmartArray)  # ndarray attributes SmartArray lacks fail with a hint
+_ndarray.add_unsupported_hints(SmartArray)  # ndarray attributes SmartArray lacks fail with a hint
 
 # The interop logic (smartarray/_interop.py) and the record view (smartarray/_record.py) build
 # on SmartArray, so they are imported last.
