@@ -24,6 +24,7 @@ import numpy as np
 from . import _devices, _launch, _numba_cpu, _numba_cuda, _residency, _streams, memory
 from ._engine import HOST, IN, INOUT
 from ._launch import LaunchWrites
+from ._numba_cpu import Layout
 from .errors import TransferError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -78,6 +79,7 @@ def _numba_in_type_(self: SmartArray) -> Any:
 def _numba_type(self: SmartArray, readonly: bool) -> Any:
     flags = self._probe().flags
     broadcast = 0 in self._strides and self.size != 0
+    layout: Layout
     if flags.c_contiguous and not broadcast:
         layout = "C"
     elif flags.f_contiguous and not broadcast:

@@ -10,7 +10,7 @@ matches them keeps working. Nothing here allocates, copies or reads device memor
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def _check_shape(shape: Any, name: str = "shape", itemsize: int = 1) -> tuple[in
     if isinstance(shape, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int or a tuple of ints, got {shape!r}")
     try:
-        dims = (operator.index(shape),)
+        dims: tuple[int, ...] = (operator.index(shape),)
     except TypeError:
         try:
             dims = tuple(operator.index(d) for d in shape)
@@ -73,7 +73,7 @@ def _check_array_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     return dt
 
 
-def _check_order(order: Any) -> str:
+def _check_order(order: Any) -> Literal["C", "F"]:
     if order not in _ORDERS:
         raise ValueError(f"order must be 'C' or 'F', got {order!r}")
     return order
@@ -93,7 +93,7 @@ def _check_strides(strides: Any, ndim: int) -> tuple[int, ...] | None:
 
 def _check_layout(
     shape: Any, dtype: Any, strides: Any, order: Any
-) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...] | None, str]:
+) -> tuple[tuple[int, ...], np.dtype, tuple[int, ...] | None, Literal["C", "F"]]:
     """Check the arguments numpy.empty-like allocators share; return them normalised."""
     dims = _check_shape(shape)
     dt = _check_dtype(dtype)

@@ -373,7 +373,7 @@ class _Uncounted:
         return _base_class(self._dev).copy_to_host(self._dev, ary, stream=stream)
 
 
-def _base_class(dev: Any) -> type:
+def _base_class(dev: Any) -> Any:  # a numba device-array class
     """numba's class underneath ``dev``'s counted class (``type(dev)`` for an uncounted one)."""
     cls = type(dev)
     base = _BASES.get(cls)

@@ -144,6 +144,9 @@ class _Owner:
     """The base of the stand-in ndarray NumPy exports: keeps the shared memory alive."""
 
     __slots__ = ("__array_interface__", "__weakref__", "array", "memory")
+    __array_interface__: dict[str, Any]
+    array: SmartArray
+    memory: Any
 
 
 # -- checks (before anything moves) ---------------------------------------------------------

@@ -7,6 +7,7 @@ Walking the stack costs a few microseconds, so the ledger asks only while someon
 from __future__ import annotations
 
 import sys
+from types import FrameType
 
 __all__ = ["user_frame"]
 
@@ -40,7 +41,7 @@ def user_frame(skip: int = 1) -> tuple[str, int]:
         ``('', 0)`` when every frame on the stack is library code.
     """
     try:
-        frame = sys._getframe(skip + 1)
+        frame: FrameType | None = sys._getframe(skip + 1)
     except ValueError:
         return "", 0
     while frame is not None:

@@ -23,6 +23,8 @@ class _Holder:
     """The base object of a host array handed out (see :meth:`HeldHostArrays.view`)."""
 
     __slots__ = ("__array_interface__", "host", "__weakref__")
+    __array_interface__: dict[str, Any]
+    host: np.ndarray
 
 
 class HeldHostArrays:

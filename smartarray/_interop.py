@@ -23,7 +23,7 @@ device (counted ``d2d``), or adopted as the device copy with ``copy=False``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -334,6 +334,8 @@ class _Foreign:
     """The base of a simulated device view of foreign memory: keeps the owner alive."""
 
     __slots__ = ("__array_interface__", "owner")
+    __array_interface__: dict[str, Any]
+    owner: Any
 
 
 def _from_interface(desc: dict[str, Any], owner: Any, sync: bool) -> Any:
@@ -372,7 +374,7 @@ def _device_of(obj: Any, sync: bool = True) -> tuple[Any, bool]:
     return _from_interface(desc, obj, sync), bool(desc["data"][1])
 
 
-def _layout(dev: Any) -> str | None:
+def _layout(dev: Any) -> Literal["C", "F"] | None:
     """'C' or 'F' when ``dev`` is contiguous that way, else None."""
     probe = np.lib.stride_tricks.as_strided(np.zeros(1, dev.dtype), dev.shape, dev.strides)
     if dev.size <= 1 or probe.flags.c_contiguous:
@@ -551,7 +553,8 @@ def _route_numba_hints() -> None:
         return
     skipped = getattr(devicearray, "_UNSUPPORTED_DLPACK_TYPES", None)
     if isinstance(skipped, tuple) and SmartArray not in skipped:
-        devicearray._UNSUPPORTED_DLPACK_TYPES = (*skipped, SmartArray)
+        # (numba-cuda's private name, absent from numba's stub that the checker reads)
+        devicearray._UNSUPPORTED_DLPACK_TYPES = (*skipped, SmartArray)  # type: ignore[attr-defined]
 
 
 _route_numba_hints()

@@ -8,7 +8,7 @@ device arrays, CuPy, PyTorch, anything with ``shape``, ``dtype`` and ``strides``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -34,7 +34,9 @@ def _is_f_only(shape: tuple[int, ...], strides: tuple[int, ...] | None, itemsize
     return True
 
 
-def _geometry(prototype: Any, dtype: Any, order: Any, shape: Any) -> tuple[Any, Any, str]:
+def _geometry(
+    prototype: Any, dtype: Any, order: Any, shape: Any
+) -> tuple[Any, Any, Literal["C", "F", "A", "K"]]:
     """The shape, dtype and order ('C' or 'F') of a new array like ``prototype``."""
     if order not in _ORDERS:
         raise ValueError(f"order must be 'C', 'F', 'A' or 'K', got {order!r}")

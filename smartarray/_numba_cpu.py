@@ -47,7 +47,7 @@ would be swallowed: they are reported with ``PyErr_WriteUnraisable``;
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from llvmlite import ir
 from numba.core import cgutils, types
@@ -60,12 +60,17 @@ from numba.core.extending import (
     register_model,
     unbox,
 )
-from numba.cuda.extending import register_model as register_cuda_model
+
+# (numba.cuda is numba-cuda's package at run time; the checker reads numba's own stub of it)
+from numba.cuda.extending import register_model as register_cuda_model  # type: ignore[attr-defined]
 from numba.np.arrayobj import intrin_alloc
 
 from ._numba_cuda import element_type
 
-__all__ = ["SmartArrayType", "set_result_adapter", "smartarray_type"]
+__all__ = ["Layout", "SmartArrayType", "set_result_adapter", "smartarray_type"]
+
+#: A Numba array type's layout (numba's set; a SmartArray's is "C", "F" or "A").
+Layout = Literal["C", "F", "CS", "FS", "A"]
 
 
 def _is_cuda_context(typingctx: Any) -> bool:
@@ -88,7 +93,7 @@ class SmartArrayType(types.Array):
         self,
         dtype: types.Type,
         ndim: int,
-        layout: str,
+        layout: Layout,
         readonly: bool = False,
         aligned: bool = True,
     ) -> None:
@@ -107,11 +112,13 @@ class SmartArrayType(types.Array):
             return super().can_convert_to(typingctx, other)
         return None
 
-    def copy(
+    # (numba's stub overloads copy() by dtype, each returning a types.Array: this one keeps the
+    # subtype for every dtype, which no overload of the stub says)
+    def copy(  # type: ignore[override]
         self,
         dtype: types.Type | None = None,
         ndim: int | None = None,
-        layout: str | None = None,
+        layout: Layout | None = None,
         readonly: bool | None = None,
     ) -> SmartArrayType:
         # numba derives the type of every view (slice, transpose, reshape, ...) through copy():
@@ -197,7 +204,7 @@ _types: dict[tuple[Any, ...], SmartArrayType] = {}
 
 
 def smartarray_type(
-    dtype: Any, ndim: int, layout: str, readonly: bool = False, aligned: bool = True
+    dtype: Any, ndim: int, layout: Layout, readonly: bool = False, aligned: bool = True
 ) -> SmartArrayType:
     """The (cached) :class:`SmartArrayType` for these properties."""
     key = (dtype, ndim, layout, readonly, aligned)
@@ -304,7 +311,7 @@ def _ol_smartarray_allocate(cls: Any, allocsize: Any, align: Any) -> Any:
     # numba allocates the result of an array expression through ``type(result)._allocate``;
     # it is registered for ``types.Array`` only, so the subtype delegates to the same intrinsic.
     def impl(cls: Any, allocsize: Any, align: Any) -> Any:
-        return intrin_alloc(allocsize, align)
+        return intrin_alloc(allocsize, align)  # type: ignore[call-arg]  # an @intrinsic: numba passes the typing context
 
     return impl
 

@@ -17,10 +17,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._engine import HOST, IN, INOUT
-from ._numba_cuda import ArrayArgument  # what the glue and this module call a SmartArray
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
+    from .array import SmartArray as _SmartArray
+else:
+    # What ``isinstance`` tests at run time: SmartArray's base class, whose only instances are
+    # SmartArrays (this module is bound into the class statement, so cannot import the class).
+    from ._numba_cuda import ArrayArgument as _SmartArray
 
 __all__ = ["__array__", "__array_function__", "__array_ufunc__", "arrays_in", "locked"]
 
@@ -49,17 +53,17 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
     outs = kwargs.get("out", ())
     if not isinstance(outs, tuple):
         outs = (outs,)
-    targets = [o for o in outs if isinstance(o, ArrayArgument)]
-    if method == "at" and isinstance(inputs[0], ArrayArgument):
+    targets = [o for o in outs if isinstance(o, _SmartArray)]
+    if method == "at" and isinstance(inputs[0], _SmartArray):
         targets.append(inputs[0])
     if method == "__call__" and ufunc.signature is None:
         _check_broadcast(inputs, outs, kwargs.get("where", True))  # before anything moves
-    arrays = [x for x in (*inputs, *outs) if isinstance(x, ArrayArgument)]
+    arrays = [x for x in (*inputs, *outs) if isinstance(x, _SmartArray)]
     with locked(arrays):
         hosts: list[np.ndarray] = []
         ins = []
         for i, x in enumerate(inputs):
-            if isinstance(x, ArrayArgument):
+            if isinstance(x, _SmartArray):
                 if method == "at" and i == 0:
                     x = x._host_rw(full=True)
                 else:
@@ -71,7 +75,7 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
             # With where=, unselected elements keep their old values: they must be current.
             partial = kwargs.get("where", True) is not True
             for o in outs:
-                if isinstance(o, ArrayArgument):
+                if isinstance(o, _SmartArray):
                     o = o._host_rw(full=partial)
                     hosts.append(o)
                 new_outs.append(o)
@@ -89,9 +93,9 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
             return None
         if outs:
             if len(outs) == 1:
-                return outs[0] if isinstance(outs[0], ArrayArgument) else result
+                return outs[0] if isinstance(outs[0], _SmartArray) else result
             return tuple(
-                o if isinstance(o, ArrayArgument) else r for o, r in zip(outs, result, strict=True)
+                o if isinstance(o, _SmartArray) else r for o, r in zip(outs, result, strict=True)
             )
         return self._wrap(result, tuple(hosts))
 
@@ -104,7 +108,7 @@ def __array_function__(self: SmartArray, func: Any, types: Any, args: Any, kwarg
     (``np.reshape``, ``np.transpose``, ...) give views, as the methods do.
     """
     first = args[0] if args else None
-    if isinstance(first, ArrayArgument):
+    if isinstance(first, _SmartArray):
         if func is np.reshape:
             return _call_reshape(*args, **kwargs)
         if func is np.transpose:
@@ -122,7 +126,7 @@ def __array_function__(self: SmartArray, func: Any, types: Any, args: Any, kwarg
     arrays: list[SmartArray] = []
     _collect(args, arrays)
     _collect(kwargs, arrays)
-    mutated = first if func in _MUTATING and isinstance(first, ArrayArgument) else None
+    mutated = first if func in _MUTATING and isinstance(first, _SmartArray) else None
     full = True  # whether the old values of ``mutated`` are read (or kept): sync them
     if mutated is not None and func is np.copyto:
         src = args[1] if len(args) > 1 else kwargs.get("src")
@@ -172,7 +176,7 @@ def _call_reshape(a: SmartArray, *args: Any, **kwargs: Any) -> SmartArray:
 
 
 def _collect(obj: Any, found: list[SmartArray]) -> None:
-    if isinstance(obj, ArrayArgument):
+    if isinstance(obj, _SmartArray):
         found.append(obj)
     elif isinstance(obj, (list, tuple)):
         for x in obj:
@@ -185,7 +189,7 @@ def _collect(obj: Any, found: list[SmartArray]) -> None:
 def _convert(
     obj: Any, hosts: list[np.ndarray], mutated: SmartArray | None, full: bool = True
 ) -> Any:
-    if isinstance(obj, ArrayArgument):
+    if isinstance(obj, _SmartArray):
         view = obj._host_rw(full=full) if obj is mutated else obj._host_ro()
         hosts.append(view)
         return view
@@ -200,7 +204,7 @@ def _convert(
 
 def _shape_of(x: Any) -> tuple[int, ...] | None:
     """The shape of an operand known without reading it, or None (NumPy will judge)."""
-    if isinstance(x, (ArrayArgument, np.ndarray, np.generic)):
+    if isinstance(x, (_SmartArray, np.ndarray, np.generic)):
         return tuple(x.shape)
     if isinstance(x, (bool, int, float, complex)):
         return ()
@@ -212,9 +216,9 @@ def _check_broadcast(inputs: tuple[Any, ...], outs: tuple[Any, ...], where: Any)
 
     The inputs (and ``where``) broadcast together, and into each output's shape unchanged.
     """
-    shapes = [_shape_of(x) for x in (*inputs, where)]
-    if any(shape is None for shape in shapes):
-        return
+    shapes = [shape for x in (*inputs, where) if (shape := _shape_of(x)) is not None]
+    if len(shapes) < len(inputs) + 1:
+        return  # an operand whose shape only NumPy knows
     try:
         full = np.broadcast_shapes(*shapes)
     except ValueError:

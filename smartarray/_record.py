@@ -30,8 +30,15 @@ class _Record(SmartArray):
 
     __slots__ = ()
 
-    def _field(self, key: Any) -> str:
+    @property
+    def _names(self) -> tuple[str, ...]:
+        """The record's field names (a record view's dtype is structured)."""
         names = self._dtype.names
+        assert names is not None
+        return names
+
+    def _field(self, key: Any) -> str:
+        names = self._names
         if isinstance(key, (int, np.integer)) and not isinstance(key, (bool, np.bool_)):
             try:
                 return names[key]
@@ -65,10 +72,10 @@ class _Record(SmartArray):
         SmartArray.__setitem__(self, key, value)
 
     def __len__(self) -> int:
-        return len(self._dtype.names)
+        return len(self._names)
 
     def __iter__(self) -> Iterator[Any]:
-        for name in self._dtype.names:
+        for name in self._names:
             yield self[name]
 
     def __eq__(self, other: Any) -> Any:  # type: ignore[override]

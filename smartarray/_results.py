@@ -13,10 +13,14 @@ import numpy as np
 
 from ._arguments import address, njit_owner
 from ._engine import HOST
-from ._numba_cuda import ArrayArgument  # what the glue and this module call a SmartArray
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
+    from .array import SmartArray as _SmartArray
+else:
+    # What ``isinstance`` tests at run time: SmartArray's base class, whose only instances are
+    # SmartArrays (this module is bound into the class statement, so cannot import the class).
+    from ._numba_cuda import ArrayArgument as _SmartArray
 
 __all__ = ["__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "wrap"]
 
@@ -41,7 +45,7 @@ def _owning(ary: np.ndarray) -> SmartArray:
 
 def wrap(result: Any, sources: tuple[np.ndarray, ...] = ()) -> Any:
     """Wrap a NumPy result: ndarrays become SmartArrays (copied if they alias a source)."""
-    if isinstance(result, np.ndarray) and not isinstance(result, ArrayArgument):
+    if isinstance(result, np.ndarray) and not isinstance(result, _SmartArray):
         if result.dtype.hasobject or result.dtype.kind in "US":
             return result
         shares = any(np.may_share_memory(result, s) for s in sources)

@@ -11,7 +11,7 @@ SmartArray class provides three hooks: ``_copy_of`` (a new array copying an ndar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -19,12 +19,16 @@ from numpy.lib.stride_tricks import as_strided
 from ._engine import HOST, IN, OUT
 from ._geometry import from_probe as _from_probe
 from ._geometry import probe as _probe
-from ._numba_cuda import ArrayArgument  # what the glue and this module call a SmartArray
 from ._numpy_api import arrays_in as _arrays_in
 from ._numpy_api import locked as _locked
 
 if TYPE_CHECKING:  # pragma: no cover
     from .array import SmartArray
+    from .array import SmartArray as _SmartArray
+else:
+    # What ``isinstance`` tests at run time: SmartArray's base class, whose only instances are
+    # SmartArrays (this module is bound into the class statement, so cannot import the class).
+    from ._numba_cuda import ArrayArgument as _SmartArray
 
 __all__ = [
     "__getitem__",
@@ -69,7 +73,7 @@ def swapaxes(self: SmartArray, axis1: int, axis2: int) -> SmartArray:
     return _from_probe(self, probe, probe.swapaxes(axis1, axis2))
 
 
-def reshape(self: SmartArray, *shape: Any, order: str = "C") -> SmartArray:
+def reshape(self: SmartArray, *shape: Any, order: Literal["C", "F", "A"] = "C") -> SmartArray:
     """A view with a new shape where NumPy gives one, else a copy.
 
     Parameters
@@ -89,7 +93,7 @@ def reshape(self: SmartArray, *shape: Any, order: str = "C") -> SmartArray:
         return self._copy_of(self._host_ro().reshape(shape, order=order))
 
 
-def ravel(self: SmartArray, order: str = "C") -> SmartArray:
+def ravel(self: SmartArray, order: Literal["C", "F", "A", "K"] = "C") -> SmartArray:
     """A flat view where NumPy gives one, else a flat copy."""
     if order not in ("C", "F", "A", "K"):
         raise ValueError(f"order must be 'C', 'F', 'A' or 'K', got {order!r}")
@@ -122,7 +126,7 @@ def ravel(self: SmartArray, order: str = "C") -> SmartArray:
         return self._copy_of(self._host_ro().ravel(order))
 
 
-def flatten(self: SmartArray, order: str = "C") -> SmartArray:
+def flatten(self: SmartArray, order: Literal["C", "F", "A", "K"] = "C") -> SmartArray:
     """A flat copy."""
     with self._buf.lock:
         return self._copy_of(self._host_ro().flatten(order))
@@ -155,9 +159,9 @@ def _basic(self: SmartArray, key: Any) -> tuple[SmartArray, bool]:
 
 def _advanced(self: SmartArray, key: Any) -> tuple[np.ndarray, int, int]:
     """The touched offsets of an advanced index and their bounding byte interval."""
-    key = key._host_ro() if isinstance(key, ArrayArgument) else key
+    key = key._host_ro() if isinstance(key, _SmartArray) else key
     if isinstance(key, tuple):
-        key = tuple(k._host_ro() if isinstance(k, ArrayArgument) else k for k in key)
+        key = tuple(k._host_ro() if isinstance(k, _SmartArray) else k for k in key)
     touched = _element_offsets(self)[key]
     if touched.size == 0:
         return touched, 0, 0
@@ -187,7 +191,7 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
 
 def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     with _locked(_arrays_in(self, key, value)):
-        if isinstance(value, ArrayArgument):
+        if isinstance(value, _SmartArray):
             value = value._host_ro()
         if _is_basic_index(key) or isinstance(key, str):
             target, _ = _basic(self, key)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -157,7 +157,7 @@ class SmartArray(ArrayArgument):
         copy: bool = True,
         shape: Any = None,
         dtype: Any = None,
-        order: str | None = None,
+        order: Literal["C", "F", "A", "K"] | None = None,
         where: str = "host",
         pinned: bool = False,
         name: str | None = None,
@@ -192,7 +192,8 @@ class SmartArray(ArrayArgument):
             and (dt is None or dt == obj.dtype)
             and obj.flags.writeable
             and (obj.flags.c_contiguous or obj.flags.f_contiguous)
-            and (order not in ("C", "F") or obj.flags[f"{order}_CONTIGUOUS"])
+            and (order != "C" or obj.flags.c_contiguous)
+            and (order != "F" or obj.flags.f_contiguous)
             and not pinned
         )
         if adopt:
@@ -260,7 +261,9 @@ class SmartArray(ArrayArgument):
         self._shape = tuple(int(d) for d in shape)
         self._strides = tuple(int(s) for s in strides)
         self._dtype = dtype
-        self._device_view = self._njit_view = self._njit_fast = None
+        self._device_view: Any = None  # (annotated: what mypy reads as the slots' types)
+        self._njit_view: np.ndarray | None = None
+        self._njit_fast: Any = None
         self._device_arg: Any = None  # what a kernel receives for _device_view
         # The launch fast path (smartarray._arguments): the state's version at which this
         # view was current on the device only, and at which it was current there.

@@ -46,6 +46,7 @@ def _kind(cls: type) -> int:
 
 
 class _Intent(_numba_args.ArgHint):
+    intent: str  # each subclass's: IN, OUT or INOUT
     _numba_hint: type = _numba_args.InOut
     _njit_fast = None  # njit always goes through the hooks (see smartarray._numba_cpu)
     #: Whether the wrapped value is a SmartArray (set once per wrapper: a launch reads it).

@@ -94,11 +94,11 @@ class _Analyser(_Transfer):
                 elif isinstance(s.value, ir.FreeVar):
                     self.deps.cell(fn, s.value.index, s.value.value)
         # kinds: greatest fixpoint
-        self.kinds = {name: _TOP for name in self.defs}
+        self.kinds: dict[str, Any] = {name: _TOP for name in self.defs}
         for _ in range(100):
             changed = False
             for name, values in self.defs.items():
-                k = _TOP
+                k: Any = _TOP
                 for v in values:
                     k = _meet(k, self.kind_of_value(v))
                 if k == _TOP:

@@ -149,7 +149,9 @@ def _is_math(obj: Any) -> bool:
     if mod in ("math", "cmath"):
         return True
     name = getattr(obj, "__name__", None)
-    return bool(name) and (getattr(math, name, None) is obj or getattr(cmath, name, None) is obj)
+    if not isinstance(name, str) or not name:
+        return False
+    return getattr(math, name, None) is obj or getattr(cmath, name, None) is obj
 
 
 def _is_prange(obj: Any) -> bool:

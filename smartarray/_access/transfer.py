@@ -37,6 +37,14 @@ from .values import _UNRESOLVED, _containers, _shift, _union, _Values
 class _Transfer(_Values):
     """The transfer rules on top of :class:`~.values._Values` (``device_call``: the driver)."""
 
+    nparams: int  # the analysed function's parameter count (the driver sets it)
+
+    def device_call(
+        self, py_func: Any, args: list, kws: list, loc: Any, emit: bool
+    ) -> dict[int, int] | None:
+        """The aliases a call of the device function ``py_func`` returns (the driver's)."""
+        raise NotImplementedError
+
     def transfer(self, value: Any, loc: Any, emit: bool) -> dict[int, int]:
         """The aliases of ``value``; with ``emit``, record the writes it makes."""
         ir = self.ir

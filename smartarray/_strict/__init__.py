@@ -35,7 +35,8 @@ def select_simulator() -> None:
     for name in ("numba.core.config", "numba.cuda.core.config"):
         config = sys.modules.get(name)
         if config is not None:
-            config.ENABLE_CUDASIM = 1
+            # (numba's config sets its options at run time: no type checker sees them)
+            config.ENABLE_CUDASIM = 1  # type: ignore[attr-defined]
 
 
 def _patch(obj: Any, name: str, value: Any) -> None:
@@ -136,7 +137,7 @@ def enable(
     """Turn strict mode on (again, nested) with a fresh state; return the state."""
     import numba
 
-    if not numba.config.ENABLE_CUDASIM:
+    if not numba.config.ENABLE_CUDASIM:  # type: ignore[attr-defined]  # (set at run time)
         raise RuntimeError(
             "strict mode runs on numba's CUDA simulator: set NUMBA_ENABLE_CUDASIM=1 (or "
             "SMARTARRAY_STRICT=1) before numba.cuda is first imported"

@@ -20,7 +20,7 @@ from .devmem import byte_extent, in_kernel, is_page_locked, pointer
 __all__ = ["PATCHES"]
 
 _FakeCUDAArray = _sim.FakeCUDAArray
-_ORIG = {name: _FakeCUDAArray.__dict__.get(name) for name in dir(_FakeCUDAArray)}
+_ORIG: dict[str, Any] = {name: _FakeCUDAArray.__dict__.get(name) for name in dir(_FakeCUDAArray)}
 
 #: What ``DeviceNDArray`` has beyond the class attributes of ``FakeCUDAArray``.
 _FORWARDED = frozenset({"strides", "dtype", "size", "ndim", "flags"})

@@ -286,7 +286,8 @@ def auto_device(obj: Any, stream: Any = 0, copy: bool = True, user_explicit: boo
         # numba-cuda's dispatcher passes ``device_ctypes_pointer``: NULL for a view without
         # gpu_data; a pointer that is not the view's first element is a wrong address.
         devary = _sim.FakeCUDAArray(obj.view(np.ndarray), stream=stream)
-        address = obj.device_ctypes_pointer.value or 0
+        # (numba's MappedNDArray: an ndarray with a device array's attributes)
+        address = obj.device_ctypes_pointer.value or 0  # type: ignore[attr-defined]
         if address == 0:
             devary.__dict__["_strict_null"] = True
         elif address != pointer(obj):
@@ -393,7 +394,9 @@ def mapped_array(
 ) -> np.ndarray:
     host = on_host(*layout(shape, dtype, strides, order), "mapped")
     mapped = host.view(StrictMappedNDArray)
-    mapped.device_setup(MappedPointer(host.base, pointer(host.base)), stream=stream)
+    base = host.base  # the page-locked allocation on_host made
+    assert isinstance(base, np.ndarray)
+    mapped.device_setup(MappedPointer(base, pointer(base)), stream=stream)
     return mapped
 
 

@@ -16,7 +16,9 @@ import types
 from typing import Any
 
 import numpy as np
-from numba.cuda.simulator import args as _args
+
+# (the simulator swaps its args module in at run time: numba's stub of the package lacks it)
+from numba.cuda.simulator import args as _args  # type: ignore[attr-defined]
 from numba.cuda.simulator import kernel as _kernel
 from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray, FakeWithinKernelCUDAArray
 from numba.cuda.simulator.kernelapi import FakeCUDAModule, swapped_cuda_module
