@@ -10,9 +10,11 @@ host bytes only when it runs.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Sequence
 
 from ._errors import CUDA_ERROR_INVALID_VALUE, CudaError
-from ._queue import Stream
+from ._queue import Op, Stream
+from ._state import DriverState
 
 __all__ = ["MemoryEntries"]
 
@@ -25,7 +27,7 @@ def _put(ptr: int, ctype: type, value: object) -> None:
     ctypes.cast(ptr, ctypes.POINTER(ctype))[0] = value
 
 
-class MemoryEntries:
+class MemoryEntries(DriverState):
     """Mixin of :class:`~smartarray._fakegpu.driver.FakeDriver`."""
 
     # allocation -----------------------------------------------------------------------------
@@ -122,12 +124,13 @@ class MemoryEntries:
     def _attribute(self, attribute: int, ptr: int) -> tuple[type, object]:
         dev = self.heaps.find(ptr)
         host = None if dev else self.host.find(ptr)
-        if dev is None and host is None:
+        found = dev or host
+        if found is None:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not known to the driver")
-        start, size = dev or host
+        start, size = found
         # Device memory is its device's (context's); page-locked host memory is reported as
         # device 0's (the fake does not record which context page-locked it).
-        ordinal = self.heaps.device_of(ptr) if dev else 0
+        ordinal = (self.heaps.device_of(ptr) or 0) if dev else 0  # (dev: device_of knows it)
         ctx = self.contexts[ordinal]
         table = {
             1: (ctypes.c_void_p, ctx),  # CONTEXT
@@ -174,7 +177,7 @@ class MemoryEntries:
         label: str,
         wait: bool,
         keep: object = None,
-        after: list = (),
+        after: Sequence[Op] = (),
     ) -> None:
         """Queue a copy of ``n`` bytes; device ranges are checked now and again when it runs.
 

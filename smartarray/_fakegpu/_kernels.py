@@ -20,6 +20,7 @@ import re
 import sys
 import types
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,12 +32,15 @@ from ._errors import (
     CudaError,
 )
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ._state import DriverState
+
 __all__ = ["prepare"]
 
 _found: dict[str, object] = {}
 
 
-def _kernel_object(name: str) -> object:
+def _kernel_object(name: str) -> Any:  # numba-cuda's compiled kernel
     """numba-cuda's ``_Kernel`` whose entry name is ``name``."""
     kernel = _found.get(name)
     if kernel is None:
@@ -59,13 +63,13 @@ class _Params:
         self._array = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
         self._next = 0
 
-    def read(self, ctype: type) -> object:
+    def read(self, ctype: Any) -> Any:  # a ctypes simple type; its value
         ptr = self._array[self._next]
         self._next += 1
         return ctype.from_address(ptr).value
 
 
-def _decode(ty: object, params: _Params) -> object:
+def _decode(ty: Any, params: _Params) -> object:  # ty: a numba type
     """One argument of numba type ``ty``, as plain values (an array as a tuple)."""
     from numba.core import types
 
@@ -81,7 +85,9 @@ def _decode(ty: object, params: _Params) -> object:
     if isinstance(ty, types.Boolean):
         return bool(params.read(ctypes.c_bool))
     if isinstance(ty, types.Integer):
-        return params.read(getattr(ctypes, f"c_{'' if ty.signed else 'u'}int{ty.bitwidth}"))
+        # (numba's stub of Integer lacks the attributes its instances have)
+        sign = "" if ty.signed else "u"  # type: ignore[attr-defined]
+        return params.read(getattr(ctypes, f"c_{sign}int{ty.bitwidth}"))  # type: ignore[attr-defined]
     if ty == types.float16:
         return np.uint16(params.read(ctypes.c_uint16)).view(np.float16)
     if ty == types.float32:
@@ -95,7 +101,7 @@ def _decode(ty: object, params: _Params) -> object:
     if isinstance(ty, types.CPointer):
         return params.read(ctypes.c_uint64)
     if isinstance(ty, types.BaseTuple):
-        return tuple(_decode(t, params) for t in ty)
+        return tuple(_decode(t, params) for t in ty)  # type: ignore[attr-defined]  # (iterable; not in the stub)
     if isinstance(ty, types.EnumMember):
         return ty.instance_class(_decode(ty.dtype, params))
     if isinstance(ty, (types.NPDatetime, types.NPTimedelta)):
@@ -107,7 +113,9 @@ def _decode(ty: object, params: _Params) -> object:
     raise CudaError(CUDA_ERROR_INVALID_VALUE, f"fake GPU cannot decode kernel argument type {ty}")
 
 
-def _materialise(driver: object, kernel: str, argname: str, value: object, device: int) -> object:
+def _materialise(
+    driver: DriverState, kernel: str, argname: str, value: object, device: int
+) -> object:
     """Turn decoded arrays into simulator arrays over device memory, checking the range."""
     if isinstance(value, tuple) and value and value[0] in ("array", "record"):
         kind, ty, data, shape, strides, itemsize = value
@@ -146,13 +154,14 @@ def _materialise(driver: object, kernel: str, argname: str, value: object, devic
 
 
 def _check_range(
-    driver: object, kernel: str, argname: str, start: int, nbytes: int, device: int
+    driver: DriverState, kernel: str, argname: str, start: int, nbytes: int, device: int
 ) -> None:
     """Raise unless a kernel on ``device`` may touch ``[start, start + nbytes)``: one live
     allocation of its own memory, or of a peer's whose access its context enabled."""
     found = driver.heaps.find(start)
     if found is not None and start + nbytes <= found[0] + found[1]:
         owner = driver.heaps.device_of(start)
+        assert owner is not None  # a live allocation's device
         if driver.can_access(device, owner):
             return
         raise CudaError(
@@ -249,13 +258,14 @@ class _PythonDeviceFunction:
 
 def _python_intrinsics() -> dict[int, Callable[..., object]]:
     """Python equivalents of the numba intrinsics numba-cuda's own kernels call (by id)."""
-    from numba.cuda.np.unsafe.ndarray import to_fixed_tuple
+    # (numba-cuda's module: numba.cuda redirects to it at run time, out of the checker's sight)
+    from numba.cuda.np.unsafe.ndarray import to_fixed_tuple  # type: ignore[import-not-found]
 
     return {id(to_fixed_tuple): lambda array, length: tuple(array[:length])}
 
 
 def prepare(
-    driver: object, name: str, params: int, grid: tuple, block: tuple, smem: int, device: int
+    driver: DriverState, name: str, params: int, grid: tuple, block: tuple, smem: int, device: int
 ) -> Callable[[], None]:
     """Decode a launch now (CUDA copies ``kernelParams`` at launch); the returned call runs it
     on ``device`` (its arrays are checked then: peer access is a property of that moment)."""
@@ -278,8 +288,8 @@ def prepare(
 
 
 def _execute(
-    driver: object,
-    kernel: object,
+    driver: DriverState,
+    kernel: Any,
     name: str,
     args: list,
     grid: tuple,
@@ -292,7 +302,8 @@ def _execute(
     fake_module = simkernel.FakeCUDAModule(grid, block, smem)
     # What the simulator's module lacks and Python can do: time on the device is not modelled
     # (the queue's seeded order models asynchrony), so a sleep returns at once.
-    fake_module.nanosleep = lambda ns: None
+    # (an attribute the simulator's module lacks: the checker knows its class)
+    fake_module.nanosleep = lambda ns: None  # type: ignore[attr-defined]
     fn = _in_python_function(kernel.py_func, fake_module)
     # The driver's lock is held while a kernel runs, and the interpreter starts threads: a
     # garbage collection in one of them would run numba's finalizers (cuEventDestroy, ...),
@@ -307,8 +318,8 @@ def _execute(
 
 
 def _run_blocks(
-    driver: object,
-    kernel: object,
+    driver: DriverState,
+    kernel: Any,
     name: str,
     fn: Callable[..., object],
     fake_module: object,
@@ -361,7 +372,7 @@ def _beyond_the_interpreter(exc: Exception) -> bool:
 
 
 def _report_exception(
-    driver: object, kernel: object, name: str, exc: Exception, device: int
+    driver: DriverState, kernel: Any, name: str, exc: Exception, device: int
 ) -> None:
     """Write numba's ``__errcode__`` globals so numba-cuda raises the kernel's exception."""
     exceptions = getattr(kernel.call_helper, "exceptions", {})

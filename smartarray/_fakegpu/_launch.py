@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from types import FrameType
 
 from . import _kernels
 from ._errors import (
@@ -13,6 +14,8 @@ from ._errors import (
     CUDA_ERROR_NOT_READY,
     CudaError,
 )
+from ._queue import Op
+from ._state import DriverState
 
 __all__ = ["ExecutionEntries"]
 
@@ -42,7 +45,7 @@ _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _STREAM_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
 
 
-class ExecutionEntries:
+class ExecutionEntries(DriverState):
     """Mixin of :class:`~smartarray._fakegpu.driver.FakeDriver`."""
 
     # streams --------------------------------------------------------------------------------
@@ -60,7 +63,7 @@ class ExecutionEntries:
         s = self.queue.stream(stream)
         self._run(lambda: self.queue.synchronize(s))
 
-    def _poll(self, op: object) -> None:
+    def _poll(self, op: Op | None) -> None:
         """A query of pending work: "not ready" once, then the work runs (a GPU gets there).
 
         Answering "not ready" forever would hang a host that polls; answering "ready" at once
@@ -118,7 +121,7 @@ class ExecutionEntries:
 
     def cuEventDestroy(self, event: int | None) -> None:
         self.queue.event(event or 0)
-        del self.queue.events[event]
+        del self.queue.events[event or 0]
 
     def cuEventRecord(self, event: int | None, stream: int | None) -> None:
         e, s = self.queue.event(event or 0), self.queue.stream(stream)
@@ -295,7 +298,8 @@ class ExecutionEntries:
         run = _kernels.prepare(self, name, params, grid, block, smem, device)
         # Who launched: the Python frames above this callback (tests check that numba-cuda's
         # own _Kernel.launch called cuda.core's compiled launch, which called the driver).
-        frame, self.launch_stack = sys._getframe(1), []
+        frame: FrameType | None = sys._getframe(1)
+        self.launch_stack = []
         while frame is not None:
             self.launch_stack.append((frame.f_code.co_filename, frame.f_code.co_name))
             frame = frame.f_back

@@ -24,6 +24,7 @@ from ._errors import (
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,
     CudaError,
 )
+from ._state import DriverState
 
 __all__ = ["PeerEntries", "allowed_pairs"]
 
@@ -69,7 +70,7 @@ def _put(ptr: int, ctype: type, value: object) -> None:
     ctypes.cast(ptr, ctypes.POINTER(ctype))[0] = value
 
 
-class PeerEntries:
+class PeerEntries(DriverState):
     """Mixin of :class:`~smartarray._fakegpu.driver.FakeDriver`.
 
     It expects ``peer_allowed`` (:func:`allowed_pairs`), ``peer_enabled`` (a set of directed

@@ -17,7 +17,7 @@ import itertools
 import os
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ._errors import CUDA_ERROR_INVALID_HANDLE, CudaError
 
@@ -149,7 +149,7 @@ class Queue:
 
     # queueing -----------------------------------------------------------------------------
     def enqueue(
-        self, stream: Stream, fn: Callable[[], None], label: str, after: list[Op] = ()
+        self, stream: Stream, fn: Callable[[], None], label: str, after: Sequence[Op] = ()
     ) -> Op:
         deps = [stream.last] if stream.last is not None else []
         if stream.legacy:

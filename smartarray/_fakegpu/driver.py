@@ -18,6 +18,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from ._copies import MemoryEntries
 from ._errors import (
@@ -164,7 +165,7 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         # calls cost less than this stand-in's Python callbacks).
         self.thread_time_ns = 0
         self._log = os.environ.get("SMARTARRAY_FAKE_GPU_LOG", "") not in ("", "0")
-        self._callbacks: dict[str, object] = {}
+        self._callbacks: dict[str, Any] = {}  # ctypes callbacks, by entry name
         self._strings: dict[int, ctypes.Array] = {}
         self.lock = threading.RLock()
 
