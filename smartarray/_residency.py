@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _devices, memory, stats
+# (mypy reads smartarray.stats as the package's stats() function, which __init__ imports later)
+from . import _devices, memory, stats  # type: ignore[no-redef]
 from . import _simulator as _sim
 from ._deferred import DeferringLock
 from ._strict import state as _strict_state
@@ -208,7 +209,7 @@ def _register(buf: Buffer, nbytes: int, device: int) -> None:
             _used[device] -= nbytes
 
     # The callback takes no lock: the next holder of the registry lock releases (issue 25 E4, E5).
-    ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))
+    ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))  # type: ignore[misc]  # (a default-argument lambda)
     with _lock:
         _resident[key] = ref
         rec.sizes[device] = nbytes
