@@ -78,8 +78,8 @@ class _Record(SmartArray):
         for name in self._names:
             yield self[name]
 
-    def __eq__(self, other: Any) -> Any:  # type: ignore[override]
+    def __eq__(self, other: Any) -> Any:
         return self[()] == (other[()] if isinstance(other, SmartArray) else other)
 
-    def __ne__(self, other: Any) -> Any:  # type: ignore[override]
+    def __ne__(self, other: Any) -> Any:
         return self[()] != (other[()] if isinstance(other, SmartArray) else other)

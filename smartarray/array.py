@@ -446,8 +446,8 @@ class SmartArray(ArrayArgument):
     # Python's operators, as numpy.lib.mixins.NDArrayOperatorsMixin's (smartarray._ndarray)
     __lt__ = _ndarray.binary(np.less, "lt")
     __le__ = _ndarray.binary(np.less_equal, "le")
-    __eq__ = _ndarray.binary(np.equal, "eq")  # type: ignore[assignment]  # elementwise, as NumPy's
-    __ne__ = _ndarray.binary(np.not_equal, "ne")  # type: ignore[assignment]  # elementwise
+    __eq__ = _ndarray.binary(np.equal, "eq")  # elementwise, as NumPy's
+    __ne__ = _ndarray.binary(np.not_equal, "ne")  # elementwise
     __gt__ = _ndarray.binary(np.greater, "gt")
     __ge__ = _ndarray.binary(np.greater_equal, "ge")
     __add__, __radd__, __iadd__ = _ndarray.numeric(np.add, "add")
