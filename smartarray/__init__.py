@@ -19,7 +19,7 @@ elif _flag("SMARTARRAY_STRICT"):
 
 from . import _no_device
 from ._budget import device_budget, resident, set_device_budget
-from ._interop import as_cuda_array, is_cuda_array
+from ._foreign import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like
 from ._numba_transfers import count_all_transfers
 from ._partition import DeviceBlock, decompose

@@ -270,7 +270,8 @@ def export(
 def _copied(a: SmartArray) -> SmartArray:
     """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device and
     there is room for a second device copy."""
-    from ._interop import _layout, order_before_default
+    from ._foreign import _layout
+    from ._interop import order_before_default
     from .array import SmartArray
 
     buf = a._buf

@@ -198,4 +198,6 @@ def __dlpack_device__(self: SmartArray) -> tuple[int, int]:
 
 def copy(self: SmartArray, order: str = "C") -> SmartArray:
     """A new array with this one's data: device to device when current on the device only."""
-    return _interop().copy(self, _host_copy, order)
+    from . import _foreign
+
+    return _foreign.copy(self, _host_copy, order)

@@ -177,11 +177,11 @@ class SmartArray(ArrayArgument):
             nbytes = math.prod(dims) * dt.itemsize
             self._init(_Buffer(nbytes, None, bool(pinned), name), 0, dims, strides, dt)
             return
-        # -- interop (issue 16): device memory is copied device to device; see _interop --
-        if _interop.is_device_object(obj):
-            _interop.init_from_device(self, obj, copy, dims, dt, order, bool(pinned), name)
+        # -- interop (issue 16): device memory is copied device to device; see _foreign --
+        if _foreign.is_device_object(obj):
+            _foreign.init_from_device(self, obj, copy, dims, dt, order, bool(pinned), name)
             return
-        obj = _interop.host_dlpack(obj)  # an object that speaks DLPack only
+        obj = _foreign.host_dlpack(obj)  # an object that speaks DLPack only
         # -- end interop --
         if isinstance(obj, SmartArray):
             obj = obj._host_ro()
@@ -487,7 +487,7 @@ _numba_cpu.set_result_adapter(_from_njit)
 
 _ndarray.add_unsupported_hints(SmartArray)  # ndarray attributes SmartArray lacks fail with a hint
 
-# The interop logic (smartarray/_interop.py) and the record view (smartarray/_record.py) build
-# on SmartArray, so they are imported last.
-from . import _interop  # noqa: E402
+# The interop logic (smartarray/_interop.py, smartarray/_foreign.py) and the record view
+# (smartarray/_record.py) build on SmartArray, so they are imported last.
+from . import _foreign, _interop  # noqa: E402, F401
 from ._record import _Record  # noqa: E402

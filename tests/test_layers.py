@@ -44,6 +44,7 @@ KNOWN_CIRCLES = {
         {
             "smartarray._dlpack",
             "smartarray._exchange",
+            "smartarray._foreign",
             "smartarray._interop",
             "smartarray._record",
             "smartarray._results",
@@ -107,7 +108,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "_like",
     ),
     # numba and interop glue; _partition: decomposing an array over devices
-    ("_interop", "_dlpack", "jit", "_mpi", "hints", "_no_device", "_partition"),
+    ("_interop", "_foreign", "_dlpack", "jit", "_mpi", "hints", "_no_device", "_partition"),
     ("", "testing", "mpi", "__main__", "_demo", "_cli"),  # the public API ("" the package)
 )
 
@@ -115,6 +116,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 UPWARD_IMPORTS = {
     ("smartarray.array", "smartarray._interop"): "issue 27: the array registers its interop",
     ("smartarray._exchange", "smartarray._interop"): "issue 27: exchange reads interop's buffers",
+    ("smartarray.array", "smartarray._foreign"): "issue 27: construction from device objects",
+    ("smartarray._exchange", "smartarray._foreign"): "issue 27: copy() device to device",
 }
 
 
