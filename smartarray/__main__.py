@@ -296,9 +296,9 @@ def _run_bench(args: argparse.Namespace, target: str) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
-    # The console command `smartarray` and `python -m smartarray` run this same function.
+def _parser() -> argparse.ArgumentParser:
+    """The command line's parser: ``info``, ``demo`` and ``bench``."""
+    # The console command `smartarray` and `python -m smartarray` run the same main.
     prog = "smartarray" if Path(sys.argv[0]).name == "smartarray" else "python -m smartarray"
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -368,6 +368,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="print the tables as Markdown (to paste into an issue or a pull request)",
     )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.command is None:

@@ -360,6 +360,12 @@ class Buffer:
         if launch is None:
             self.sync(where, lo, hi, reason)
             return False
+        return self._acquire_for_launch(where, lo, hi, intent, reason, covers, launch)
+
+    def _acquire_for_launch(
+        self, where: str, lo: int, hi: int, intent: str, reason: str, covers: bool, launch: Any
+    ) -> bool:
+        """:meth:`acquire` for a kernel launch on stream ``launch`` at device ``where``."""
         launch_stream = _streams.pending(launch)
         if intent != IN:
             self._leave_host_only()  # device work that writes these bytes starts

@@ -180,6 +180,14 @@ def decompose(
         raise ValueError(
             f"parts must be at most the {rows} row(s) of a (every block owns a row), got {parts}"
         )
+    return _blocks(a, parts, halo, chosen)
+
+
+def _blocks(
+    a: SmartArray, parts: int, halo: int, chosen: tuple[int, ...]
+) -> tuple[DeviceBlock, ...]:
+    """``parts`` blocks of ``a``'s rows as ``np.array_split`` sizes them, devices in turn."""
+    rows = a.shape[0]
     size, extra = divmod(rows, parts)
     blocks = []
     start = 0

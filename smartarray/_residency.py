@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-# (mypy reads smartarray.stats as the package's stats() function, which __init__ imports later)
-from . import _devices, memory, stats  # type: ignore[no-redef]
+from . import _devices, memory
 from . import _simulator as _sim
 from ._deferred import DeferringLock
 from ._strict import state as _strict_state
 from .errors import DeviceMemoryError, TransferError, TransferGuardError
+from .stats import evicted  # (not the module as an attribute: the package rebinds "stats")
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._engine import Buffer
@@ -376,7 +376,7 @@ def _evict_one(buf: Buffer, reason: str, device: int) -> int:
         nbytes = rec.sizes.get(device, 0)
         buf.drop_device(where)
         _unregister(buf, device)
-        stats.evicted(buf.name, nbytes, downloaded, reason)
+        evicted(buf.name, nbytes, downloaded, reason)
         return nbytes
     finally:
         buf.lock.release()

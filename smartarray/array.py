@@ -84,6 +84,22 @@ def _check_name(name: Any) -> str | None:
     return name
 
 
+def _upload_initial(a: SmartArray, raw: np.ndarray, where: str, adopted: bool) -> None:
+    """Copy new array ``a``'s data ``raw`` to its device copy at ``where`` (``where='gpu'``)."""
+    buf = a._buf
+    if raw.nbytes:
+        guard.check("h2d", raw.nbytes, "construction", buf.name)  # before anything moves
+    with _devices.at(where):
+        dev = buf.ensure_device(where)
+        try:
+            memory.copy_range("h2d", raw, dev, 0, raw.nbytes, 0, "construction", a._desc(), where)
+        except Exception as exc:
+            raise TransferError(f"uploading the initial data failed: {exc}") from exc
+        buf.queued(0)  # a staged synchronous upload: see Buffer._copy
+    if adopted:  # the adopted host memory holds the data too
+        buf.state.apply(buf.state.plan_read(where, 0, raw.nbytes))
+
+
 class SmartArray(ArrayArgument):
     """An array with a host (NumPy) and a device (numba.cuda) copy, kept coherent by byte range.
 
@@ -227,19 +243,7 @@ class SmartArray(ArrayArgument):
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
         if where != HOST:
-            if ary.nbytes:
-                guard.check("h2d", ary.nbytes, "construction", buf.name)  # before anything moves
-            with _devices.at(where):
-                dev = buf.ensure_device(where)
-                try:
-                    memory.copy_range(
-                        "h2d", raw, dev, 0, ary.nbytes, 0, "construction", self._desc(), where
-                    )
-                except Exception as exc:
-                    raise TransferError(f"uploading the initial data failed: {exc}") from exc
-                buf.queued(0)  # a staged synchronous upload: see Buffer._copy
-            if adopt:
-                buf.state.apply(buf.state.plan_read(where, 0, ary.nbytes))
+            _upload_initial(self, raw, where, adopt)
 
     @staticmethod
     def _dtype_of(dtype: Any) -> np.dtype:

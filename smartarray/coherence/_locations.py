@@ -1,5 +1,6 @@
 """A :class:`~smartarray.coherence.BufferState`'s locations: one added on first use (a
-device's copy), and the order in which a target takes bytes from the others.
+device's copy), one whose copy is given back (an eviction), and the order in which a target
+takes bytes from the others.
 
 Bound in ``BufferState``'s class body. Pure Python, standard library only.
 """
@@ -14,7 +15,7 @@ from ._intervals import EMPTY_SET
 if TYPE_CHECKING:  # pragma: no cover
     from ._state import BufferState
 
-__all__ = ["add_location", "prefer", "sources"]
+__all__ = ["add_location", "drop", "prefer", "sources"]
 
 
 def add_location(self: BufferState, where: str) -> None:
@@ -68,3 +69,38 @@ def sources(self: BufferState, where: str) -> tuple[str, ...]:
     if not first:
         return self._locations
     return first + tuple(loc for loc in self._locations if loc not in first)
+
+
+def drop(self: BufferState, where: str) -> None:
+    """Record that the copy at ``where`` is gone (freed): nothing is current there.
+
+    Allowed only when every byte current at ``where`` is also current at another
+    location: dropping the only current copy of a byte would lose it. The bytes are
+    copied again if ``where`` reads them later (as after :meth:`mark_changed` elsewhere).
+
+    Parameters
+    ----------
+    where : str
+        The location whose copy is given back.
+
+    Raises
+    ------
+    ValueError
+        If some byte is current at ``where`` only (download it first: :meth:`plan_read`
+        at another location); the state is unchanged.
+    """
+    mine = self.valid(where)
+    if not mine:
+        return
+    elsewhere = EMPTY_SET
+    for loc, s in self._valid.items():
+        if loc != where:
+            elsewhere = elsewhere.union(s)
+    lost = mine.difference(elsewhere)
+    if lost:
+        raise ValueError(
+            f"dropping the copy at {where!r} would lose bytes {list(lost.runs)!r}, "
+            "current there only; copy them to another location first"
+        )
+    self._valid[where] = EMPTY_SET
+    self._version += 1

@@ -40,6 +40,39 @@ path is a bisection, so the cap barely affects it.
 """
 
 
+def _checked_arguments(
+    nbytes: int, locations: Iterable[str], valid_at: str | None, max_runs: int
+) -> tuple[int, tuple[str, ...], int]:
+    """:class:`BufferState`'s arguments checked (see its Raises): nbytes, locations, max_runs."""
+    try:
+        nbytes = index(nbytes)
+    except TypeError:
+        raise TypeError(f"nbytes must be an integer, got {nbytes!r}") from None
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    if isinstance(locations, str):
+        raise TypeError(f"locations must be an iterable of str, not the str {locations!r}")
+    locs = tuple(locations)
+    if not locs:
+        raise ValueError("locations must name at least one location")
+    for loc in locs:
+        if not isinstance(loc, str):
+            raise TypeError(f"locations must hold str names, got {loc!r}")
+    if len(set(locs)) != len(locs):
+        raise ValueError(f"locations must be distinct, got {locs!r}")
+    if valid_at is not None and valid_at not in locs:
+        raise ValueError(
+            f"valid_at must be None (uninitialised) or one of {locs!r}, got {valid_at!r}"
+        )
+    try:
+        max_runs = index(max_runs)
+    except TypeError:
+        raise TypeError(f"max_runs must be an integer, got {max_runs!r}") from None
+    if max_runs < 1:
+        raise ValueError(f"max_runs must be >= 1, got {max_runs}")
+    return nbytes, locs, max_runs
+
+
 class BufferState:
     """Which bytes of one base buffer are current at each location.
 
@@ -111,32 +144,7 @@ class BufferState:
         max_runs: int = DEFAULT_MAX_RUNS,
         cost: TransferCost | None = None,
     ) -> None:
-        try:
-            nbytes = index(nbytes)
-        except TypeError:
-            raise TypeError(f"nbytes must be an integer, got {nbytes!r}") from None
-        if nbytes < 0:
-            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        if isinstance(locations, str):
-            raise TypeError(f"locations must be an iterable of str, not the str {locations!r}")
-        locs = tuple(locations)
-        if not locs:
-            raise ValueError("locations must name at least one location")
-        for loc in locs:
-            if not isinstance(loc, str):
-                raise TypeError(f"locations must hold str names, got {loc!r}")
-        if len(set(locs)) != len(locs):
-            raise ValueError(f"locations must be distinct, got {locs!r}")
-        if valid_at is not None and valid_at not in locs:
-            raise ValueError(
-                f"valid_at must be None (uninitialised) or one of {locs!r}, got {valid_at!r}"
-            )
-        try:
-            max_runs = index(max_runs)
-        except TypeError:
-            raise TypeError(f"max_runs must be an integer, got {max_runs!r}") from None
-        if max_runs < 1:
-            raise ValueError(f"max_runs must be >= 1, got {max_runs}")
+        nbytes, locs, max_runs = _checked_arguments(nbytes, locations, valid_at, max_runs)
         if cost is not None:
             cost = _checked(cost)
         whole = IntervalSet.span(0, nbytes)
@@ -456,36 +464,5 @@ class BufferState:
             valid.update(changed)
             self._version += 1
 
-    def drop(self, where: str) -> None:
-        """Record that the copy at ``where`` is gone (freed): nothing is current there.
-
-        Allowed only when every byte current at ``where`` is also current at another
-        location: dropping the only current copy of a byte would lose it. The bytes are
-        copied again if ``where`` reads them later (as after :meth:`mark_changed` elsewhere).
-
-        Parameters
-        ----------
-        where : str
-            The location whose copy is given back.
-
-        Raises
-        ------
-        ValueError
-            If some byte is current at ``where`` only (download it first: :meth:`plan_read`
-            at another location); the state is unchanged.
-        """
-        mine = self.valid(where)
-        if not mine:
-            return
-        elsewhere = EMPTY_SET
-        for loc, s in self._valid.items():
-            if loc != where:
-                elsewhere = elsewhere.union(s)
-        lost = mine.difference(elsewhere)
-        if lost:
-            raise ValueError(
-                f"dropping the copy at {where!r} would lose bytes {list(lost.runs)!r}, "
-                "current there only; copy them to another location first"
-            )
-        self._valid[where] = EMPTY_SET
-        self._version += 1
+    # A location's copy given back (smartarray/coherence/_locations.py).
+    drop = _locations.drop
