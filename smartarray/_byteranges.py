@@ -8,8 +8,9 @@ between them (:func:`copy_range`), and hands out typed device views of its devic
 from __future__ import annotations
 
 import ctypes
+import functools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,18 +61,34 @@ def copy_range(
         return
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    host_part = host_bytes[start:stop]
+    device_part = _raw(device_bytes)[start:stop]
+    if direction == "h2d":
+        copy = functools.partial(device_part.copy_to_device, host_part, stream=stream)
+        between = ("host", location)
+    else:
+        copy = functools.partial(device_part.copy_to_host, host_part, stream=stream)
+        between = (location, "host")
+    _counted(direction, start, stop, stream, reason, array, between, copy)
+
+
+def _counted(
+    direction: str,
+    start: int,
+    stop: int,
+    stream: Any,
+    reason: str,
+    array: str,
+    between: tuple[str, str],
+    copy: Callable[[], object],
+) -> None:
+    """Run ``copy`` of bytes ``[start, stop)`` and count it (the guard asked first)."""
     began = _begin(direction, stop - start, reason, array)  # the transfer guard may refuse
     try:
-        host_part = host_bytes[start:stop]
-        device_part = _raw(device_bytes)[start:stop]
-        if direction == "h2d":
-            device_part.copy_to_device(host_part, stream=stream)
-        else:
-            device_part.copy_to_host(host_part, stream=stream)
+        copy()
     except BaseException:
         _abort(began)
         raise
-    device = _absolute(location)
     _record(
         direction,
         stop - start,
@@ -81,7 +98,7 @@ def copy_range(
         stop=stop,
         stream=stream,
         began=began,
-        between=("host", device) if direction == "h2d" else (device, "host"),
+        between=(_absolute(between[0]), _absolute(between[1])),
     )
 
 
@@ -113,24 +130,11 @@ def copy_between_devices(
     """
     if stop <= start:
         return
-    began = _begin("d2d", stop - start, reason, array)  # the transfer guard may refuse
-    try:
-        part = _raw(source)[start:stop]._dev  # (a device array of the source's class)
-        _raw(target)[start:stop].copy_to_device(_sim.numba_copy_source(part), stream=stream)
-    except BaseException:
-        _abort(began)
-        raise
-    _record(
-        "d2d",
-        stop - start,
-        reason,
-        array,
-        start=start,
-        stop=stop,
-        stream=stream,
-        began=began,
-        between=(_absolute(between[0]), _absolute(between[1])),
+    part = _raw(source)[start:stop]._dev  # (a device array of the source's class)
+    copy = functools.partial(
+        _raw(target)[start:stop].copy_to_device, _sim.numba_copy_source(part), stream=stream
     )
+    _counted("d2d", start, stop, stream, reason, array, between, copy)
 
 
 def device_view(
