@@ -358,7 +358,13 @@ class SmartArray(ArrayArgument):
     def gpu(self, device: int | None = None) -> Any:
         """Return the current device data, as ``get('gpu')``; ``device=N``: on device N, as
         ``get('gpu:N')``."""
-        return self.get("gpu" if device is None else f"gpu:{device}")
+        if device is None:
+            return self.get("gpu")
+        if isinstance(device, bool) or not isinstance(device, (int, np.integer)):
+            raise TypeError(f"device must be an int (a CUDA device) or None, got {device!r}")
+        name = f"gpu:{int(device)}"
+        _devices.resolve(name, "device")  # (refused naming the argument, before anything moves)
+        return self.get(name)
 
     # -- hooks of the view and indexing methods (smartarray._views) ----------------------------
 

@@ -173,12 +173,16 @@ d0 = a.gpu(device=0)
 with cuda.gpus[1]:
     explicit = ordinal(a.get("gpu:1"))
     d1_again = ordinal(a.gpu())
+    d0_from_1 = ordinal(a.gpu(device=0))
+    d0_get_from_1 = ordinal(a.get("gpu:0"))
 print(json.dumps({"d1": ordinal(d1), "d0": ordinal(d0), "explicit": explicit,
+                  "d0_from_1": [d0_from_1, d0_get_from_1],
                   "again": d1_again, "here": here, "at0": a.valid_at,
                   "values0": d0.copy_to_host().tolist()}))
 """
     )
     assert (out["d1"], out["d0"], out["explicit"], out["again"]) == (1, 0, 1, 1)
+    assert out["d0_from_1"] == [0, 0]  # device 0 named while device 1 is current
     assert out["here"] == ["host", "gpu"]  # (current: device 1)
     assert out["at0"] == ["host", "gpu", "gpu:1"]  # (current: device 0)
     assert out["values0"] == list(range(8))
@@ -327,3 +331,21 @@ print(json.dumps(info("CUDA GPU")))
     )
     assert out["devices"].startswith("3 ")
     assert out["peer copies"] == "0->1, 1->0"
+
+
+@pytest.mark.parametrize(
+    ("device", "error", "match"),
+    [
+        (1, ValueError, "device names device '1'"),
+        ("0", TypeError, "device must be an int"),
+        (True, TypeError, "device must be an int"),
+        (-1, ValueError, "device names device '-1'"),
+    ],
+)
+def test_gpu_device_refuses_what_is_not_a_visible_device_naming_the_argument(
+    device: object, error: type, match: str
+) -> None:
+    a = sa.SmartArray(np.arange(4.0))
+    with sa.trace() as t, pytest.raises(error, match=match):
+        a.gpu(device=device)
+    assert t.events == [] and a.valid_at == ("host",)
