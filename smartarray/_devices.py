@@ -9,6 +9,10 @@ it always did. What users write is resolved here (:func:`resolve`), at the bound
   ``with cuda.gpus[N]:``), as numba-cuda binds its own device arrays to the current context;
 - ``"gpu:N"``: device ``N``, whichever is current.
 
+So the two vocabularies differ on one word: inside the engine ``"gpu"`` is device 0, to users the
+current device. A location never goes back to a public method (``get``, ``mark_changed``,
+``is_valid``): code above the engine names a device ``f"gpu:{n}"``.
+
 With one device visible (always on the simulator and in strict mode) :data:`several` is false
 and nothing here asks the driver anything per call: :func:`current` is 0, :func:`resolve` is a
 dictionary lookup. With several, :func:`current` asks numba-cuda for the current context.
