@@ -238,6 +238,7 @@ def sync(self: Buffer, where: str, lo: int, hi: int, reason: str, stream: Any = 
         plan = self._plan_read(where, lo, hi, reason)
         if not plan.copies:
             return
+        _devices.ensure_context()  # (a host thread may have none: a new one, after a with)
         self._copy(plan, reason, self._unnamed_stream() if stream is None else stream)
         self.state.apply(plan)
 

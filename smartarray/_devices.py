@@ -35,6 +35,7 @@ __all__ = [
     "at",
     "count",
     "current",
+    "ensure_context",
     "here",
     "location",
     "ordinal",
@@ -89,6 +90,25 @@ def current() -> int:
     if not several and (_count is not None or count() == 1):
         return 0
     return int(cuda.current_context().device.id)
+
+
+def ensure_context() -> None:
+    """Make a CUDA context current in the calling thread when none is.
+
+    A context is current per thread: a new thread has none, and ``with cuda.gpus[n]:`` pops
+    the one it pushed. numba-cuda's own calls make one current first (``require_context``);
+    smartarray's copies, events and waits on the default stream need one too, or the driver
+    refuses them (``CUDA_ERROR_INVALID_CONTEXT``). As numba-cuda does, the context made
+    current is device 0's primary one, and it stays current. Called where device work is
+    about to be queued from the host (a copy, a host wait), not per launch: a launch runs
+    in numba-cuda's context.
+    """
+    if _sim.SIMULATOR:
+        return
+    from numba.cuda.cudadrv.driver import driver
+
+    if not int(driver.cuCtxGetCurrent()):
+        cuda.current_context()
 
 
 def here() -> str:

@@ -252,9 +252,11 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         return self._ctx_device[self._context()]
 
     def _queue_device(self) -> int:
-        """The device whose legacy stream handle 0 names: the current one (device 0 when no
-        context is current, which calls that need a context refuse on their own)."""
-        return self._ctx_device.get(getattr(self._current, "ctx", 0), 0)
+        """The device whose default stream (handle 0, ``CU_STREAM_LEGACY``,
+        ``CU_STREAM_PER_THREAD``) a call names: the current context's. A GPU refuses such a
+        call with ``CUDA_ERROR_INVALID_CONTEXT`` in a thread with no current context (a new
+        thread, or after ``with cuda.gpus[n]:`` popped the only one); so does the fake."""
+        return self._current_device()
 
     # initialisation, devices, contexts -------------------------------------------------------
     def cuInit(self, flags: int) -> None:
