@@ -23,7 +23,7 @@ Copies between devices go peer to peer where the target device can access the so
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 from numba import cuda
 
@@ -148,18 +148,42 @@ def owner(pointer: int) -> int:
     only one is visible or the driver cannot say (memory it does not know).
 
     Another library's array says where its memory is only through its pointer: numba's
-    ``as_cuda_array`` binds any pointer to the current context.
+    ``as_cuda_array`` binds any pointer to the current context. The pointer's context is
+    asked, then that context's device: cuda-bindings 13.2.0 to 13.4.1 answer the
+    ``DEVICE_ORDINAL`` attribute with 0 whatever the driver wrote (NVIDIA/cuda-python#2928).
     """
     if not pointer or (not several and (_count is not None or count() == 1)):
         return current()
     from cuda.bindings import driver as binding
 
-    attribute = binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    attribute = binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT
     try:
-        err, device = binding.cuPointerGetAttribute(attribute, pointer)
+        err, context = binding.cuPointerGetAttribute(attribute, pointer)
     except Exception:  # pragma: no cover - a driver without the query
         return current()
-    return int(device) if err == binding.CUresult.CUDA_SUCCESS else current()
+    if err != binding.CUresult.CUDA_SUCCESS or not int(context):
+        return current()
+    device = _context_devices.get(int(context))
+    if device is None:
+        device = _context_devices[int(context)] = _device_of(binding, context)
+    return current() if device < 0 else device
+
+
+def _device_of(binding: Any, context: Any) -> int:
+    """The device of a CUDA context (-1 if the driver does not say), asked with the context
+    current for a moment: the calling thread's context stack is as it was afterwards."""
+    (err,) = binding.cuCtxPushCurrent(context)
+    if err != binding.CUresult.CUDA_SUCCESS:
+        return -1
+    try:
+        err, device = binding.cuCtxGetDevice()
+    finally:
+        binding.cuCtxPopCurrent()
+    return int(device) if err == binding.CUresult.CUDA_SUCCESS else -1
+
+
+#: The device of each context a pointer named (a context's device never changes).
+_context_devices: dict[int, int] = {}
 
 
 def public(where: str, here: int) -> str:

@@ -28,10 +28,8 @@ def add_one(x):
         x[i] += 1.0
 
 def ordinal(d):
-    from cuda.bindings import driver as drv
-    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    ptr = int(d.device_ctypes_pointer.value)
-    return int(drv.cuPointerGetAttribute(attr, ptr)[1])
+    # The fake driver's own record: cuda-bindings 13.2.0 to 13.4.1 read DEVICE_ORDINAL as 0.
+    return fake.heaps.device_of(int(d.device_ctypes_pointer.value))
 
 def moved(trace):
     return sorted(

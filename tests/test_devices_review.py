@@ -8,6 +8,7 @@ copy or launch that is not ordered after the work it reads sees the bytes from b
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tests.test_devices import _run
 
@@ -36,9 +37,27 @@ print(json.dumps({"values": values}))
     assert out["values"] == [2.0] * 64
 
 
-def test_adopting_another_devices_memory_keeps_it_that_devices_copy() -> None:
+#: cuda-bindings 13.2.0 to 13.4.1 answer ``cuPointerGetAttribute(DEVICE_ORDINAL, p)`` with
+#: ``(CUDA_SUCCESS, 0)`` whatever the driver wrote (``_HelperCUpointer_attribute.pyObj`` reads
+#: a field the driver never wrote; NVIDIA/cuda-python#2928): seen on an H100 machine with
+#: 13.3.1. This stands in for that binding in the child.
+ORDINAL_READS_ZERO = """
+from cuda.bindings import driver as _drv
+_faithful = _drv.cuPointerGetAttribute
+def _reads_zero(attribute, pointer):
+    err, value = _faithful(attribute, pointer)
+    if attribute == _drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        return err, 0
+    return err, value
+_drv.cuPointerGetAttribute = _reads_zero
+"""
+
+
+@pytest.mark.parametrize("binding", ["faithful", "DEVICE_ORDINAL reads 0"])
+def test_adopting_another_devices_memory_keeps_it_that_devices_copy(binding: str) -> None:
     out = _run(
-        """
+        (ORDINAL_READS_ZERO if binding != "faithful" else "")
+        + """
 with cuda.gpus[1]:
     d = cuda.to_device(np.arange(16.0))
 with cuda.gpus[0]:

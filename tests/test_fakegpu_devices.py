@@ -47,8 +47,9 @@ def ptr(d):
     return int(d.device_ctypes_pointer.value)
 
 def ordinal(d):
-    attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-    return int(drv.cuPointerGetAttribute(attr, ptr(d))[1])
+    # The fake driver's own record: cuda-bindings 13.2.0 to 13.4.1 read DEVICE_ORDINAL as 0
+    # (NVIDIA/cuda-python#2928), whatever the driver answered.
+    return _fakegpu.current().heaps.device_of(ptr(d))
 
 def context_of(d):
     attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT
