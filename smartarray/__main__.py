@@ -93,7 +93,25 @@ def info(target_line: str) -> dict[str, str]:
             rows["peer copies"] = ", ".join(pairs) or "none (copies go through the host)"
         rows["pinned memory"] = "real (page-locked by the CUDA driver)"
         rows["mapped memory"] = "real (host memory mapped into the device address space)"
+        rows["kernels"] = _kernel_compilation(major, minor)
     return rows
+
+
+def _kernel_compilation(major: int, minor: int) -> str:
+    """Whether numba-cuda compiles a kernel here: the first launch would fail otherwise, deep
+    in numba-cuda (a NumPy newer than numba-cuda knows, say: numba-cuda 0.30.4 overloads
+    ``np.row_stack``, which NumPy 2.5 removed)."""
+    from numba import cuda
+
+    def copy_one(x):  # pragma: no cover - compiled, never called
+        x[0] = x[1]
+
+    try:
+        cuda.compile_ptx(copy_one, "void(float64[:])", cc=(major, minor))
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+        return f"FAIL: numba-cuda cannot compile a kernel ({text})"
+    return f"compile (PTX for compute capability {major}.{minor})"
 
 
 def _at_least(minimum: int) -> Any:
@@ -221,11 +239,11 @@ def _run_info(target: str, as_json: bool = False) -> int:
         from smartarray import memory
 
         print(json.dumps({**rows, "simulator": bool(memory.SIMULATOR)}, indent=2))
-        return 0
-    width = max(len(k) for k in rows)
-    for key, value in rows.items():
-        print(f"{key:<{width}}  {value}")
-    return 0
+    else:
+        width = max(len(k) for k in rows)
+        for key, value in rows.items():
+            print(f"{key:<{width}}  {value}")
+    return 1 if any(value.startswith("FAIL") for value in rows.values()) else 0
 
 
 def _run_demo(args: argparse.Namespace, target: str) -> int:

@@ -246,6 +246,37 @@ def test_gpu_info_names_the_device_and_real_page_locked_memory():
     assert "compute capability" in rows["device"]
     assert rows["pinned memory"].startswith("real")
     assert rows["mapped memory"].startswith("real")
+    assert rows["kernels"].startswith("compile")
+
+
+@pytest.mark.parametrize("numpy_has_row_stack", [True, False])
+def test_info_says_whether_numba_cuda_compiles_a_kernel(numpy_has_row_stack: bool) -> None:
+    """On an H100 machine with NumPy 2.5 (no ``np.row_stack``) numba-cuda 0.30.4 failed at its
+    first kernel compilation, deep in numba-cuda: ``info`` says so, and exits 1. The fake
+    driver runs numba-cuda's real compiler; the child removes ``row_stack`` as NumPy 2.5 did."""
+    from tests.test_fakegpu import run_fake
+
+    remove = "" if numpy_has_row_stack else "del np.row_stack\n"
+    out = run_fake(
+        remove + "from smartarray.__main__ import info\n" + "print(json.dumps(info('CUDA GPU')))\n"
+    )
+    if numpy_has_row_stack:
+        assert out["kernels"] == "compile (PTX for compute capability 9.0)"
+    else:
+        assert out["kernels"].startswith("FAIL: numba-cuda cannot compile a kernel")
+        assert "row_stack" in out["kernels"]
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_info_exits_1_when_a_check_fails(monkeypatch, capsys, as_json: bool) -> None:
+    from smartarray import __main__ as cli
+
+    rows = {"target": "CUDA GPU", "kernels": "FAIL: numba-cuda cannot compile a kernel (...)"}
+    monkeypatch.setattr(cli, "info", lambda target: rows)
+    assert cli._run_info("CUDA GPU", as_json=as_json) == 1
+    assert "FAIL: numba-cuda cannot compile a kernel" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "info", lambda target: {**rows, "kernels": "compile"})
+    assert cli._run_info("CUDA GPU", as_json=as_json) == 0
 
 
 FAKE_SUITE = """
