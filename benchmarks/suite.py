@@ -155,6 +155,106 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     }
 
 
+#: The real dispatcher's launch variants (``bench_overhead.real_launch``), as the report names
+#: them.
+_REAL_LAUNCHES = {
+    "device_array": "device arrays",
+    "smartarray": "bare SmartArrays",
+    "annotated_smartarray": "sa.In(x), sa.In(y)",
+    "inferred_smartarray": "smartarray.jit, bare SmartArrays",
+    "budgeted_smartarray": "bare SmartArrays, budget set",
+}
+#: The figures the sections of :func:`_format_overhead` stand for, by prefix; a figure of any
+#: other prefix is listed by name, so that a new kind of figure is printed on every target.
+_SECTIONS = ("njit_", "launch_prep_", "jit_launch_", "real_launch_", "coherence", "python")
+
+
+def _format_overhead(o: dict[str, float], sim: str) -> list[str]:
+    """The overhead figures as terminal lines: the sections measured on this target (the njit
+    call, launch preparation and the stand-in dispatcher on the simulator; numba-cuda's real
+    dispatcher off it), the coherence state machine, then any other figure by name."""
+    out: list[str] = []
+    if "njit_noop_floor_ns" in o:
+        floor = o["njit_noop_floor_ns"]
+        out += [
+            "",
+            "njit call of a no-op, one argument (ns/call; ratio to the floor):",
+            table(
+                [
+                    ("argument", "ns/call", "x floor"),
+                    *(
+                        (name, f"{o[key]:.0f}", f"{o[key] / floor:.2f}")
+                        for name, key in (
+                            ("ndarray", "njit_noop_ndarray_ns"),
+                            ("SmartArray (coherent)", "njit_noop_smartarray_ns"),
+                            ("floor (cached _numba_type_, attribute unbox)", "njit_noop_floor_ns"),
+                        )
+                    ),
+                ]
+            ),
+        ]
+    if "launch_prep_smartarray_ns" in o:
+        out += [
+            "",
+            f"kernel launch preparation, data already current (ns/argument){sim}:",
+            f"  SmartArray.to_device + callbacks   {o['launch_prep_smartarray_ns']:10.0f}",
+            f"  numba In(devary).to_device         {o['launch_prep_device_array_ns']:10.0f}",
+            f"  overhead                           {o['launch_prep_overhead_ns']:10.0f}",
+        ]
+    if "jit_launch_plain_smartarray_ns" in o:
+        out += [
+            "",
+            f"smartarray.jit launch, k[1, 32](out, x, y), stand-in dispatcher (ns/launch){sim}:",
+            f"  plain cuda.jit, bare SmartArrays   {o['jit_launch_plain_smartarray_ns']:10.0f}",
+            f"  plain cuda.jit, sa.In(x), sa.In(y) {o['jit_launch_annotated_smartarray_ns']:10.0f}",
+            f"  smartarray.jit, bare SmartArrays   {o['jit_launch_inferred_smartarray_ns']:10.0f}",
+            f"  inference overhead (vs annotated)  {o['jit_launch_overhead_ns']:10.0f}",
+            f"  device arrays: plain / jit / extra {o['jit_launch_plain_device_array_ns']:6.0f} /"
+            f" {o['jit_launch_inferred_device_array_ns']:6.0f} /"
+            f" {o['jit_launch_overhead_device_array_ns']:6.0f}",
+        ]
+    if "real_launch_device_array_ns" in o:
+        out += ["", *_format_real_launch(o)]
+    out += ["", "coherence state machine (ns/call):"]
+    out += [f"  {k:36s} {v:10.1f}" for k, v in o.items() if k.startswith(("coherence", "python"))]
+    rest = [k for k in o if not k.startswith(_SECTIONS)]
+    if rest:
+        out += ["", "other figures:", *(f"  {k:36s} {o[k]:10.1f}" for k in rest)]
+    return out
+
+
+def _format_real_launch(o: dict[str, float]) -> list[str]:
+    """The launches through numba-cuda's real dispatcher (a GPU, or the fake driver, where the
+    time above the driver and the driver calls per launch come too) as a table."""
+
+    def cell(key: str, spec: str) -> str:
+        return format(o[key], spec) if key in o else "-"
+
+    fake = "real_launch_device_array_above_driver_ns" in o
+    head = ("launch", "ns/launch", "x device arrays")
+    head += ("above driver (ns)", "x", "driver calls") if fake else ()
+    rows = [head]
+    measured = [
+        k[len("real_launch_") : -len("_ns")]
+        for k in o
+        if k.startswith("real_launch_") and k.endswith("_ns") and not k.endswith("driver_ns")
+    ]
+    known = list(_REAL_LAUNCHES)  # in this order, then any other variant measured
+    for name in sorted(measured, key=lambda n: known.index(n) if n in known else len(known)):
+        label, key = _REAL_LAUNCHES.get(name, name), f"real_launch_{name}"
+        same = name == "device_array"
+        row = (label, cell(f"{key}_ns", ",.0f"), "1.00" if same else cell(f"{key}_ratio", ".2f"))
+        if fake:
+            above = "1.00" if same else cell(f"{key}_above_driver_ratio", ".2f")
+            row += (cell(f"{key}_above_driver_ns", ",.0f"), above)
+            row += (cell(f"{key}_driver_calls", ".0f"),)
+        rows.append(row)
+    return [
+        "kernel launch k[1, 32](out, x, y) through numba-cuda's dispatcher, arguments current:",
+        table(rows),
+    ]
+
+
 def format_report(report: dict[str, Any]) -> str:
     """The report as terminal tables."""
     seconds = "seconds*" if report["simulator"] else "seconds"
@@ -215,42 +315,7 @@ def format_report(report: dict[str, Any]) -> str:
             f"  {w['name']:26s} plain {r['smartarray_no_hints_over_hand_bytes']:.2f}"
             f"   smartarray.jit {r['smartarray_jit_over_hand_bytes']:.2f}"
         )
-    o = report["overhead"]
-    floor = o["njit_noop_floor_ns"]
-    out += [
-        "",
-        "njit call of a no-op, one argument (ns/call; ratio to the floor):",
-        table(
-            [
-                ("argument", "ns/call", "x floor"),
-                *(
-                    (name, f"{o[key]:.0f}", f"{o[key] / floor:.2f}")
-                    for name, key in (
-                        ("ndarray", "njit_noop_ndarray_ns"),
-                        ("SmartArray (coherent)", "njit_noop_smartarray_ns"),
-                        ("floor (cached _numba_type_, attribute unbox)", "njit_noop_floor_ns"),
-                    )
-                ),
-            ]
-        ),
-        "",
-        f"kernel launch preparation, data already current (ns/argument){sim}:",
-        f"  SmartArray.to_device + callbacks   {o['launch_prep_smartarray_ns']:10.0f}",
-        f"  numba In(devary).to_device         {o['launch_prep_device_array_ns']:10.0f}",
-        f"  overhead                           {o['launch_prep_overhead_ns']:10.0f}",
-        "",
-        f"smartarray.jit launch, k[1, 32](out, x, y), stand-in dispatcher (ns/launch){sim}:",
-        f"  plain cuda.jit, bare SmartArrays   {o['jit_launch_plain_smartarray_ns']:10.0f}",
-        f"  plain cuda.jit, sa.In(x), sa.In(y) {o['jit_launch_annotated_smartarray_ns']:10.0f}",
-        f"  smartarray.jit, bare SmartArrays   {o['jit_launch_inferred_smartarray_ns']:10.0f}",
-        f"  inference overhead (vs annotated)  {o['jit_launch_overhead_ns']:10.0f}",
-        f"  device arrays: plain / jit / extra {o['jit_launch_plain_device_array_ns']:6.0f} /"
-        f" {o['jit_launch_inferred_device_array_ns']:6.0f} /"
-        f" {o['jit_launch_overhead_device_array_ns']:6.0f}",
-        "",
-        "coherence state machine (ns/call):",
-    ]
-    out += [f"  {k:36s} {v:10.1f}" for k, v in o.items() if k.startswith(("coherence", "python"))]
+    out += _format_overhead(report["overhead"], sim)
     out += ["", bench_strict.format_figures(report.get("strict_host_syncs_per_launch"))]
     out += ["", bench_budget.format_figures(report.get("over_budget"))]
     out += ["", bench_fragmentation.format_figures(report.get("fragmentation"))]

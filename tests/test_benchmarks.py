@@ -79,20 +79,24 @@ def test_bench_json_layout(bench):
             assert fig["h2d_bytes"] + fig["d2h_bytes"] <= fig["bytes"]  # the rest is d2d
             assert isinstance(fig["seconds"], float)
     overhead = report["overhead"]
-    for key in (
-        "njit_noop_ndarray_ns",
-        "njit_noop_smartarray_ns",
-        "njit_noop_floor_ns",
-        "njit_smartarray_over_floor_ratio",
-        "launch_prep_smartarray_ns",
-        "launch_prep_device_array_ns",
-        "coherence_fast_path_ns",
-        "jit_launch_plain_smartarray_ns",
-        "jit_launch_annotated_smartarray_ns",
-        "jit_launch_inferred_smartarray_ns",
-        "jit_launch_overhead_ns",
-        "jit_launch_overhead_device_array_ns",
-    ):
+    if report["simulator"]:
+        keys = (
+            "njit_noop_ndarray_ns",
+            "njit_noop_smartarray_ns",
+            "njit_noop_floor_ns",
+            "njit_smartarray_over_floor_ratio",
+            "launch_prep_smartarray_ns",
+            "launch_prep_device_array_ns",
+            "jit_launch_plain_smartarray_ns",
+            "jit_launch_annotated_smartarray_ns",
+            "jit_launch_inferred_smartarray_ns",
+            "jit_launch_overhead_ns",
+            "jit_launch_overhead_device_array_ns",
+        )
+    else:  # a GPU: launches through numba-cuda's real dispatcher instead (bench_overhead.run)
+        keys = tuple(f"real_launch_{v}_ns" for v in ("device_array", "smartarray"))
+        keys += ("real_launch_inferred_smartarray_ratio",)
+    for key in (*keys, "coherence_fast_path_ns"):
         assert isinstance(overhead[key], float), key
     assert all(k.endswith(("_ns", "_ratio")) for k in overhead)
 
@@ -176,20 +180,73 @@ def test_budget_models_in_process():
 
 
 def test_bench_table_on_the_terminal(bench):
-    out, _ = bench
+    out, report = bench
     for name in WORKLOADS:
         assert name in out.stdout
-    for label in (
-        "SmartArray (coherent)",
-        "floor",
-        "launch preparation",
-        "coherence",
-        "smartarray.jit launch",
-        "without hints",
-        "bytes per step",
-    ):
+    if report["simulator"]:
+        labels: tuple[str, ...] = ("SmartArray (coherent)", "floor", "launch preparation")
+        labels += ("smartarray.jit launch",)
+    else:  # a GPU
+        labels = ("through numba-cuda's dispatcher", "smartarray.jit, bare SmartArrays")
+    for label in (*labels, "coherence", "without hints", "bytes per step"):
         assert label in out.stdout
     assert "Traceback" not in out.stderr
+
+
+#: The overhead figures ``bench --quick`` measured on an H100 (numba-cuda's real dispatcher: no
+#: njit, launch-preparation or stand-in-dispatcher figures there), and the fake driver's extras.
+GPU_OVERHEAD = {
+    "real_launch_device_array_ns": 31504.85,
+    "real_launch_smartarray_ns": 34547.4,
+    "real_launch_annotated_smartarray_ns": 39434.2,
+    "real_launch_inferred_smartarray_ns": 41667.95,
+    "real_launch_budgeted_smartarray_ns": 36152.55,
+    "real_launch_smartarray_ratio": 1.0965740195557192,
+    "real_launch_annotated_smartarray_ratio": 1.2516866450721078,
+    "real_launch_inferred_smartarray_ratio": 1.322588426861261,
+    "real_launch_budgeted_smartarray_ratio": 1.1475233178383648,
+    "python_attribute_read_ns": 14.3200000000121,
+    "coherence_fast_path_ns": 232.29899999988035,
+    "coherence_write_cycle_ns": 3942.1574999987106,
+}
+FAKE_DRIVER_EXTRAS = {
+    "real_launch_device_array_above_driver_ns": 9000.0,
+    "real_launch_device_array_driver_calls": 4.0,
+    "real_launch_smartarray_above_driver_ns": 9876.0,
+    "real_launch_smartarray_above_driver_ratio": 1.0973,
+    "real_launch_smartarray_driver_calls": 5.0,
+}
+
+
+@pytest.mark.parametrize("extras", [{}, FAKE_DRIVER_EXTRAS], ids=["gpu", "fake driver"])
+def test_the_terminal_report_prints_what_a_real_target_measured(bench, extras):
+    """On a GPU ``bench`` raised KeyError 'njit_noop_floor_ns' printing its tables: the overhead
+    figures off the simulator are the real dispatcher's launches and the coherence figures."""
+    import suite
+
+    _, report = bench
+    real = dict(report, simulator=False, target="CUDA GPU", overhead=GPU_OVERHEAD | extras)
+    text = suite.format_report(real)
+    assert "numba-cuda's dispatcher" in text
+    lines = {line.split("  ")[0].strip(): line.split() for line in text.splitlines()}
+    for label, ns, ratio in (
+        ("device arrays", "31,505", "1.00"),
+        ("bare SmartArrays", "34,547", "1.10"),
+        ("sa.In(x), sa.In(y)", "39,434", "1.25"),
+        ("smartarray.jit, bare SmartArrays", "41,668", "1.32"),
+        ("bare SmartArrays, budget set", "36,153", "1.15"),
+    ):
+        got = lines[label][-5:-3] if extras else lines[label][-2:]
+        assert got == [ns, ratio], label
+    if extras:  # the time above the fake driver and its calls per launch
+        assert lines["device arrays"][-3:] == ["9,000", "1.00", "4"]
+        assert lines["bare SmartArrays"][-3:] == ["9,876", "1.10", "5"]
+    assert "coherence_write_cycle_ns" in text and "python_attribute_read_ns" in text
+    assert "njit call of a no-op" not in text and "launch preparation" not in text
+    assert "these seconds come from the CUDA simulator" not in text
+    # A figure no section names is printed too, by its name.
+    other = suite.format_report(dict(real, overhead=dict(GPU_OVERHEAD, new_figure_ns=7.0)))
+    assert "new_figure_ns" in other and "7.0" in other.split("new_figure_ns")[1].split()[0]
 
 
 def test_bench_says_simulator_seconds_mean_nothing_for_a_gpu(bench):

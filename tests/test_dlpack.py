@@ -4,8 +4,10 @@ A small consumer written here with ctypes (its own struct definitions, after ``d
 reads each capsule as a CUDA library would: device, shape, strides, dtype, data pointer, flags,
 version; it marks the capsule consumed and calls the deleter when done. cuda.core's
 ``StridedMemoryView`` (what numba-cuda uses to take DLPack kernel arguments) is a second,
-third-party consumer. On the simulator a device address is host memory, so the consumer can
-read and write the bytes it was given. CuPy and PyTorch run in the ``gpu``-marked tests.
+third-party consumer. The consumer reads and writes the bytes it was given through the driver
+(a numba device array over the address: a device address is no host address on a GPU), or, on
+the simulator, where a device address is host memory, directly. CuPy and PyTorch run in the
+``gpu``-marked tests.
 """
 
 from __future__ import annotations
@@ -21,12 +23,8 @@ from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _fakegpu, _streams, memory
+from smartarray import _streams, memory
 from smartarray.testing import strict
-
-#: Device memory the host can read: the simulator's, and the fake driver's (one mapping in this
-#: process). On a GPU the tests that read it from the host are skipped.
-HOST_READABLE_DEVICE = memory.SIMULATOR or _fakegpu.current() is not None
 
 N = 6
 
@@ -136,22 +134,71 @@ class Consumer:
         self.deleter = managed.deleter
         self.released = False
 
-    def values(self) -> np.ndarray:
-        """The elements the tensor describes (the device address is host memory here), once
-        the device work queued for the consumer (its upload, on a stream) has run."""
-        assert HOST_READABLE_DEVICE
-        cuda.synchronize()
+    def _extent(self) -> tuple[int, int, tuple[int, ...]]:
+        """The bytes the tensor spans: the lowest element's byte offset from ``data`` (<= 0
+        with negative strides), their count, and the element strides in bytes."""
         itemsize = self.dtype.itemsize
-        strides = None if self.strides is None else tuple(s * itemsize for s in self.strides)
-        holder = type("H", (), {})()
-        holder.__array_interface__ = {
-            "shape": self.shape,
-            "typestr": self.dtype.str,
-            "strides": strides,
-            "data": (self.data, False),
+        if self.strides is None:
+            strides = tuple(int(s) for s in np.empty(self.shape, np.uint8).strides)
+        else:
+            strides = self.strides
+        byte_strides = tuple(s * itemsize for s in strides)
+        if 0 in self.shape:
+            return 0, 0, byte_strides
+        low = sum(min(0, (n - 1) * s) for n, s in zip(self.shape, byte_strides, strict=True))
+        high = (
+            sum(max(0, (n - 1) * s) for n, s in zip(self.shape, byte_strides, strict=True))
+            + itemsize
+        )
+        return low, high - low, byte_strides
+
+    def _span(self, low: int, nbytes: int):
+        """The spanned bytes as the consumer reaches them: on the simulator a NumPy view of
+        them (device memory is host memory there); elsewhere a numba device array over the
+        address, which the driver copies (the host cannot address GPU memory)."""
+        desc = {
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "strides": None,
+            "data": (self.data + low, False),
             "version": 3,
         }
-        return np.asarray(holder)
+        if memory.SIMULATOR:
+            holder = type("H", (), {})()
+            holder.__array_interface__ = desc
+            return np.asarray(holder)
+        return cuda.from_cuda_array_interface(desc, owner=None, sync=False)
+
+    def _on_host(self) -> tuple[np.ndarray, object]:
+        """The tensor's elements viewed over a host copy of the bytes it spans, with the span
+        and that copy (to write the bytes back; None when it spans none), once the device work
+        queued for the consumer (its upload, on a stream) has run."""
+        cuda.synchronize()
+        low, nbytes, byte_strides = self._extent()
+        if nbytes == 0:
+            return np.zeros(self.shape, self.dtype), None
+        span = self._span(low, nbytes)
+        raw = np.array(span) if memory.SIMULATOR else span.copy_to_host()
+        elements = np.ndarray(self.shape, self.dtype, buffer=raw, offset=-low, strides=byte_strides)
+        return elements, (span, raw)
+
+    def values(self) -> np.ndarray:
+        """A host copy of the elements the tensor describes."""
+        return self._on_host()[0].copy()
+
+    def write(self, values) -> None:
+        """Write ``values`` (broadcast to the tensor's shape) into the device memory the tensor
+        describes, as a consumer's kernel would, and wait until it is there."""
+        elements, reached = self._on_host()
+        elements[...] = values
+        if reached is None:
+            return
+        span, raw = reached
+        if memory.SIMULATOR:
+            span[...] = raw
+        else:
+            span.copy_to_device(raw)
+        cuda.synchronize()
 
     def release(self) -> None:
         assert not self.released
@@ -168,7 +215,6 @@ def export(a, **kwargs):
 # -- the capsule ------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_versioned_capsule_points_at_the_current_device_copy():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     cap = export(a, stream=1)
@@ -180,7 +226,7 @@ def test_versioned_capsule_points_at_the_current_device_copy():
     assert t.strides in (None, (1,))
     assert t.data == pointer(a.get("gpu"))
     np.testing.assert_array_equal(t.values(), np.arange(N))
-    t.values()[0] = 100.0  # the consumer writes the device copy
+    t.write([100.0, 1, 2, 3, 4, 5])  # the consumer writes the device copy
     np.testing.assert_array_equal(a.host(), [100.0, 1, 2, 3, 4, 5])
     t.release()
 
@@ -227,7 +273,6 @@ def test_a_capsule_freed_while_an_exception_unwinds_keeps_the_exception():
     assert ref() is None
 
 
-@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_legacy_capsule_of_a_strided_view():
     a = sa.SmartArray(np.arange(12, dtype=np.int32).reshape(3, 4))
     cap = export(a[:, 1], max_version=None, stream=None)
@@ -248,7 +293,6 @@ def test_max_version_below_one_gets_the_legacy_form():
     t.release()
 
 
-@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_dtypes_and_a_2d_fortran_array():
     for dtype in (np.bool_, np.uint8, np.int8, np.float32, np.complex128):
         a = sa.SmartArray(np.arange(4).astype(dtype))
@@ -315,7 +359,6 @@ def test_held_host_arrays_are_refreshed_when_the_write_is_recorded():
 # -- copies -----------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_copy_true_is_a_fresh_device_copy_counted_d2d():
     a = sa.SmartArray(np.arange(N, dtype=np.float64), where="gpu")
     add_one[1, 32](a)
@@ -325,12 +368,11 @@ def test_copy_true_is_a_fresh_device_copy_counted_d2d():
     assert t.flags & 2  # DLPACK_FLAG_BITMASK_IS_COPIED
     assert t.data != pointer(a.get("gpu"))
     assert a.valid_at == ("gpu",)  # nothing recorded on a: the consumer has its own copy
-    t.values()[:] = -1.0
+    t.write(-1.0)
     np.testing.assert_array_equal(a.host(), np.arange(N) + 1.0)
     t.release()
 
 
-@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_copy_true_of_host_data_uploads_once():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     t = Consumer(export(a, copy=True))
@@ -340,7 +382,6 @@ def test_copy_true_of_host_data_uploads_once():
     t.release()
 
 
-@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="reads device memory from the host")
 def test_strides_that_need_a_copy():
     rec = np.zeros(4, dtype=[("x", "<f8"), ("y", "<i4")])
     rec["x"] = np.arange(4.0)
@@ -510,7 +551,7 @@ def test_an_export_keeps_the_copy_resident_only_while_it_is_alive(how):
                 t = Consumer(cap)
                 kept = [r.kept for r in sa.device_budget().resident if r.name == x.name]
                 assert kept == ["a DLPack export of it is alive"]  # the consumer holds it
-                t.values()[:] += 10  # the consumer writes
+                t.write(t.values() + 10)  # the consumer writes
                 t.release()  # the DLManagedTensor's deleter: the consumer is done
             del cap
             gc.collect()
@@ -601,14 +642,13 @@ def test_pytorch_from_dlpack():
 # -- a held host array while the device copy is exported (issue 24, finding 3) ---------------
 
 
-@pytest.mark.skipif(not HOST_READABLE_DEVICE, reason="writes device memory from the host")
 def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_wrote():
     """The export refreshed held host arrays before the consumer wrote and marked them
     current: the next host read returned the old values."""
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     h = a.host()  # held by the user
     t = Consumer(export(a, stream=1))
-    t.values()[:] += 1  # the consumer writes on the device
+    t.write(t.values() + 1)  # the consumer writes on the device
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
     np.testing.assert_array_equal(h, np.arange(N) + 1.0)  # refreshed by that host access
     t.release()

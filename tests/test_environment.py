@@ -3,6 +3,7 @@ strictly, integers refused when they are not, in the parser and at import (issue
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -66,3 +67,38 @@ def test_import_refuses_a_switch_that_is_neither(name, value, accepted):
     assert out.returncode != 0
     assert f"ValueError: environment variable {name} {accepted}" in out.stderr
     assert repr(value) in out.stderr
+
+
+def test_a_seed_from_the_environment_that_is_no_integer_is_refused():
+    env = dict(os.environ, SMARTARRAY_STRICT="1", SMARTARRAY_STRICT_SEED="1.5")
+    code = "import smartarray"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode != 0
+    assert "SMARTARRAY_STRICT_SEED must be an integer, got '1.5'" in out.stderr
+
+
+def test_environment_variable_selects_the_simulator_and_strict_mode():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(SMARTARRAY_STRICT="1", SMARTARRAY_STRICT_SEED="7")
+    script = (
+        "import smartarray, smartarray.testing as t, numba\n"
+        "print(numba.config.ENABLE_CUDASIM, t.is_strict(), t.strict_state().seed)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "True", "7"]
+
+
+def test_environment_variable_after_real_numba_cuda_is_a_clear_error():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env.update(SMARTARRAY_STRICT="1")
+    script = "import numba.cuda\nimport smartarray\n"
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode != 0
+    assert "SMARTARRAY_STRICT=1 needs numba's CUDA simulator" in out.stderr

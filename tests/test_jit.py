@@ -16,6 +16,7 @@ from numba import cuda
 from numba.cuda import args as numba_args
 
 import smartarray as sa
+from smartarray import memory
 from smartarray.jit import _hinted_args, _InferredIn, _plan
 from smartarray.testing import is_strict, strict
 
@@ -242,9 +243,14 @@ def test_kernel_sees_a_rebound_device_function(how):
 
     plain = run(cuda.jit, lambda v: v)
     a = run(sa.jit, sa.SmartArray)
-    assert plain[0] == 5.0
-    assert a.get("gpu").copy_to_host()[0] == 5.0
-    assert np.asarray(a)[0] == 5.0  # the host copy was not left current with the old value
+    # Which helper the second launch runs is the target's: the simulator (and the fake driver,
+    # whose kernel bodies it runs) looks the global up at each launch, numba-cuda's real target
+    # compiled it into the kernel at the first. sa.jit must do what plain cuda.jit does.
+    assert plain[0] in (0.0, 5.0)
+    if memory.SIMULATOR:
+        assert plain[0] == 5.0  # the rebinding reaches the kernel: the case the test is for
+    assert a.get("gpu").copy_to_host()[0] == plain[0]
+    assert np.asarray(a)[0] == plain[0]  # the host copy was not left current with old values
 
 
 @numba.njit

@@ -396,7 +396,15 @@ def _mpiexec() -> str | None:
 
 
 MPIEXEC = _mpiexec()
-needs_mpi = pytest.mark.skipif(MPIEXEC is None, reason="needs mpi4py and mpiexec (the mpi extra)")
+
+
+_NO_MPI = pytest.mark.skipif(MPIEXEC is None, reason="needs mpi4py and mpiexec (the mpi extra)")
+
+
+def needs_mpi(test):
+    """Mark a test that runs ranks under ``mpiexec``: skipped without mpi4py and mpiexec, or
+    (the ``mpiexec_starts`` fixture) where mpiexec cannot start two ranks of mpi4py here."""
+    return _NO_MPI(pytest.mark.usefixtures("mpiexec_starts")(test))
 
 
 def _env() -> dict[str, str]:
@@ -413,13 +421,69 @@ def _run(args: list[str], ranks: int | None) -> str:
         out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
+    assert MPIEXEC is not None
     with tempfile.TemporaryDirectory() as tmp:
         pattern = os.path.join(tmp, "out.%r")  # MPICH's mpiexec: one file per rank
         cmd = [MPIEXEC, "-outfile-pattern", pattern, "-n", str(ranks), *cmd]
         out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
-        texts = [Path(tmp, f"out.{r}").read_text() for r in range(ranks)]
-    assert out.returncode == 0, "".join(texts) + out.stdout + out.stderr
-    return "".join(texts)
+        files = [Path(tmp, f"out.{r}") for r in range(ranks)]
+        texts = [f.read_text() if f.exists() else None for f in files]
+    if out.returncode != 0 or None in texts:
+        # A rank that wrote nothing: mpiexec may not have started it (a system OpenMPI that
+        # refuses root or lacks -outfile-pattern), so what mpiexec said is the message.
+        ranks_said = [
+            f"rank {r} wrote no output" if t is None else f"rank {r}:\n{t}"
+            for r, t in enumerate(texts)
+        ]
+        raise AssertionError(
+            f"{' '.join(cmd[:5])} ... exit status {out.returncode}\n"
+            + "\n".join(ranks_said)
+            + f"\nmpiexec's stdout:\n{out.stdout}\nmpiexec's stderr:\n{out.stderr}"
+        )
+    return "".join(t for t in texts if t is not None)
+
+
+def _why_mpiexec_cannot_start() -> str | None:
+    """Why mpiexec cannot start two ranks of mpi4py in one world here, as :func:`_run` starts
+    them, in its own words; None when it can. One start of two ranks that import mpi4py."""
+    probe = "from mpi4py import MPI; w = MPI.COMM_WORLD; print(w.Get_rank(), w.Get_size())"
+    try:
+        said = _run(["-c", probe], 2)
+    except (AssertionError, subprocess.TimeoutExpired) as e:
+        said = str(e) if len(str(e)) < 2000 else f"{str(e)[:500]} ... {str(e)[-1500:]}"
+        return f"mpiexec cannot start 2 ranks of mpi4py here: {said}"
+    if sorted(said.splitlines()) != ["0 2", "1 2"]:  # an mpi4py built for another MPI
+        return f"{MPIEXEC} -n 2 started no world of 2 ranks of mpi4py here: {said!r}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def mpiexec_starts() -> None:
+    """Skip with mpiexec's words where it cannot start ranks here: the machine's MPI, not
+    smartarray (a system OpenMPI refusing root or not knowing MPICH's ``-outfile-pattern``)."""
+    why = _why_mpiexec_cannot_start()
+    if why is not None:
+        pytest.skip(why)
+
+
+def test_an_mpiexec_that_starts_no_rank_fails_with_its_own_words(tmp_path, monkeypatch):
+    """A system OpenMPI refusing root started no rank: the test died with FileNotFoundError
+    'out.0' instead of mpiexec's message."""
+    fake = tmp_path / "mpiexec"
+    fake.write_text(
+        "#!/bin/sh\necho 'mpiexec has detected an attempt to run as root.' >&2\n"
+        "echo 'on stdout too'\nexit 3\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(sys.modules[__name__], "MPIEXEC", str(fake))
+    with pytest.raises(AssertionError) as failed:
+        _run(["-c", "print('never')"], 2)
+    message = str(failed.value)
+    assert "exit status 3" in message and str(fake) in message
+    assert "attempt to run as root" in message and "on stdout too" in message
+    assert "rank 0 wrote no output" in message and "rank 1 wrote no output" in message
+    why = _why_mpiexec_cannot_start()  # the MPI tests skip with these words
+    assert why is not None and "attempt to run as root" in why and "exit status 3" in why
 
 
 HEAT = ["examples/mpi_heat.py", "--n", "17", "--steps", "4"]

@@ -1,16 +1,17 @@
 """Strict mode (smartarray.testing): each modelled GPU behaviour, and strict twins of GPU tests.
 
 Every test turns strict mode on itself with ``strict()``, so it runs in both CI passes (plain
-simulator and ``SMARTARRAY_STRICT=1``). Tests marked ``strict_only`` show smartarray defects a GPU
-would show; they run only under ``SMARTARRAY_STRICT=1`` and are listed, while the defect is open,
-in ``STRICT_KNOWN_FAILURES`` (tests/conftest.py).
+simulator and ``SMARTARRAY_STRICT=1``); strict mode runs on numba's CUDA simulator only, so the
+whole module is marked ``strict_mode`` and skips on a GPU and on the fake driver (the tests of
+the ``SMARTARRAY_STRICT`` switch itself, which start a child process, are in
+tests/test_environment.py and run on every target). Tests marked ``strict_only`` show smartarray
+defects a GPU would show; they run only under ``SMARTARRAY_STRICT=1`` and are listed, while the
+defect is open, in ``STRICT_KNOWN_FAILURES`` (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,6 +23,10 @@ from smartarray.testing import StrictModeError, is_strict, strict, strict_state
 
 STRICT_ENV = os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0")
 strict_only = pytest.mark.skipif(not STRICT_ENV, reason="runs under SMARTARRAY_STRICT=1 only")
+
+# Every test here turns strict mode on in this process (tests/conftest.py skips them off the
+# simulator with the reason), so the marker is the module's, not each test's.
+pytestmark = pytest.mark.strict_mode
 
 
 @cuda.jit
@@ -90,41 +95,6 @@ def test_bad_arguments_are_refused_and_change_nothing(kwargs, error, match):
             pass  # pragma: no cover
     assert is_strict() == was
     assert strict_state() is state
-
-
-def test_a_seed_from_the_environment_that_is_no_integer_is_refused():
-    env = dict(os.environ, SMARTARRAY_STRICT="1", SMARTARRAY_STRICT_SEED="1.5")
-    code = "import smartarray"
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode != 0
-    assert "SMARTARRAY_STRICT_SEED must be an integer, got '1.5'" in out.stderr
-
-
-def test_environment_variable_selects_the_simulator_and_strict_mode():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env.update(SMARTARRAY_STRICT="1", SMARTARRAY_STRICT_SEED="7")
-    script = (
-        "import smartarray, smartarray.testing as t, numba\n"
-        "print(numba.config.ENABLE_CUDASIM, t.is_strict(), t.strict_state().seed)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["1", "True", "7"]
-
-
-def test_environment_variable_after_real_numba_cuda_is_a_clear_error():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    env.update(SMARTARRAY_STRICT="1")
-    script = "import numba.cuda\nimport smartarray\n"
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode != 0
-    assert "SMARTARRAY_STRICT=1 needs numba's CUDA simulator" in out.stderr
 
 
 # --- 1. asynchrony -------------------------------------------------------------------------------
