@@ -558,7 +558,11 @@ def test_same_inference_on_the_real_cuda_target():
 
     tests = str(Path(__file__).resolve().parent)
     env = real_target_env()
-    env["PYTHONPATH"] = str(Path(tests).parent)
+    import os
+
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(tests).parent), env.get("PYTHONPATH")])
+    )
     out = subprocess.run(
         [sys.executable, "-c", REAL.format(tests=tests)],
         env=env,

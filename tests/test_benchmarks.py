@@ -114,6 +114,10 @@ def test_bench_smartarray_bytes_at_most_hand_optimal(bench):
 def test_bench_host_syncs_per_launch_in_strict_mode(bench):
     out, report = bench
     syncs = report["strict_host_syncs_per_launch"]
+    if not report["simulator"]:  # (strict mode runs on the simulator: nothing measured)
+        assert syncs is None
+        assert "host synchronisations per launch: needs strict mode" in out.stdout
+        return
     assert set(syncs) == {"hand", "smartarray", "smartarray_in_input", "smartarray_host_held"}
     assert syncs["hand"] == 0.0  # the goal: no host wait inside a loop of launches
     assert syncs["smartarray_host_held"] >= 1.0  # a held host array is refreshed each launch
@@ -284,6 +288,33 @@ def test_bench_partitioned_heat_moves_hand_written_bytes_per_device(bench):
     import suite
 
     assert "Partitioned heat steps" in suite.format_markdown(report)
+
+
+@pytest.mark.parametrize(
+    "child_digests, same",
+    [
+        ({2: ("fake", "fake"), 4: ("fake", "fake")}, True),  # a GPU's row rounds otherwise
+        ({2: ("fake", "fake"), 4: ("other", "fake")}, False),  # 4 devices disagree with 1
+    ],
+)
+def test_bench_devices_compares_each_row_with_one_device_on_its_own_target(
+    monkeypatch, child_digests, same
+):
+    """On an H100 the one-device row ran on the GPU and the 2- and 4-device rows on the fake
+    driver in children: the digests differed by the GPU's rounding and the bench said the
+    results differ. Each row is compared with the one-device result on its own target."""
+    import bench_devices
+
+    def row(devices, digest, reference=None):
+        out = {"devices": devices, "digest": digest, "per_device": [], "where": ""}
+        if reference is not None:
+            out["reference_digest"] = reference
+        return out
+
+    monkeypatch.setattr(bench_devices, "_visible", lambda: 1)
+    monkeypatch.setattr(bench_devices, "measure", lambda d, n, steps: row(d, "gpu"))
+    monkeypatch.setattr(bench_devices, "_in_child", lambda d, n, steps: row(d, *child_digests[d]))
+    assert bench_devices.run(quick=True)["same_result"] is same
 
 
 def test_bench_markdown_is_a_table_to_paste(bench):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
 import textwrap
@@ -345,7 +346,9 @@ REAL = textwrap.dedent(
 
 def test_real_target_proxy_and_typing():
     env = real_target_env()
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")])
+    )
     out = subprocess.run(
         [sys.executable, "-c", REAL], env=env, capture_output=True, text=True, timeout=300
     )
