@@ -38,10 +38,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _devices, memory
+from . import _devices, _sessions, memory
 from . import _simulator as _sim
 from ._deferred import DeferringLock
-from ._strict import state as _strict_state
 from .errors import DeviceMemoryError, TransferError, TransferGuardError
 from .stats import evicted  # (not the module as an attribute: the package rebinds "stats")
 
@@ -129,10 +128,10 @@ pinning = True
 
 def _derive_pinning() -> None:
     global pinning
-    pinning = _budget_set or not _sim.SIMULATOR or _strict_state.get() is not None
+    pinning = _budget_set or not _sim.SIMULATOR or _sessions.current() is not None
 
 
-_strict_state.on_change.append(_derive_pinning)
+_sessions.on_change.append(_derive_pinning)
 _derive_pinning()
 
 

@@ -26,9 +26,11 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from . import _devices
+from . import (
+    _devices,
+    _sessions,  # (a strict session owns its streams and events)
+)
 from . import _simulator as _sim
-from ._strict import state as _strict_state  # (its sessions own their streams and events)
 
 __all__ = [
     "DEFAULT",
@@ -149,7 +151,7 @@ def copy_stream() -> Any:
     Not the default stream: a copy there would wait for every blocking stream's work (the
     legacy default stream), or for the calling thread's only (per-thread default streams).
     """
-    session = _strict_state.get()
+    session = _sessions.current()
     device = _devices.current()
     if device:
         stream = _device_copy_streams.get(device)
@@ -178,7 +180,7 @@ _POOL_ONLY = 3
 
 def _thread_pool(local: Any) -> list[Any]:
     """The calling thread's pool for its session, factory and current device."""
-    session, factory = _strict_state.get(), cuda.event
+    session, factory = _sessions.current(), cuda.event
     device = _devices.current()
     pools = getattr(local, "pools", None)
     if pools is None or local.session is not session or local.factory is not factory:
@@ -205,7 +207,7 @@ def launch_event() -> Any:
     pool = getattr(local, "pool", None)
     if (
         pool is None
-        or local.session is not _strict_state.get()
+        or local.session is not _sessions.current()
         or local.factory is not cuda.event
         or (_devices.several and local.device != _devices.current())
     ):

@@ -34,7 +34,7 @@ import wrapt
 from numba import cuda
 from numba.cuda import args as _numba_args
 
-from . import _access
+from . import _access, _sessions
 from . import _simulator as _sim
 from .array import SmartArray
 from .hints import In
@@ -119,9 +119,7 @@ def _maybe_page_locked(a: np.ndarray) -> bool:
     would reach the kernel. Such arrays keep numba's default (``InOut``, which waits). Memory
     NumPy does not own (a CUDA host allocation, a foreign buffer) may be page-locked.
     """
-    from ._strict import state as _strict_state
-
-    strict = _strict_state.get()
+    strict = _sessions.current()
     if strict is not None:
         return strict.is_page_locked(a)
     owner = a

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
+
+from .. import _sessions
 
 __all__ = ["StrictState", "current", "get"]
 
@@ -67,25 +68,18 @@ class StrictState:
         return self.scheduler.pending()
 
 
-_current: StrictState | None = None
-
-
 def current() -> StrictState:
-    if _current is None:
+    """The strict session that is on (announced in ``smartarray/_sessions.py``)."""
+    session = _sessions.current()
+    if session is None:
         raise RuntimeError("strict mode is not on")
-    return _current
+    return cast(StrictState, session)  # (strict mode announces StrictStates only)
 
 
 def get() -> StrictState | None:
-    return _current
+    return cast("StrictState | None", _sessions.current())
 
 
-#: Called after strict mode is turned on or off (layers above that derive state from it).
-on_change: list[Callable[[], None]] = []
-
-
-def set_current(st: Any) -> None:
-    global _current
-    _current = st
-    for listener in on_change:
-        listener()
+def set_current(st: StrictState | None) -> None:
+    """Announce ``st`` as the session that is on, to the code that derives state from it."""
+    _sessions.announce(st)
