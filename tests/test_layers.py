@@ -48,9 +48,6 @@ KNOWN_CIRCLES = {
             "smartarray.array",
         }
     ): "issue 27: what builds on the class (interop, the record view, results) is reached from it",
-    frozenset(
-        {"smartarray._strict.devmem", "smartarray._strict.launch", "smartarray._strict.state"}
-    ): "strict mode's own modules (a test double); issue 27",
 }
 
 

@@ -8,7 +8,6 @@ it was allocated page-locked (``pinned_array``, ``mapped_array``) or registered 
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import ctypes
 import weakref
@@ -21,8 +20,9 @@ from numba.cuda.simulator.cudadrv import driver as _driver
 from numba.cuda.simulator.kernel import _get_kernel_context
 
 from . import state as _state
+from .ranges import Ranges, byte_extent, pointer
 
-__all__ = ["Ranges", "byte_extent", "pointer"]
+__all__ = ["Ranges", "byte_extent", "pointer"]  # (from .ranges: their old home)
 
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712
@@ -34,55 +34,6 @@ def api_error(code: int, name: str, call: str) -> Exception:
     exc = _driver.CudaAPIError(code, f"[{name}] Call to {call} results in {name}")
     exc.code = code  # type: ignore[attr-defined]
     return exc
-
-
-def pointer(ary: np.ndarray) -> int:
-    return int(ary.__array_interface__["data"][0])
-
-
-def byte_extent(ary: np.ndarray) -> tuple[int, int]:
-    if ary.size == 0:
-        p = pointer(ary)
-        return p, p
-    low, high = np.lib.array_utils.byte_bounds(ary)
-    return int(low), int(high)
-
-
-class Ranges:
-    """Live address ranges ``[start, stop)`` with a kind, kept sorted by start."""
-
-    def __init__(self) -> None:
-        self._starts: list[int] = []
-        self._entries: dict[int, tuple[int, str]] = {}
-
-    def add(self, start: int, stop: int, kind: str) -> None:
-        if start in self._entries:
-            raise ValueError("range already recorded")
-        bisect.insort(self._starts, start)
-        self._entries[start] = (stop, kind)
-
-    def remove(self, start: int) -> None:
-        if self._entries.pop(start, None) is not None:
-            i = bisect.bisect_left(self._starts, start)
-            del self._starts[i]
-
-    def find(self, lo: int, hi: int) -> tuple[int, int, str] | None:
-        """The range that contains ``[lo, hi)``, if any."""
-        i = bisect.bisect_right(self._starts, lo) - 1
-        if i < 0:
-            return None
-        start = self._starts[i]
-        stop, kind = self._entries[start]
-        if lo >= start and hi <= stop and (hi > lo or lo < stop):
-            return start, stop, kind
-        return None
-
-    def overlaps(self, lo: int, hi: int) -> bool:
-        i = bisect.bisect_left(self._starts, hi)
-        for start in self._starts[max(0, i - 1) : i]:
-            if start < hi and lo < self._entries[start][0]:
-                return True
-        return False
 
 
 # -- allocations ---------------------------------------------------------------------------
@@ -175,7 +126,7 @@ class PinnedMemory:
         if not self._freed:
             op = _state.current().scheduler.pending_host_use(self.handle, self.handle + self.size)
             if op is not None:
-                from .launch import StrictModeError
+                from .scheduler import StrictModeError
 
                 raise StrictModeError(
                     f"host memory is unregistered while an asynchronous copy ({op.label}) "

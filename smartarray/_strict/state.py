@@ -32,7 +32,7 @@ class StrictState:
     def __init__(
         self, seed: int | None, device_memory: int | None, per_thread_default_stream: bool = False
     ) -> None:
-        from .devmem import Ranges
+        from .ranges import Ranges
         from .scheduler import Scheduler, StrictStream
 
         self.seed = seed
@@ -58,7 +58,7 @@ class StrictState:
 
     def is_page_locked(self, ary: Any) -> bool:
         """Whether the host array ``ary`` lies in page-locked (pinned or mapped) memory."""
-        from .devmem import byte_extent
+        from .ranges import byte_extent
 
         lo, hi = byte_extent(ary)
         return self.host_ranges.find(lo, hi) is not None
