@@ -51,7 +51,7 @@ class _Counted(_sim.DeviceArrayGaps):
         stream = _check_stream(stream)
         if ary is not None:
             _check_host_array(ary, "ary")
-        nbytes = self.alloc_size  # type: ignore[attr-defined]
+        nbytes = self.alloc_size
         began = _begin("d2h", nbytes, "copy_to_host", describe(self)) if nbytes else None
         try:
             result = super().copy_to_host(ary, stream=stream)  # type: ignore[misc]
@@ -74,7 +74,7 @@ class _Counted(_sim.DeviceArrayGaps):
         if source is None:
             return  # an empty source: numba copies nothing and checks nothing
         direction = "d2d" if device_source else "h2d"
-        nbytes = self.alloc_size  # type: ignore[attr-defined]
+        nbytes = self.alloc_size
         began = _begin(direction, nbytes, "copy_to_device", describe(self))
         try:
             super().copy_to_device(_sim.numba_copy_source(source), stream=stream)  # type: ignore[misc]
@@ -84,14 +84,14 @@ class _Counted(_sim.DeviceArrayGaps):
         _record(direction, nbytes, "copy_to_device", describe(self), stream=stream, began=began)
 
     def __getitem__(self, item: Any) -> Any:
-        result = super().__getitem__(_without_ellipsis(item, self.ndim))  # type: ignore[misc,attr-defined]
+        result = super().__getitem__(_without_ellipsis(item, self.ndim))  # type: ignore[misc]  # (a mixin: the device array class follows it in the MRO)
         if _is_device_array(result):
             return _adopt(result)
         if _sim.in_kernel():
             return result  # a kernel's own element access, not a transfer
         # A scalar element read from device memory is a device-to-host copy on a GPU. The guard
         # is asked once the read is known to be one (a refused read returns nothing).
-        nbytes = self.dtype.itemsize  # type: ignore[attr-defined]
+        nbytes = self.dtype.itemsize
         began = _begin("d2h", nbytes, "element read", describe(self))
         _record("d2h", nbytes, "element read", describe(self), began=began)
         return result
@@ -105,7 +105,7 @@ class _Counted(_sim.DeviceArrayGaps):
             nbytes = np.asarray(value).nbytes
             began = _begin("h2d", nbytes, "element write", describe(self))
         try:
-            super().__setitem__(_without_ellipsis(key, self.ndim), value)  # type: ignore[misc,attr-defined]
+            super().__setitem__(_without_ellipsis(key, self.ndim), value)  # type: ignore[misc]  # (as in __getitem__)
         except BaseException:
             _abort(began)
             raise
@@ -191,7 +191,7 @@ class _CountedMapped(_Counted):
             _check_host_array(ary, "ary")
             _check_same_layout(self, ary, "ary")
         _wait_for_mapped(self, stream)
-        src = self.view(np.ndarray)  # type: ignore[attr-defined]
+        src = self.view(np.ndarray)
         if ary is None:
             return np.array(src, copy=True, order="K")
         np.copyto(ary, src.reshape(ary.shape))
@@ -204,7 +204,7 @@ class _CountedMapped(_Counted):
         if not device_source:
             ary = _host_array_from(ary)
         _check_same_layout(self, ary, "ary")
-        dst = self.view(np.ndarray)  # type: ignore[attr-defined]
+        dst = self.view(np.ndarray)
         if device_source:
             # numba writes device bytes straight into the page-locked host memory.
             with _own_copy():  # counted just below
@@ -222,7 +222,7 @@ class _CountedMapped(_Counted):
         the data into memory that is not mapped.)
         """
         stream = _check_stream(stream)
-        view = self.view(type(self))  # type: ignore[attr-defined]
+        view = self.view(type(self))
         view.__dict__["stream"] = stream
         return view
 
@@ -231,18 +231,18 @@ class _CountedMapped(_Counted):
 
         (numba's ``split`` reads ``_dummy``, which a ``MappedNDArray`` does not have.)
         """
-        if self.ndim != 1:  # type: ignore[attr-defined]
+        if self.ndim != 1:
             raise ValueError("only support 1d array")
-        size = self.size  # type: ignore[attr-defined]
-        return [self[i : i + section] for i in range(0, size, section)]  # type: ignore[index]
+        size = self.size
+        return [self[i : i + section] for i in range(0, size, section)]
 
     def is_c_contiguous(self) -> bool:
         """Whether the array is C-contiguous."""
-        return bool(self.flags.c_contiguous)  # type: ignore[attr-defined]
+        return bool(self.flags.c_contiguous)
 
     def is_f_contiguous(self) -> bool:
         """Whether the array is Fortran-contiguous."""
-        return bool(self.flags.f_contiguous)  # type: ignore[attr-defined]
+        return bool(self.flags.f_contiguous)
 
 
 def _wait_for_mapped(ary: Any, stream: Any) -> None:
@@ -268,7 +268,7 @@ def _wait_for_mapped(ary: Any, stream: Any) -> None:
 
 
 def _data_address(ary: np.ndarray) -> int:
-    return int(np.ndarray.__array_interface__.__get__(ary)["data"][0])  # type: ignore[attr-defined]
+    return int(np.ndarray.__array_interface__.__get__(ary)["data"][0])
 
 
 def _mapped_finalize(self: Any, obj: Any) -> None:

@@ -57,7 +57,7 @@ class DeviceArrayGaps:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         # Gap: np.asarray of a simulated device array aliases device memory; a GPU copies to
         # the host here (through the counted copy_to_host, so the download is counted).
-        host = self.copy_to_host()  # type: ignore[attr-defined]
+        host = self.copy_to_host()
         return host if dtype is None else host.astype(dtype, copy=False)
 
     def __getattr__(self, name: str) -> Any:

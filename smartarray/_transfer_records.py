@@ -68,7 +68,7 @@ class TransferStats:
         if not isinstance(other, TransferStats):
             return NotImplemented
         return TransferStats(
-            *(getattr(self, f) - getattr(other, f) for f in _FIELDS)  # type: ignore[arg-type]
+            *(getattr(self, f) - getattr(other, f) for f in _FIELDS)
         )
 
 

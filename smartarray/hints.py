@@ -71,7 +71,7 @@ class _Intent(_numba_args.ArgHint):
         return self._numba_hint(self.value).to_device(retr, stream)
 
     @property
-    def _numba_type_(self) -> Any:  # type: ignore[override]
+    def _numba_type_(self) -> Any:
         """The argument's Numba type (numba's dispatcher reads it twice per launch)."""
         if self._smart:
             # In: a readonly array type, so writes fail at compile time on both targets.

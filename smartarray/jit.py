@@ -54,7 +54,7 @@ class _InferredIn(In):
     """
 
     @property
-    def _numba_type_(self) -> Any:  # type: ignore[override]
+    def _numba_type_(self) -> Any:
         return self.value._numba_type_
 
     _smart = True  # (made without __init__: the value is always a SmartArray)
