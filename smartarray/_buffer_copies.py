@@ -266,6 +266,8 @@ def plan_read(self: Buffer, where: str, lo: int, hi: int, reason: str) -> Plan:
             break
         for c in far:
             self.sync(HOST, c.start, c.stop, reason)
+        # (a pair found unreachable since the preferences were derived: derive them again)
+        self.locate()
         plan = state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
     return plan
 

@@ -222,7 +222,9 @@ def reach(source: int, target: int) -> None:
     Without peer access enabled (``cuCtxEnablePeerAccess``, which numba-cuda never calls)
     CUDA stages a copy between two devices through the host (CUDA's programming guide,
     "Peer-to-Peer Memory Copy"). A pair that cannot reach each other is left as it is: its
-    copies work, through the host.
+    copies work, through the host. A refusal other than "already enabled" (too many peers,
+    say) makes the pair one that cannot: the copy under way is staged by the driver, later
+    ones are planned through the host copy.
     """
     key = (source, target)
     if key in _reached:
@@ -237,11 +239,13 @@ def reach(source: int, target: int) -> None:
     with on(target):
         try:
             cuda.current_context().enable_peer_access(handle)
-        except CudaAPIError:
-            pass  # already enabled (by the user, or another library): what is wanted
+        except CudaAPIError as exc:
+            if exc.code != _CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:  # (by the user: as wanted)
+                _peer[key] = False
 
 
 _reached: set[tuple[int, int]] = set()
+_CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 
 
 class on:  # noqa: N801 - used as ``with on(device):``, like numba's ``with cuda.gpus[n]:``

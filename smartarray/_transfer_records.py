@@ -67,9 +67,7 @@ class TransferStats:
     def __sub__(self, other: TransferStats) -> TransferStats:
         if not isinstance(other, TransferStats):
             return NotImplemented
-        return TransferStats(
-            *(getattr(self, f) - getattr(other, f) for f in _FIELDS)
-        )
+        return TransferStats(*(getattr(self, f) - getattr(other, f) for f in _FIELDS))
 
 
 _FIELDS = (

@@ -207,3 +207,40 @@ print(json.dumps({"values": a.get("host").tolist(), "control": b.get("host").tol
     )
     assert out["control"] == [1.0] * 16
     assert out["values"] == [1.0] * 16
+
+
+@pytest.mark.parametrize("code, stays_peer", [(704, True), (711, False)])
+def test_a_peer_access_refused_sends_later_copies_through_the_host(
+    code: int, stays_peer: bool
+) -> None:
+    """``cuCtxEnablePeerAccess`` refused with CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED (704:
+    what was wanted) keeps the pair peer to peer; any other refusal (711, too many peers)
+    makes later copies of the pair go through the host, and no refusal is lost silently as a
+    bug would be (every error was swallowed)."""
+    out = _run(
+        f"""
+from numba.cuda.cudadrv import driver as _driver
+from smartarray import _devices
+def _refuse(self, peer_context, flags=0):
+    raise _driver.CudaAPIError({code}, "refused")
+_driver.Context.enable_peer_access = _refuse
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+with sa.trace() as first, cuda.gpus[1]:
+    add_one[1, 64](a)
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+with sa.trace() as second, cuda.gpus[1]:
+    add_one[1, 64](a)
+print(json.dumps({{"first": moved(first), "second": moved(second),
+                  "peer": _devices.peer(0, 1), "values": np.asarray(a).tolist()}}))
+"""
+    )
+    assert out["values"] == [4.0] * 64
+    assert out["first"] == [["d2d", "gpu:0", "gpu:1", 0, 512]]  # (the driver stages it)
+    assert out["peer"] is stays_peer
+    if stays_peer:
+        assert out["second"] == [["d2d", "gpu:0", "gpu:1", 0, 512]]
+    else:
+        assert out["second"] == [["d2h", "gpu:0", "host", 0, 512], ["h2d", "host", "gpu:1", 0, 512]]
