@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cached_property, partial
@@ -310,6 +311,21 @@ def run(
         raise ValueError(f"steps must be at least 1, got {steps}")
     if every < 1:
         raise ValueError(f"every must be at least 1, got {every}")
+    with warnings.catch_warnings():
+        # A demo of data movement on a small grid: numba's low-occupancy warning (a GPU's
+        # grid of a few blocks) is not news to its reader.
+        # (matched by its text: numba-cuda has its own NumbaPerformanceWarning class)
+        warnings.filterwarnings("ignore", message=".*under-utilization due to low occupancy")
+        return _run(size, steps, every, progress, traces)
+
+
+def _run(
+    size: int,
+    steps: int,
+    every: int,
+    progress: bool,
+    traces: dict[str, sa.Trace] | None,
+) -> dict[str, Any]:
     # Warm up: compile the kernel (a GPU) outside the timed runs, once per strategy: numba
     # compiles one specialisation per argument type (device arrays, In/Out of SmartArrays).
     for _, warm_up in STRATEGIES.values():
