@@ -281,7 +281,7 @@ def _absolute_json(args: Sequence[str]) -> list[str]:
             continue
         if eq and value:
             out[i] = f"{name}={os.path.abspath(value)}"
-        elif not eq and i + 1 < len(out) and out[i + 1]:
+        elif not eq and i + 1 < len(out) and out[i + 1][:1] not in ("", "-"):  # a path
             out[i + 1] = os.path.abspath(out[i + 1])
     return out
 

@@ -100,6 +100,7 @@ def test_demo_table_names_target_and_strategies():
         ("demo", "--bogus"),
         ("bench", "--json", "/nonexistent-folder/figures.json"),
         ("bench", "--quick", "extra"),
+        ("bench", "--json", "--quick"),  # no path: `bench` must not take --quick for one
     ],
 )
 def test_bad_options_are_clear_errors(args):
