@@ -1,4 +1,4 @@
-"""The benchmark suite behind ``python -m smartarray bench``.
+"""The benchmark suite behind ``python -m benchmarks`` (and ``python -m smartarray bench``).
 
 Runs every workload of :mod:`workloads` under every strategy of :mod:`strategies`, counts
 the bytes and copies each moved with :func:`smartarray.trace` (every strategy copies through
@@ -36,8 +36,8 @@ JSON layout (:func:`run` returns it; other tools read it)::
                                                 {"h2d" | "d2h" | "d2d_in" | "d2d_out": int}}]}]}
     }
 
-Run it through ``python -m smartarray bench [--quick] [--json PATH] [--markdown]``, which
-picks the CUDA target first (this module imports numba.cuda).
+Run it through ``python -m benchmarks [--quick] [--json PATH] [--markdown]`` (``__main__.py``),
+which picks the CUDA target first (this module imports numba.cuda).
 """
 
 from __future__ import annotations

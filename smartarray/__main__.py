@@ -5,10 +5,12 @@
   machine-readable copy, e.g. to paste into a bug report);
 - ``demo``: one iterative workload (2-D heat diffusion) run with numba's automatic copies,
   hand-written transfers and SmartArrays, with the bytes each moved (:mod:`smartarray._demo`);
-- ``bench``: the benchmark suite of ``benchmarks/suite.py`` (a source checkout only).
+- ``bench``: the benchmark suite of a source checkout; the benchmarks own their runner
+  (``python -m benchmarks``), which ``bench`` starts in a child process.
 
 Being the entry point, it may choose the CUDA target before numba.cuda is first imported:
 with no working CUDA driver it turns on the numba CUDA simulator and says so.
+:func:`choose_target` and :func:`run_on_target` serve ``python -m benchmarks`` too.
 """
 
 from __future__ import annotations
@@ -16,24 +18,33 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 _SIMULATOR_REASON = "_SMARTARRAY_SIMULATOR_REASON"
 
-#: Where ``bench`` looks for the benchmark suite; by default ``benchmarks/`` next to the
+#: Where ``bench`` looks for the benchmarks' runner; by default ``benchmarks/`` next to the
 #: package in a source checkout.
 BENCHMARKS_ENV = "SMARTARRAY_BENCHMARKS_DIR"
 
 
-def choose_target(argv: Sequence[str]) -> str:
+def choose_target(argv: Sequence[str], module: str = "smartarray") -> str:
     """Make sure a usable CUDA target runs; return a line saying which one.
 
     ``python -m smartarray`` imports the package (and so numba.cuda) before this code runs,
     and numba.cuda picks the simulator or the real target once, at import. With no usable GPU
     the command therefore starts itself again with ``NUMBA_ENABLE_CUDASIM=1``.
+
+    Parameters
+    ----------
+    argv : sequence of str
+        The command's arguments, without the program name: the restart gets them again.
+    module : str
+        The module the command runs as (``python -m MODULE``), to restart it: ``"smartarray"``,
+        or ``"benchmarks"`` for the benchmarks' runner.
     """
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
         reason = os.environ.get(_SIMULATOR_REASON, "NUMBA_ENABLE_CUDASIM=1 was set")
@@ -46,7 +57,7 @@ def choose_target(argv: Sequence[str]) -> str:
     env["NUMBA_ENABLE_CUDASIM"] = "1"
     env[_SIMULATOR_REASON] = "no usable CUDA GPU or driver found"
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "smartarray", *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", module, *argv], env)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -130,43 +141,16 @@ def _at_least(minimum: int) -> Any:
     return parse
 
 
-def _json_path(text: str) -> Path:
-    """An argparse type: a file path whose folder exists."""
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name")
-    if not path.parent.is_dir():
-        raise argparse.ArgumentTypeError(f"folder {str(path.parent)!r} does not exist")
-    return path
-
-
 def benchmarks_dir() -> Path:
     """The ``benchmarks/`` folder of the source checkout this package runs from.
 
-    ``$SMARTARRAY_BENCHMARKS_DIR`` overrides it.
+    ``$SMARTARRAY_BENCHMARKS_DIR`` overrides it. ``bench`` runs it as a package
+    (``python -m benchmarks``) in the folder above it.
     """
     override = os.environ.get(BENCHMARKS_ENV)
     if override:
         return Path(override)
     return Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load_suite() -> Any:
-    """Import ``benchmarks/suite.py``; ``None`` (with a message) when there is no checkout."""
-    folder = benchmarks_dir()
-    if not (folder / "suite.py").is_file():
-        print(
-            f"smartarray: `bench` needs the benchmarks/ folder of a smartarray source checkout "
-            f"(looked for {folder / 'suite.py'}). Clone the repository, install it with "
-            f"`pip install -e .`, and run `python -m smartarray bench` from there.",
-            file=sys.stderr,
-        )
-        return None
-    # The benchmark modules import each other as top-level modules, as when run as scripts.
-    sys.path.insert(0, str(folder))
-    import suite  # type: ignore[import-not-found]
-
-    return suite
 
 
 def _cuda_errors() -> tuple[type[BaseException], ...]:
@@ -287,31 +271,73 @@ def _run_demo(args: argparse.Namespace, target: str) -> int:
     return 0
 
 
-def _run_bench(args: argparse.Namespace, target: str) -> int:
-    suite = _load_suite()
-    if suite is None:
+def _absolute_json(args: Sequence[str]) -> list[str]:
+    """``args`` with the value of ``--json`` (or an abbreviation argparse accepts) made absolute:
+    the runner runs in the checkout's root, and a relative path names a file where the user is."""
+    out = list(args)
+    for i, arg in enumerate(out):
+        name, eq, value = arg.partition("=")
+        if len(name) < 3 or not "--json".startswith(name):
+            continue
+        if eq and value:
+            out[i] = f"{name}={os.path.abspath(value)}"
+        elif not eq and i + 1 < len(out) and out[i + 1][:1] not in ("", "-"):  # a path
+            out[i + 1] = os.path.abspath(out[i + 1])
+    return out
+
+
+def _delegate_bench(args: Sequence[str]) -> int:
+    """``bench``: run ``python -m benchmarks ARGS`` in the checkout's root, in a child process
+    (the same interpreter, this environment); return its exit status.
+
+    The benchmarks own their runner and import each other as top-level modules: they stay out
+    of this process (its ``sys.path`` and ``sys.modules``).
+    """
+    folder = benchmarks_dir()
+    if not (folder / "__main__.py").is_file():
+        print(
+            f"smartarray: `bench` needs the benchmarks/ folder of a smartarray source checkout "
+            f"(looked for {folder / '__main__.py'}). Clone the repository, install it with "
+            f"`pip install -e .`, and run `python -m benchmarks` (or `smartarray bench`) from "
+            f"there.",
+            file=sys.stderr,
+        )
         return 1
-    # A full run prints nothing for a while (its tables come at the end): say so up front.
-    duration = "a few seconds" if args.quick else "about 40 s on the simulator, longer on 2 cores"
-    print(
-        f"smartarray bench: running every workload under four strategies, then the overhead "
-        f"micro-benchmarks; this takes {duration} before the tables print",
-        file=sys.stderr,
-        flush=True,
-    )
-    report = suite.run(quick=args.quick, target=target, progress=True)
-    if args.markdown:
-        print(suite.format_markdown(report))
-    else:
-        print(suite.format_report(report))  # says under its table if seconds are simulated
-    if args.json is not None:
-        try:
-            args.json.write_text(json.dumps(report, indent=2) + "\n")
-        except OSError as exc:
-            print(f"smartarray: cannot write {args.json}: {exc}", file=sys.stderr)
-            return 1
-        print(f"\nfigures written to {args.json}")
-    return 0
+    root = folder.resolve().parent
+    env = dict(os.environ)
+    # The child imports the smartarray that runs this command, also when the folder is not
+    # next to it ($SMARTARRAY_BENCHMARKS_DIR); in the checkout the root is the child's cwd.
+    package_root = str(Path(__file__).resolve().parent.parent)
+    if Path(package_root) != root:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", folder.name, *_absolute_json(args)]
+    sys.stdout.flush()
+    child = subprocess.Popen(command, cwd=root, env=env)
+    try:
+        status = child.wait()
+    except KeyboardInterrupt:  # the child got the Ctrl-C too: it says so and exits
+        status = child.wait()
+    return 128 - status if status < 0 else status  # killed by a signal: as a shell says it
+
+
+def run_on_target(
+    argv: Sequence[str], body: Callable[[str], int], module: str = "smartarray"
+) -> int:
+    """Choose the CUDA target (:func:`choose_target`), then return ``body(target_line)``.
+
+    A missing or broken CUDA installation raising from ``body`` is one message naming the
+    ways out and exit status 1; Ctrl-C is ``interrupted`` and 130: no traceback. The commands
+    that run kernels (``demo``, the benchmarks' runner) go through it.
+    """
+    target = choose_target(argv, module)
+    errors = _cuda_errors()
+    try:
+        return body(target)
+    except errors as exc:
+        return _cuda_failed(exc)
+    except KeyboardInterrupt:
+        print("smartarray: interrupted", file=sys.stderr)
+        return 130
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -368,23 +394,22 @@ def _parser() -> argparse.ArgumentParser:
         help="draw the three strategies' transfer timelines side by side into PATH "
         "(e.g. out.png; needs matplotlib)",
     )
-    bench = commands.add_parser(
+    commands.add_parser(
         "bench",
-        help="the benchmark suite (needs a source checkout's benchmarks/ folder)",
+        help="the benchmark suite: runs `python -m benchmarks` (a source checkout only)",
+        usage=f"{prog} bench [--quick] [--json PATH] [--markdown]",
         description=(
-            "Run every workload of benchmarks/ under four transfer strategies (numba's "
-            "automatic copies, hand-written, whole-array dirty flags, smartarray) and the "
-            "overhead micro-benchmarks; print a table."
+            "Delegates to the benchmarks' own runner: runs `python -m benchmarks [options]` in "
+            "the source checkout's root (the folder that holds benchmarks/, which "
+            f"${BENCHMARKS_ENV} may name) as a child process, with this interpreter and "
+            "environment, and exits with its status. The runner runs every workload of "
+            "benchmarks/ under four transfer strategies (numba's automatic copies, "
+            "hand-written, whole-array dirty flags, smartarray) and the overhead "
+            "micro-benchmarks, and prints a table. The "
+            "options are the runner's: --quick (CI-sized runs), --json PATH (also write the "
+            "figures to PATH as JSON), --markdown (print the tables as Markdown); see "
+            "`python -m benchmarks --help`."
         ),
-    )
-    bench.add_argument("--quick", action="store_true", help="CI-sized runs (a few seconds)")
-    bench.add_argument(
-        "--json", type=_json_path, metavar="PATH", help="also write the figures to PATH as JSON"
-    )
-    bench.add_argument(
-        "--markdown",
-        action="store_true",
-        help="print the tables as Markdown (to paste into an issue or a pull request)",
     )
     return parser
 
@@ -393,23 +418,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
+    # `bench` passes its options on to the benchmarks' runner, which parses them.
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command is None:
         parser.print_help()
         return 2
-    target = choose_target(argv)
+    if args.command == "bench":  # the runner chooses the CUDA target in its own process
+        return _delegate_bench(rest)
     if args.command == "info":
-        return _run_info(target, as_json=args.json)
-    errors = _cuda_errors()
-    try:
-        if args.command == "demo":
-            return _run_demo(args, target)
-        return _run_bench(args, target)
-    except errors as exc:
-        return _cuda_failed(exc)
-    except KeyboardInterrupt:
-        print("smartarray: interrupted", file=sys.stderr)
-        return 130
+        return _run_info(choose_target(argv), as_json=args.json)
+    return run_on_target(argv, lambda target: _run_demo(args, target))
 
 
 if __name__ == "__main__":

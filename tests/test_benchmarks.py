@@ -1,4 +1,5 @@
-"""The benchmark suite: ``python -m smartarray bench --quick`` as CI runs it, and its parts.
+"""The benchmark suite: ``python -m smartarray bench --quick`` as CI runs it (the command runs
+the benchmarks' own runner, ``python -m benchmarks``, in a child process), and its parts.
 
 Tests never assert on time: only on the layout of the figures, on counted bytes, and on the
 issue's acceptance criterion (smartarray moves no more bytes than hand-optimal transfers).
@@ -54,9 +55,30 @@ def bench(tmp_path_factory):
     return out, json.loads(path.read_text())
 
 
+def run_runner(*args: str, simulator: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks ARGS`` in the checkout's root, as a contributor runs it."""
+    env = real_target_env()
+    if simulator:
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=BENCHMARKS.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_the_suite_runs_as_python_m_benchmarks_from_the_checkout():
+    out = run_runner("--help")
+    assert out.returncode == 0, out.stderr
+    assert "--quick" in out.stdout and "--markdown" in out.stdout
+
+
+def test_smartarray_bench_help_says_it_delegates():
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--help"],
+        [sys.executable, "-m", "smartarray", "bench", "--help"],
         cwd=BENCHMARKS.parent,
         env=real_target_env(),
         capture_output=True,
@@ -64,7 +86,20 @@ def test_the_suite_runs_as_python_m_benchmarks_from_the_checkout():
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert "--quick" in out.stdout and "--markdown" in out.stdout
+    text = " ".join(out.stdout.split())
+    assert "Delegates to the benchmarks' own runner" in text
+    assert "python -m benchmarks [options]" in text and "child process" in text
+    assert "--quick" in text and "--json PATH" in text and "--markdown" in text
+
+
+@pytest.mark.parametrize(
+    "args", [("--json", "/nonexistent-folder/figures.json"), ("--quick", "extra"), ("--bogus",)]
+)
+def test_bad_options_to_the_runner_are_clear_errors(args):
+    """As ``smartarray bench`` with the same options (tests/test_main.py), which delegates."""
+    out = run_runner(*args, simulator=True)
+    assert out.returncode == 2
+    assert "error:" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_bench_json_layout(bench):
@@ -338,19 +373,48 @@ def test_bench_markdown_is_a_table_to_paste(bench):
 
 
 def test_bench_markdown_from_the_command_line(bench, monkeypatch, capsys):
-    """``bench --markdown`` prints the Markdown tables instead of the terminal ones."""
+    """``bench --markdown`` prints the Markdown tables instead of the terminal ones (the
+    runner, in process: ``smartarray bench`` runs it in a child)."""
     import suite
 
-    from smartarray import __main__ as cli
+    from benchmarks import __main__ as runner
 
     _, report = bench
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # choose_target must not start a process
     monkeypatch.setattr(suite, "run", lambda **kwargs: report)
-    monkeypatch.setattr(cli, "_load_suite", lambda: suite)
-    assert cli.main(["bench", "--quick", "--markdown"]) == 0
+    monkeypatch.setattr(runner, "_load_suite", lambda: suite)
+    assert runner.main(["--quick", "--markdown"]) == 0
     printed = capsys.readouterr().out
     assert printed.strip() == suite.format_markdown(report).strip()
     assert "| workload | strategy |" in printed and "njit call of a no-op" not in printed
+
+
+def test_the_runner_says_when_the_cuda_target_fails(monkeypatch, capsys):
+    """A broken CUDA target in the benchmarks is the command's message and exit status 1
+    (``smartarray bench`` returns the runner's status), no traceback; Ctrl-C is 130."""
+    import suite
+
+    from benchmarks import __main__ as runner
+    from smartarray import __main__ as cli
+
+    error = cli._cuda_errors()[0]
+
+    def broken(**kwargs):
+        raise error("CUDA driver library cannot be found")
+
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setattr(runner, "_load_suite", lambda: suite)
+    monkeypatch.setattr(suite, "run", broken)
+    assert runner.main(["--quick"]) == 1
+    err = capsys.readouterr().err
+    assert "smartarray: the CUDA target failed" in err and "cannot be found" in err
+    assert "NUMBA_ENABLE_CUDASIM=1" in err
+    monkeypatch.setattr(suite, "run", interrupted)
+    assert runner.main(["--quick"]) == 130
+    assert "smartarray: interrupted" in capsys.readouterr().err
 
 
 # -- the parts, in process ----------------------------------------------------------------------

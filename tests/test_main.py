@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+#: The source checkout: its ``benchmarks/`` holds the benchmarks' runner.
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(
@@ -105,6 +110,7 @@ def test_demo_on_the_real_target_prints_no_low_occupancy_warning():
         ("demo", "--bogus"),
         ("bench", "--json", "/nonexistent-folder/figures.json"),
         ("bench", "--quick", "extra"),
+        ("bench", "--json", "--quick"),  # no path: `bench` must not take --quick for one
     ],
 )
 def test_bad_options_are_clear_errors(args):
@@ -214,14 +220,11 @@ def test_demo_says_its_seconds_come_from_the_simulator():
 
 def test_console_command_runs_main():
     """``[project.scripts]`` names ``smartarray.__main__:main``; the installed command runs it."""
-    import shutil
     from importlib import import_module
-    from pathlib import Path
 
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
-    root = Path(__file__).resolve().parent.parent
-    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["smartarray"].partition(":")
     assert getattr(import_module(module), name) is import_module("smartarray.__main__").main
     command = shutil.which("smartarray", path=str(Path(sys.executable).parent))
@@ -304,14 +307,36 @@ def format_report(report):
 """
 
 
+def fake_benchmarks(tmp_path: Path) -> Path:
+    """A ``benchmarks/`` folder with the checkout's runner and :data:`FAKE_SUITE` as its suite."""
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    shutil.copy(ROOT / "benchmarks" / "__main__.py", folder / "__main__.py")
+    (folder / "suite.py").write_text(FAKE_SUITE)
+    return folder
+
+
 @pytest.mark.parametrize(
     ("args", "duration"), [(("--markdown",), "about 40 s"), (("--quick",), "a few seconds")]
 )
-def test_bench_says_how_long_it_takes_before_it_starts(tmp_path, args, duration):
-    (tmp_path / "suite.py").write_text(FAKE_SUITE)
-    out = run_cli(
-        "bench", *args, simulator=True, extra_env={"SMARTARRAY_BENCHMARKS_DIR": str(tmp_path)}
-    )
+@pytest.mark.parametrize("how", ["smartarray bench", "python -m benchmarks"])
+def test_bench_says_how_long_it_takes_before_it_starts(tmp_path, args, duration, how):
+    folder = fake_benchmarks(tmp_path)
+    if how == "smartarray bench":
+        out = run_cli(
+            "bench", *args, simulator=True, extra_env={"SMARTARRAY_BENCHMARKS_DIR": str(folder)}
+        )
+    else:  # the runner itself, in the folder above it (this checkout's smartarray on the path)
+        env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert out.returncode == 0, out.stderr
     note = out.stderr.find(duration)
     assert 0 <= note < out.stderr.index("RUNNING")
@@ -323,3 +348,78 @@ def test_bench_quick_prints_no_warning():
     out = run_cli("bench", "--quick", simulator=True)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Warning" not in out.stderr, out.stderr
+
+
+# -- the package and the benchmarks (issue 27) ----------------------------------------------------
+
+LEFT_BEHIND = """
+import json, sys
+before = list(sys.path)
+names = set(sys.argv[1:])
+
+def left_behind(status=0):
+    modules = sorted(m for m in sys.modules if m.split(".")[0] in names)
+    return {"status": status, "modules": modules, "added": [p for p in sys.path if p not in before]}
+
+import smartarray
+steps = [left_behind()]
+from smartarray.__main__ import main
+steps.append(left_behind(main(["info"])))
+steps.append(left_behind(main(["bench", "--quick"])))
+print(json.dumps(steps))
+"""
+
+
+def test_the_package_leaves_the_benchmark_modules_out(tmp_path):
+    """``import smartarray``, ``smartarray info`` and ``smartarray bench`` put nothing of
+    ``benchmarks/`` on the command's sys.path nor in its sys.modules: ``bench`` runs the
+    benchmarks' own runner in a child process (issue 27)."""
+    folder = fake_benchmarks(tmp_path)
+    names = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} | {"benchmarks"}
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", SMARTARRAY_BENCHMARKS_DIR=str(folder))
+    out = subprocess.run(
+        [sys.executable, "-c", LEFT_BEHIND, *sorted(names - {"__main__"})],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    steps = json.loads(out.stdout.splitlines()[-1])
+    # after `import smartarray`, after `info`, after `bench`
+    assert steps == [{"status": 0, "modules": [], "added": []}] * 3
+    assert "RUNNING" in out.stderr  # the fake suite ran, in the child
+
+
+ECHO_RUNNER = """
+import json, os, sys
+print(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd()}))
+sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("json_option", [["--json", "figures.json"], ["--json=figures.json"]])
+def test_bench_runs_the_runner_in_the_checkout_root_and_exits_with_its_status(
+    tmp_path, json_option
+):
+    """``bench`` passes its options on unchanged but for a relative ``--json`` path, made
+    absolute: the runner runs in the folder above ``benchmarks/``, the file goes where the
+    user is (this test's cwd)."""
+    folder = tmp_path / "benchmarks"
+    folder.mkdir()
+    (folder / "__main__.py").write_text(ECHO_RUNNER)
+    out = run_cli(
+        "bench",
+        "--quick",
+        *json_option,
+        "--markdown",
+        simulator=True,
+        extra_env={"SMARTARRAY_BENCHMARKS_DIR": str(folder)},
+    )
+    assert out.returncode == 3, out.stderr
+    seen = json.loads(out.stdout)
+    assert Path(seen["cwd"]) == tmp_path.resolve()
+    where = os.path.abspath("figures.json")
+    expected = ["--json", where] if len(json_option) == 2 else [f"--json={where}"]
+    assert seen["argv"] == ["--quick", *expected, "--markdown"]
