@@ -17,7 +17,7 @@ elif _flag("SMARTARRAY_STRICT"):
 
     _select_simulator()
 
-from . import _no_device
+from . import _no_device, _record  # noqa: F401 - _record registers the record view class
 from ._budget import device_budget, resident, set_device_budget
 from ._foreign import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like

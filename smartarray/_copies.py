@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _devices, _perf, _streams
+from . import _devices, _perf, _streams, guard, memory
 from ._engine import HOST, IN, INOUT, OUT
-from .errors import CoherenceError
+from .errors import CoherenceError, TransferError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ._engine import Buffer
@@ -37,6 +37,7 @@ __all__ = [
     "mark_changed",
     "name",
     "set_name",
+    "upload_initial",
     "valid_at",
 ]
 
@@ -181,3 +182,20 @@ def valid_at(self: SmartArray) -> tuple[str, ...]:
             if state.is_valid(w, self._lo, self._hi)
         }
     return tuple(sorted(found, key=lambda w: (w != HOST, w != "gpu", w)))
+
+
+def upload_initial(a: SmartArray, raw: np.ndarray, where: str, adopted: bool) -> None:
+    """Copy new array ``a``'s data ``raw`` to its device copy at ``where`` (construction with
+    ``where='gpu'``); ``adopted``: ``raw`` is the adopted host copy, which holds it too."""
+    buf = a._buf
+    if raw.nbytes:
+        guard.check("h2d", raw.nbytes, "construction", buf.name)  # before anything moves
+    with _devices.at(where):
+        dev = buf.ensure_device(where)
+        try:
+            memory.copy_range("h2d", raw, dev, 0, raw.nbytes, 0, "construction", a._desc(), where)
+        except Exception as exc:
+            raise TransferError(f"uploading the initial data failed: {exc}") from exc
+        buf.queued(0)  # a staged synchronous upload: see Buffer._copy
+    if adopted:  # the adopted host memory holds the data too
+        buf.state.apply(buf.state.plan_read(where, 0, raw.nbytes))

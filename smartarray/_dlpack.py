@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import cuda
 
-from . import _budget, _devices, _residency, _streams
+from . import _array_classes, _budget, _devices, _residency, _streams
 from . import _simulator as _sim
 from . import memory as _memory
+from ._device_objects import device_pointer, layout, order_before_default
 from ._engine import GPU
 from .errors import DeviceMemoryError
 
@@ -270,10 +271,6 @@ def export(
 def _copied(a: SmartArray) -> SmartArray:
     """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device and
     there is room for a second device copy."""
-    from ._foreign import _layout
-    from ._interop import order_before_default
-    from .array import SmartArray
-
     buf = a._buf
     here = _devices.here()
     with buf.lock:
@@ -285,15 +282,15 @@ def _copied(a: SmartArray) -> SmartArray:
         ):
             # A view of the copy (no hand-out: nothing the user holds pins the source after).
             dev = _memory.device_view(buf.device_copy(here), a._offset, a.shape, a.strides, a.dtype)
-            if _layout(dev) is not None:
+            if layout(dev) is not None:
                 order_before_default(a)  # the copy runs on the default stream
                 try:
                     with _budget.resident(a):  # the source stays while it is copied
-                        return SmartArray(dev)  # device to device (counted d2d)
+                        return _array_classes.smartarray_class()(dev)  # device to device (d2d)
                 except DeviceMemoryError:
                     pass  # no room for two device copies: gathered on the host instead
     # Strided or current on the host: gathered there, uploaded when shared.
-    return SmartArray(np.ascontiguousarray(a.copy_to_host()))
+    return _array_classes.smartarray_class()(np.ascontiguousarray(a.copy_to_host()))
 
 
 def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[int, Any]:
@@ -307,8 +304,6 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
     consumer synchronizes its own work before the host reads, as the CUDA Array Interface
     asks.
     """
-    from ._interop import _device_pointer
-
     buf = a._buf
     with buf.lock:
         here = _devices.here()
@@ -333,7 +328,7 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
             # from now on; held host arrays are refreshed at the next host access.
             buf.exported(a._lo, a._hi, _devices.here())
-    return (_device_pointer(dev) + a._offset if a.size else 0), dev
+    return (device_pointer(dev) + a._offset if a.size else 0), dev
 
 
 def _capsule(a: SmartArray, pointer: int, memory: Any, max_version: Any, flags: int) -> Any:

@@ -11,12 +11,11 @@ only), whose logic is :mod:`smartarray._interop`'s. SmartArray's ``copy`` is thi
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _devices, _streams, memory
+from . import _devices, _foreign, _interop, _streams, memory
 from ._checks import (
     _check_host_array,
     _check_stream,
@@ -40,13 +39,6 @@ __all__ = [
     "copy_to_host",
     "cuda_view",
 ]
-
-
-def _interop() -> ModuleType:
-    """:mod:`smartarray._interop` (it builds on SmartArray, so the array layer imports it last)."""
-    from . import _interop
-
-    return _interop
 
 
 def copy_to_host(self: SmartArray, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
@@ -134,7 +126,7 @@ def __cuda_array_interface__(self: SmartArray) -> dict[str, Any]:
     included (consumers may read the dict without calling Python, so it cannot be
     lazy); ask :func:`smartarray.is_cuda_array` instead, which exports nothing.
     """
-    return _interop().cuda_array_interface(self)
+    return _interop.cuda_array_interface(self)
 
 
 def cuda_view(self: SmartArray, intent: str = "inout") -> Any:
@@ -152,7 +144,7 @@ def cuda_view(self: SmartArray, intent: str = "inout") -> Any:
     CudaView
         An object with ``__cuda_array_interface__``, usable as a context manager.
     """
-    return _interop().cuda_view(self, intent)
+    return _interop.cuda_view(self, intent)
 
 
 def __dlpack__(
@@ -183,7 +175,7 @@ def __dlpack__(
         A device other than the CPU or this array's CUDA device; a dtype DLPack cannot
         carry; ``copy=False`` where a copy is needed.
     """
-    return _interop().dlpack(self, stream, max_version, dl_device, copy)
+    return _interop.dlpack(self, stream, max_version, dl_device, copy)
 
 
 def __dlpack_device__(self: SmartArray) -> tuple[int, int]:
@@ -193,11 +185,9 @@ def __dlpack_device__(self: SmartArray) -> tuple[int, int]:
     device and must get host memory; consumers that follow ``__dlpack_device__`` (CuPy,
     PyTorch) take the device copy from ``a.cuda_view()``, whose device is CUDA.
     """
-    return _interop().dlpack_device(self)
+    return _interop.dlpack_device(self)
 
 
 def copy(self: SmartArray, order: str = "C") -> SmartArray:
     """A new array with this one's data: device to device when current on the device only."""
-    from . import _foreign
-
     return _foreign.copy(self, _host_copy, order)

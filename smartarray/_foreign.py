@@ -9,23 +9,29 @@ What SmartArray hands out (the CUDA Array Interface, DLPack, ``cuda_view``) is
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from . import _budget, _devices, memory
+from . import _array_classes, _budget, _devices, memory
 from . import _simulator as _sim
+from ._device_objects import layout as _layout
+from ._device_objects import order_before_default
 from ._engine import GPU, HOST
-from ._interop import KDL_CUDA, CudaView, _adopt_device_bytes, order_before_default
-from .array import SmartArray
+from ._interop import KDL_CUDA, CudaView, _adopt_device_bytes
+from ._numba_cuda import ArrayArgument
 from .coherence import IntervalSet
 from .errors import DeviceMemoryError, TransferError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .array import SmartArray
 
 __all__ = [
     "as_cuda_array",
     "copy",
+    "device_source",
+    "fill_from_device",
     "host_dlpack",
-    "init_from_device",
     "is_cuda_array",
     "is_device_object",
 ]
@@ -37,7 +43,7 @@ def _has_interface(obj: Any) -> bool:
 
 def is_device_object(obj: Any) -> bool:
     """Whether ``SmartArray(obj)`` takes ``obj`` as device memory (copied device to device)."""
-    if obj is None or isinstance(obj, (np.ndarray, SmartArray)):
+    if obj is None or isinstance(obj, (np.ndarray, ArrayArgument)):
         return False
     return memory._is_device_array(obj) or _has_interface(obj)
 
@@ -45,7 +51,7 @@ def is_device_object(obj: Any) -> bool:
 def host_dlpack(obj: Any) -> Any:
     """An ndarray over ``obj``'s host memory when ``obj`` speaks DLPack only, else ``obj``."""
     if (
-        isinstance(obj, (np.ndarray, SmartArray))
+        isinstance(obj, (np.ndarray, ArrayArgument))
         or getattr(obj, "__dlpack__", None) is None
         or hasattr(obj, "__array__")
         or hasattr(obj, "__array_interface__")
@@ -104,16 +110,6 @@ def _device_of(obj: Any, sync: bool = True) -> tuple[Any, bool]:
     return _from_interface(desc, obj, sync), bool(desc["data"][1])
 
 
-def _layout(dev: Any) -> Literal["C", "F"] | None:
-    """'C' or 'F' when ``dev`` is contiguous that way, else None."""
-    probe = np.lib.stride_tricks.as_strided(np.zeros(1, dev.dtype), dev.shape, dev.strides)
-    if dev.size <= 1 or probe.flags.c_contiguous:
-        return "C"
-    if probe.flags.f_contiguous:
-        return "F"
-    return None
-
-
 def _byte_view(dev: Any) -> Any:
     """A 1-D uint8 device array over the same (contiguous) memory as ``dev``."""
     nbytes = int(dev.size) * np.dtype(dev.dtype).itemsize
@@ -125,20 +121,19 @@ def _byte_view(dev: Any) -> Any:
     return memory._adopt(DeviceNDArray((nbytes,), (1,), np.uint8, gpu_data=dev.gpu_data))
 
 
-def init_from_device(
-    self: SmartArray,
+def device_source(
     obj: Any,
     copy: bool,
     dims: tuple[int, ...] | None,
     dt: np.dtype | None,
     order: str | None,
     pinned: bool,
-    name: str | None,
-) -> None:
-    """``SmartArray.__init__`` for device memory: copied device to device, or adopted.
+) -> tuple[Any, tuple[int, ...], np.dtype, Literal["C", "F"]]:
+    """The device array behind ``obj`` for ``SmartArray(obj)``, with the new array's shape,
+    dtype and layout: every check of the arguments against it, before anything moves.
 
-    Everything is checked before anything moves; the new array's data is current on the
-    device only.
+    ``SmartArray.__init__`` then makes an empty array of that shape, dtype and layout and
+    calls :func:`fill_from_device` (the class statement sits above this layer).
     """
     src, readonly = _device_of(obj)
     shape = tuple(int(d) for d in src.shape)
@@ -165,7 +160,15 @@ def init_from_device(
         raise ValueError("copy=False cannot adopt read-only device memory; pass copy=True")
     if not copy and pinned:
         raise ValueError("copy=False adopts device memory; pinned=True is for a host copy")
-    SmartArray.__init__(self, shape=shape, dtype=dtype, order=layout, pinned=pinned, name=name)
+    return src, shape, dtype, layout
+
+
+def fill_from_device(self: SmartArray, src: Any, copy: bool) -> None:
+    """Fill the new empty array ``self`` from the device array ``src`` (see
+    :func:`device_source`): copied device to device, or adopted with ``copy=False``.
+
+    The new array's data is current on the device only.
+    """
     if not copy:
         self.mark_changed(_adopt_device_bytes(self, _byte_view(src)))
         return
@@ -205,7 +208,7 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
                 order_before_default(a)
                 try:
                     with _budget.resident(a):  # the source stays while the copy is made
-                        return SmartArray(dev)
+                        return _array_classes.smartarray_class()(dev)
                 except DeviceMemoryError:
                     pass  # no room for two device copies: copy on the host instead
     return host_copy(a, order=order)
@@ -254,6 +257,6 @@ def is_cuda_array(obj: Any) -> bool:
     As ``numba.cuda.is_cuda_array``: the interface is not validated. A SmartArray is one
     (without making anything current); so are numba device arrays, also on the simulator.
     """
-    if isinstance(obj, (SmartArray, CudaView)) or memory._is_device_array(obj):
+    if isinstance(obj, (ArrayArgument, CudaView)) or memory._is_device_array(obj):
         return True
     return hasattr(obj, "__cuda_array_interface__")

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "T",
     "check_device_geometry",
+    "contiguous_strides",
     "covers",
     "dtype",
     "flags",
@@ -35,6 +36,17 @@ __all__ = [
     "size",
     "strides",
 ]
+
+
+def contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
+    """The strides of a new contiguous array (``order`` 'F' or else C order)."""
+    strides = [0] * len(shape)
+    step = itemsize
+    dims = range(len(shape)) if order == "F" else reversed(range(len(shape)))
+    for i in dims:
+        strides[i] = step
+        step *= max(shape[i], 1)
+    return tuple(strides)
 
 
 def probe(self: SmartArray) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Interoperability: the CUDA Array Interface, DLPack and foreign device arrays, coherence kept.
 
-Built on SmartArray's public API (``get``, ``mark_changed``, ``is_valid``, construction); the
-few engine facts it needs (the stream of the buffer's pending device work, adopting device
-memory) go through the small helpers at the top of this module.
+Built on SmartArray's public API (``get``, ``mark_changed``, ``is_valid``), without importing
+the class: the interop layer sits below the array layer, whose class statement binds these
+functions (``isinstance`` tests SmartArray's base class, ``ArrayArgument``). The few engine
+facts it needs (the stream of the buffer's pending device work, adopting device memory) go
+through the small helpers at the top of this module.
 
 Export rules (see ``docs/interop.rst``):
 
@@ -23,13 +25,17 @@ Import (device objects of other libraries, ``copy``, numba.cuda's primitives):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _devices, _residency, _streams, memory
+from . import _devices, _dlpack, _residency, memory
+from ._device_objects import device_pointer
 from ._engine import HOST, INOUT
-from .array import SmartArray
+from ._numba_cuda import ArrayArgument
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .array import SmartArray
 
 __all__ = [
     "CudaView",
@@ -59,37 +65,16 @@ def _wait_for_device(a: SmartArray) -> None:
     a._buf.wait_for_device()
 
 
-def order_before_default(a: SmartArray) -> None:
-    """Order ``a``'s pending device work before work queued next on the default stream.
-
-    A device-to-device copy of ``a`` runs on the default stream; with per-thread default
-    streams or non-blocking streams nothing else orders it after a kernel still running on
-    another stream. An event does, without a host wait.
-    """
-    with a._buf.lock:
-        pending = _pending_stream(a)
-        if pending != 0 and pending is not _streams.DEFAULT:
-            a._buf.order_before(0)
-
-
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> str:
     """Make ``raw`` (1-D uint8 device memory) ``a``'s copy on the device that memory is on
     (``a`` owns a fresh buffer); return that device's name, ``'gpu:N'``."""
-    device = _devices.owner(_device_pointer(raw))
+    device = _devices.owner(device_pointer(raw))
     # Counted in the budget, never evicted (the owner's memory).
     a._buf.adopt_device(raw, _devices.location(device))
     return f"gpu:{device}"
 
 
 # -- export ---------------------------------------------------------------------------------
-
-
-def _device_pointer(dev: Any) -> int:
-    if dev.size == 0:
-        return 0
-    if memory.SIMULATOR:  # simulated device memory is host memory
-        return int(dev._ary.__array_interface__["data"][0])
-    return int(dev.device_ctypes_pointer.value or 0)
 
 
 def _interface_stream(a: SmartArray) -> int | None:
@@ -141,7 +126,7 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
         "shape": tuple(int(d) for d in dev.shape),
         "strides": None if contiguous else tuple(int(s) for s in dev.strides),
         "typestr": np.dtype(dev.dtype).str,
-        "data": (_device_pointer(dev), bool(readonly)),
+        "data": (device_pointer(dev), bool(readonly)),
         "version": 3,
         "stream": _interface_stream(a),
     }
@@ -191,8 +176,6 @@ class CudaView:
                 "a CudaView exports the device copy; host consumers take the SmartArray "
                 "itself (np.from_dlpack(a))"
             )
-        from . import _dlpack
-
         with _devices.on(self.device):  # the copy this view shares, whichever is current
             return _dlpack.export(
                 self.array,
@@ -205,8 +188,6 @@ class CudaView:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(kDLCUDA, device id)``: the device copy is what this view shares."""
-        from . import _dlpack
-
         where = _devices.location(self.device)  # the copy this view shares
         return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_copy(where)))
 
@@ -262,8 +243,6 @@ def dlpack(
     """See :meth:`SmartArray.__dlpack__`."""
     kind = _check_dl_device(dl_device)
     if kind is not None and kind[0] == KDL_CUDA:
-        from . import _dlpack
-
         return _dlpack.export(a, stream, max_version, kind[1], copy)
     # The host export is NumPy's: its checks of ``copy``, ``dl_device`` and ``max_version`` run
     # on an empty stand-in first, so a bad request fails as NumPy's does, before anything moves.
@@ -313,9 +292,11 @@ def _route_numba_hints() -> None:
     except ImportError:  # pragma: no cover - a numba-cuda without it takes no DLPack path
         return
     skipped = getattr(devicearray, "_UNSUPPORTED_DLPACK_TYPES", None)
-    if isinstance(skipped, tuple) and SmartArray not in skipped:
+    # numba-cuda tests ``isinstance`` against the tuple: SmartArray's base class, whose only
+    # instances are SmartArrays (the class statement sits above this layer), says the same.
+    if isinstance(skipped, tuple) and ArrayArgument not in skipped:
         # (numba-cuda's private name, absent from numba's stub that the checker reads)
-        devicearray._UNSUPPORTED_DLPACK_TYPES = (*skipped, SmartArray)  # type: ignore[attr-defined]
+        devicearray._UNSUPPORTED_DLPACK_TYPES = (*skipped, ArrayArgument)  # type: ignore[attr-defined]
 
 
 _route_numba_hints()

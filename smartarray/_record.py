@@ -1,7 +1,9 @@
 """The record view: one element of a structured SmartArray, as ``a[i]`` returns it.
 
-It is a SmartArray subclass, so the array layer's module imports this one last (after the
-SmartArray class exists); its ``_as_record`` hook builds these views.
+It is a SmartArray subclass, so it builds on :mod:`smartarray.array`, which never imports it:
+this module registers the class (:mod:`smartarray._array_classes`) when imported, and
+SmartArray's ``_as_record`` hook builds these views through that registration. The package
+imports this module, so it is registered whenever a SmartArray can exist.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ._arguments import address
+from ._array_classes import register_record_view
 from .array import SmartArray
 
 __all__ = ["_Record"]
@@ -83,3 +86,6 @@ class _Record(SmartArray):
 
     def __ne__(self, other: Any) -> Any:
         return self[()] != (other[()] if isinstance(other, SmartArray) else other)
+
+
+register_record_view(_Record)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._arguments import address, njit_owner
+from ._array_classes import smartarray_class as _smart  # registered by smartarray.array
 from ._engine import HOST
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -23,13 +24,6 @@ else:
     from ._numba_cuda import ArrayArgument as _SmartArray
 
 __all__ = ["__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "wrap"]
-
-
-def _smart() -> type[SmartArray]:
-    """The SmartArray class (the array layer's module imports this one to build it)."""
-    from .array import SmartArray
-
-    return SmartArray
 
 
 def _owning(ary: np.ndarray) -> SmartArray:

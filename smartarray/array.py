@@ -34,9 +34,11 @@ import numpy as np
 
 from . import (
     _arguments,
+    _array_classes,
     _copies,
     _devices,
     _exchange,
+    _foreign,
     _geometry,
     _ndarray,
     _numba_cpu,
@@ -45,7 +47,6 @@ from . import (
     _residency,
     _results,
     _views,
-    guard,
     memory,
 )
 from ._checks import _check_array_dtype, _check_shape
@@ -56,7 +57,6 @@ from ._results import (
     _from_njit,
     _rebuild,  # noqa: F401 - old pickles name smartarray.array._rebuild
 )
-from .errors import TransferError
 
 __all__ = ["SmartArray"]
 
@@ -68,36 +68,10 @@ def _check_where(where: Any) -> str:
     return _devices.resolve(where)
 
 
-def _contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
-    strides = [0] * len(shape)
-    step = itemsize
-    dims = range(len(shape)) if order == "F" else reversed(range(len(shape)))
-    for i in dims:
-        strides[i] = step
-        step *= max(shape[i], 1)
-    return tuple(strides)
-
-
 def _check_name(name: Any) -> str | None:
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
     return name
-
-
-def _upload_initial(a: SmartArray, raw: np.ndarray, where: str, adopted: bool) -> None:
-    """Copy new array ``a``'s data ``raw`` to its device copy at ``where`` (``where='gpu'``)."""
-    buf = a._buf
-    if raw.nbytes:
-        guard.check("h2d", raw.nbytes, "construction", buf.name)  # before anything moves
-    with _devices.at(where):
-        dev = buf.ensure_device(where)
-        try:
-            memory.copy_range("h2d", raw, dev, 0, raw.nbytes, 0, "construction", a._desc(), where)
-        except Exception as exc:
-            raise TransferError(f"uploading the initial data failed: {exc}") from exc
-        buf.queued(0)  # a staged synchronous upload: see Buffer._copy
-    if adopted:  # the adopted host memory holds the data too
-        buf.state.apply(buf.state.plan_read(where, 0, raw.nbytes))
 
 
 class SmartArray(ArrayArgument):
@@ -189,13 +163,14 @@ class SmartArray(ArrayArgument):
                 raise TypeError("SmartArray() needs obj (array-like data) or shape (and dtype)")
             dt = np.dtype(np.float64) if dt is None else dt
             _check_shape(shape, itemsize=dt.itemsize)  # exact: no int64 wrap-around
-            strides = _contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
-            nbytes = math.prod(dims) * dt.itemsize
-            self._init(_Buffer(nbytes, None, bool(pinned), name), 0, dims, strides, dt)
+            self._init_empty(dims, dt, order, pinned, name)
             return
         # -- interop (issue 16): device memory is copied device to device; see _foreign --
         if _foreign.is_device_object(obj):
-            _foreign.init_from_device(self, obj, copy, dims, dt, order, bool(pinned), name)
+            src, dims, dt, layout = _foreign.device_source(obj, copy, dims, dt, order, bool(pinned))
+            _check_shape(dims, itemsize=_check_array_dtype(dt).itemsize)
+            self._init_empty(dims, dt, layout, pinned, name)  # then filled, current on the device
+            _foreign.fill_from_device(self, src, copy)
             return
         obj = _foreign.host_dlpack(obj)  # an object that speaks DLPack only
         # -- end interop --
@@ -227,7 +202,7 @@ class SmartArray(ArrayArgument):
         if not (ary.flags.c_contiguous or ary.flags.f_contiguous):
             ary = np.ascontiguousarray(ary)
         layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
-        strides = _contiguous_strides(ary.shape, ary.dtype.itemsize, layout)
+        strides = _geometry.contiguous_strides(ary.shape, ary.dtype.itemsize, layout)
         valid_at = HOST if (where == HOST or adopt) else where
         buf = _Buffer(ary.nbytes, valid_at, bool(pinned), name)
         raw = ary.ravel(order="K").view(np.uint8) if ary.size else np.empty(0, np.uint8)
@@ -243,7 +218,15 @@ class SmartArray(ArrayArgument):
             buf.ensure_host()[:] = raw
         self._init(buf, 0, ary.shape, strides, ary.dtype)
         if where != HOST:
-            _upload_initial(self, raw, where, adopt)
+            _copies.upload_initial(self, raw, where, adopt)
+
+    def _init_empty(
+        self, dims: tuple[int, ...], dt: np.dtype, order: str | None, pinned: bool, name: str | None
+    ) -> None:
+        """Make this a new uninitialised array (its bytes valid everywhere: never copied)."""
+        strides = _geometry.contiguous_strides(dims, dt.itemsize, "F" if order == "F" else "C")
+        nbytes = math.prod(dims) * dt.itemsize
+        self._init(_Buffer(nbytes, None, bool(pinned), name), 0, dims, strides, dt)
 
     @staticmethod
     def _dtype_of(dtype: Any) -> np.dtype:
@@ -373,7 +356,8 @@ class SmartArray(ArrayArgument):
 
     def _as_record(self) -> SmartArray:
         """This 0-d view of a structured array as a record view (see :class:`_Record`)."""
-        return _Record._view(self._buf, self._offset, self._shape, self._strides, self._dtype)
+        record = _array_classes.record_view_class()  # registered by smartarray._record
+        return record._view(self._buf, self._offset, self._shape, self._strides, self._dtype)
 
     # -- the concept modules' functions (module-level functions, ``self`` a SmartArray) ----------
 
@@ -492,12 +476,11 @@ class SmartArray(ArrayArgument):
     _njit_abort, _njit_abort_as = _arguments._njit_abort, _arguments._njit_abort_as
 
 
-# The njit results adapter (smartarray._results): registered where the class it makes exists.
+# The classes the layers below construct through (smartarray._array_classes), and the njit
+# results adapter (smartarray._results): registered where the class they make exists. What
+# builds on the class without being bound into it (the record view, smartarray._record; jit,
+# _like, _partition, _mpi) imports this module; the package imports them all.
+_array_classes.register(SmartArray)
 _numba_cpu.set_result_adapter(_from_njit)
 
 _ndarray.add_unsupported_hints(SmartArray)  # ndarray attributes SmartArray lacks fail with a hint
-
-# The interop logic (smartarray/_interop.py, smartarray/_foreign.py) and the record view
-# (smartarray/_record.py) build on SmartArray, so they are imported last.
-from . import _foreign, _interop  # noqa: E402, F401
-from ._record import _Record  # noqa: E402

@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 import pathlib
 import re
+import subprocess
+import sys
 import types
 import weakref
 
@@ -18,10 +20,13 @@ import pytest
 from numba.cuda.args import ArgHint
 
 import smartarray as sa
+from smartarray import _array_classes
 from smartarray._numba_cuda import ArrayArgument
+from smartarray._record import _Record
 from smartarray.array import SmartArray
 
-API_PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "api.rst"
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+API_PAGE = ROOT / "docs" / "api.rst"
 
 
 def test_the_mro_is_short_and_what_the_source_says() -> None:
@@ -125,3 +130,43 @@ def test_the_operators_are_numpys() -> None:
             return "deferred"
 
     assert a + Defers() == "deferred"  # NumPy's opt-out, as NDArrayOperatorsMixin honours it
+
+
+# -- the layers below the class statement construct through registered classes (issue 27) --
+
+
+def test_the_layers_below_construct_through_the_registered_classes() -> None:
+    # The interop layer (copies of device objects) and the array layer's helpers (NumPy and
+    # njit results, unpickling, record views) make SmartArrays without importing the class.
+    assert _array_classes.smartarray_class() is SmartArray
+    assert _array_classes.record_view_class() is _Record
+    a = sa.SmartArray(np.zeros(3, dtype=[("x", "f8"), ("y", "i4")]))
+    assert type(a[1]) is _Record
+    assert type(np.sin(sa.SmartArray(np.arange(3.0)))) is SmartArray
+    assert type(sa.SmartArray(np.arange(3.0), where="gpu").copy()) is SmartArray
+
+
+def test_no_registered_class_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_array_classes, "_SMARTARRAY", [])
+    with pytest.raises(RuntimeError, match="no SmartArray class is registered: import smartarray"):
+        _array_classes.smartarray_class()
+    monkeypatch.setattr(_array_classes, "_RECORD_VIEW", [])
+    with pytest.raises(RuntimeError, match="no record view class is registered"):
+        _array_classes.record_view_class()
+
+
+def test_importing_the_array_module_alone_gives_every_kind_of_array() -> None:
+    # smartarray.array no longer imports what builds on it (the record view registers itself
+    # when the package imports it): importing the module alone still gives all of it.
+    code = (
+        "import numpy as np\n"
+        "from smartarray.array import SmartArray\n"
+        "a = SmartArray(np.zeros(2, dtype=[('x', 'f8')]))\n"
+        "a[0]['x'] = 5\n"
+        "assert type(a[0]).__name__ == '_Record', type(a[0])\n"
+        "assert a.host()['x'].tolist() == [5.0, 0.0]\n"
+        "b = SmartArray(np.arange(3.0), where='gpu')\n"
+        "assert type(b.copy()) is SmartArray and type(b + 1) is SmartArray\n"
+        "assert SmartArray(b.gpu()).tolist() == [0.0, 1.0, 2.0]\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=300)
