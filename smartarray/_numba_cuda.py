@@ -5,8 +5,9 @@ numba-cuda prepares every kernel argument that is an ``ArgHint`` by calling its
 callbacks to ``retr``, which the dispatcher runs right after the launch (the simulator: after
 every block finished). SmartArray and the intent wrappers of :mod:`smartarray.hints` are
 ``ArgHint`` subclasses; a SmartArray is an :class:`ArrayArgument`, the protocol the intent
-wrappers talk to, and a direct subclass of it at run time (see :mod:`smartarray._mixins`: each
-class between an argument's type and ``object`` costs every njit call and launch a little).
+wrappers talk to, and SmartArray's direct base class (``smartarray/array.py`` is one class
+statement: each class between an argument's type and ``object`` costs every njit call and
+launch a little).
 
 The simulator swaps ``numba.cuda.args`` for a module of its own, so ``ArgHint`` is imported here,
 after numba.cuda chose its target (any import of smartarray imports numba.cuda first).
