@@ -405,6 +405,31 @@ def test_queued_work_keeps_stream_and_event_order_in_every_seeded_order() -> Non
     assert len(orders) > 1  # the seed changes the interleaving
 
 
+def test_a_wait_that_starts_inside_another_wait_does_not_run_work_twice() -> None:
+    """A host wait made while another is choosing what to run (a finalizer that frees device
+    memory, which waits, run by a garbage collection in the same thread) ran the work the
+    outer wait had already picked: the outer one then failed with ``list.remove(x): x not in
+    list`` (seen once in CI). The inner wait must not run queued work then."""
+    q = _queue(0)
+    a = q.create_stream(1)
+    ran: list[str] = []
+    first = q.enqueue(a, lambda: ran.append("first"), "first")
+    second = q.enqueue(a, lambda: ran.append("second"), "second")
+
+    class Deps(list):
+        collected = False
+
+        def __iter__(self):  # the outer wait reads what ``second`` waits for: a collection
+            if not Deps.collected:  # runs a finalizer then, which waits for the stream
+                Deps.collected = True
+                q.synchronize(a)
+            return super().__iter__()
+
+    second.deps = Deps(second.deps)
+    q.run_until([second])
+    assert ran == ["first", "second"] and first.done and second.done and not q.ops
+
+
 def test_waiting_for_one_stream_runs_only_what_it_needs() -> None:
     q = _queue(0)
     a, b = q.create_stream(1), q.create_stream(1)

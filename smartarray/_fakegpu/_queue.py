@@ -178,17 +178,19 @@ class Queue:
         """Run the queued work ``targets`` need (and nothing else), in a seeded order."""
         if getattr(self._running, "active", False):
             return  # a host function waiting inside queued work: CUDA forbids it; do not recurse
-        needed: dict[int, Op] = {}
-        stack = [t for t in targets if t is not None and not t.done]
-        while stack:
-            op = stack.pop()
-            if id(op) in needed or op.done:
-                continue
-            needed[id(op)] = op
-            stack.extend(d for d in op.deps if not d.done)
-        pending = list(needed.values())
+        # Active from here: a wait started while this one chooses what to run (a finalizer
+        # that frees memory, run by a collection in this thread) must not run that work.
         self._running.active = True
         try:
+            needed: dict[int, Op] = {}
+            stack = [t for t in targets if t is not None and not t.done]
+            while stack:
+                op = stack.pop()
+                if id(op) in needed or op.done:
+                    continue
+                needed[id(op)] = op
+                stack.extend(d for d in op.deps if not d.done)
+            pending = list(needed.values())
             while pending:
                 ready = [op for op in pending if all(d.done for d in op.deps)]
                 op = ready[self.rng.randrange(len(ready))]
