@@ -118,7 +118,7 @@ def drop_device(self: Buffer, where: str = GPU) -> None:
     if rec is not None and rec.views:
         for view in list(rec.views.values()):
             view._device_view = view._device_arg = None
-            view._gpu_only_at = view._device_at = -1
+            _residency.close_fast_path(view)
         rec.views.clear()
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -59,6 +59,24 @@ __all__ = [
 #: The margin left free below a GPU's free memory by the default budget: a tenth of it, at
 #: least this much (kernels' local memory, other libraries, numba's own allocations).
 DEFAULT_MARGIN = 128 << 20
+
+
+class CachingView(Protocol):
+    """What the engine reads and resets of a view that caches a device view of a buffer's
+    copy for the launch fast path (SmartArray implements it in its slots; the array layer's
+    side is ``smartarray/_arguments.py``). The engine never names the array class: an eviction
+    closes the fast path (:func:`close_fast_path`), dropping the copy also forgets the views
+    (``Buffer.drop_device``)."""
+
+    _device_view: Any  # the view of the device copy, or None
+    _device_arg: Any  # what a kernel receives for it
+    _gpu_only_at: int  # the state's version at which the view was current on the device only
+    _device_at: int  # ... and current there (-1: closed)
+
+
+def close_fast_path(view: CachingView) -> None:
+    """Make ``view``'s next launch take the slow path (it re-checks the state)."""
+    view._gpu_only_at = view._device_at = -1
 
 
 class Residency:
@@ -91,7 +109,7 @@ class Residency:
         self.sizes: dict[int, int] = {}
         self.keep = 0
         self.shared = ""
-        self.views: weakref.WeakValueDictionary[int, Any] | None = None
+        self.views: weakref.WeakValueDictionary[int, CachingView] | None = None
         self.handouts: list[tuple[weakref.ref[Any], str]] = []
 
 
@@ -167,7 +185,7 @@ def started(launch: Any) -> None:
     _launches[threading.get_ident()] = launch
 
 
-def cache_view(buf: Buffer, view: Any) -> None:
+def cache_view(buf: Buffer, view: CachingView) -> None:
     """``view`` caches a device view of ``buf``'s device copy: an eviction clears it."""
     rec = record(buf)
     if rec.views is None:
@@ -347,7 +365,7 @@ def _evict_one(buf: Buffer, reason: str, device: int) -> int:
         # it finds the fast path closed and takes the slow path (which waits for this lock).
         if rec.views:
             for view in list(rec.views.values()):
-                view._gpu_only_at = view._device_at = -1
+                close_fast_path(view)
         if _kept(buf, _pinned()):
             return 0
         # Queued device work uses it (stream order): wait for it, as a host read would.
