@@ -17,7 +17,7 @@ import textwrap
 import numba
 import numpy as np
 import pytest
-from _targets import real_target_env
+from _targets import real_target_env, with_checkout
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import cuda
@@ -557,12 +557,7 @@ def test_same_inference_on_the_real_cuda_target():
     from pathlib import Path
 
     tests = str(Path(__file__).resolve().parent)
-    env = real_target_env()
-    import os
-
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(tests).parent), env.get("PYTHONPATH")])
-    )
+    env = with_checkout(real_target_env())
     out = subprocess.run(
         [sys.executable, "-c", REAL.format(tests=tests)],
         env=env,

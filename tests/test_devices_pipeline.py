@@ -17,7 +17,6 @@ process with one device).
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ import smartarray as sa
 from smartarray import _devices, _fakegpu, memory
 from smartarray._strict import state as _strict_state
 from smartarray.coherence import DEFAULT_MAX_RUNS, TransferCost
-from tests._targets import real_target_env
+from tests._targets import real_target_env, with_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 24
@@ -229,8 +228,8 @@ def test_the_pipeline_over_several_devices(devices: int, peer: str) -> None:
         SMARTARRAY_FAKE_GPU="1",
         SMARTARRAY_FAKE_GPU_DEVICES=str(devices),
         SMARTARRAY_FAKE_GPU_PEER=peer,
-        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
     )
+    with_checkout(env)
     done = subprocess.run(
         [
             sys.executable,

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _targets import with_checkout
 
 import smartarray as sa
 
@@ -128,7 +129,7 @@ def _run(argv: list[str], extra_env: dict[str, str] | None = None) -> str:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
         env.pop("SMARTARRAY_STRICT", None)
     # This checkout's smartarray, not whichever one the interpreter has installed.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with_checkout(env)
     out = subprocess.run(
         argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
     )

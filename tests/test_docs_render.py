@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _targets import with_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -27,7 +28,7 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["NUMBA_ENABLE_CUDASIM"] = "1"
     env.pop("SMARTARRAY_STRICT", None)  # the figures show the library's plain behaviour
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with_checkout(env)
     return env
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _targets import real_target_env
+from _targets import real_target_env, with_checkout
 
 from smartarray import _fakegpu
 from smartarray.memory import SIMULATOR
@@ -302,7 +302,7 @@ def _session_target_env() -> dict[str, str]:
         env["NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"] = "0"
     else:
         env.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with_checkout(env)
     return env
 
 
@@ -349,7 +349,7 @@ def test_example_prints_no_warning_unless_it_is_the_point(name):
 def _without_simulator_env() -> dict[str, str]:
     """The environment of a new user: nothing set, the example picks its target itself."""
     env = real_target_env()
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with_checkout(env)
     return env
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._targets import real_target_env
+from tests._targets import real_target_env, with_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def run_fake(
     extra = env
     env = real_target_env()
     env.update(extra or {})
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    with_checkout(env)
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     else:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _kernels import add_one
+from _targets import with_checkout
 from numba import cuda
 
 import smartarray as sa
@@ -211,7 +212,7 @@ def test_environment_variable_guards_a_whole_run():
         "    print('allowed', float(a.sum()))\n"
     )
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", SMARTARRAY_TRANSFER_GUARD="disallow")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    with_checkout(env)
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import inspect
-import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
-from _targets import real_target_env
+from _targets import real_target_env, with_checkout
 from numba import cuda
 from numba.cuda import args as numba_args
 
@@ -346,9 +344,7 @@ REAL = textwrap.dedent(
 
 def test_real_target_proxy_and_typing():
     env = real_target_env()
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")])
-    )
+    with_checkout(env)
     out = subprocess.run(
         [sys.executable, "-c", REAL], env=env, capture_output=True, text=True, timeout=300
     )

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _targets import with_checkout
 
 #: The source checkout: its ``benchmarks/`` holds the benchmarks' runner.
 ROOT = Path(__file__).resolve().parent.parent
@@ -329,7 +330,7 @@ def test_bench_says_how_long_it_takes_before_it_starts(tmp_path, args, duration,
         )
     else:  # the runner itself, in the folder above it (this checkout's smartarray on the path)
         env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        with_checkout(env)
         out = subprocess.run(
             [sys.executable, "-m", "benchmarks", *args],
             cwd=tmp_path,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _targets import with_checkout
 
 import smartarray as sa
 from smartarray import _mpi as sampi
@@ -410,7 +411,7 @@ def needs_mpi(test):
 def _env() -> dict[str, str]:
     # The simulator in every rank; SMARTARRAY_STRICT, if set, is kept: strict mode applies.
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with_checkout(env)
     return env
 
 

@@ -15,6 +15,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from _targets import with_checkout
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -37,7 +38,7 @@ def test_the_readme_has_snippets_that_show_their_output() -> None:
 
 def test_every_readme_snippet_runs_as_written_and_prints_what_it_shows() -> None:
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    with_checkout(env)
     out = subprocess.run(
         [sys.executable, "-c", "\n".join(SNIPPETS)],
         cwd=ROOT,
