@@ -49,7 +49,7 @@ def _example() -> Any:
 
 def measure(devices: int, n: int, steps: int) -> dict[str, Any]:
     """Run the example here on the first ``devices`` devices; the figures of one row."""
-    from smartarray import _devices
+    from smartarray._memory import devices as _devices
     from smartarray.memory import SIMULATOR
 
     run = _example().main(n=n, steps=steps, devices=devices, quiet=True)
@@ -82,7 +82,7 @@ def measure(devices: int, n: int, steps: int) -> dict[str, Any]:
 
 
 def _visible() -> int:
-    from smartarray import _devices
+    from smartarray._memory import devices as _devices
 
     return _devices.count()
 

@@ -605,7 +605,7 @@ class HaloExchange(Workload):
         return self._result([x.get("host") for x in u], rows)
 
     def _smart(self, p: Params, progress: Callable[[int, int], None], launch: Any) -> np.ndarray:
-        from smartarray import _mpi
+        from smartarray._distributed import mpi_halos as _mpi
 
         rows, host = self._blocks(p)
         u = [sa.SmartArray(x) for x in host]

@@ -138,7 +138,7 @@ class Run:
 
 def _peer(devices: list[int]) -> bool:
     """Whether every pair of the devices used can copy peer to peer (the engine's question)."""
-    from smartarray import _devices
+    from smartarray._memory import devices as _devices
 
     return all(_devices.peer(a, b) for a in devices for b in devices if a != b)
 

@@ -4,7 +4,7 @@ The low-level primitives have the signatures of numba.cuda's reference pages; ev
 they move is counted (:func:`stats`, :func:`trace`).
 """
 
-from ._environment import flag as _flag
+from ._platform.environment import flag as _flag
 
 if _flag("SMARTARRAY_FAKE_GPU"):
     # The fake CUDA driver must be loaded before numba.cuda picks its target and driver.
@@ -17,12 +17,13 @@ elif _flag("SMARTARRAY_STRICT"):
 
     _select_simulator()
 
-from . import _no_device, _record  # noqa: F401 - _record registers the record view class
-from ._budget import device_budget, resident, set_device_budget
-from ._foreign import as_cuda_array, is_cuda_array
+from . import _record  # noqa: F401 - _record registers the record view class
+from ._distributed.partition import DeviceBlock, decompose
+from ._engine.budget import device_budget, resident, set_device_budget
+from ._interop.foreign import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like
-from ._numba_transfers import count_all_transfers
-from ._partition import DeviceBlock, decompose
+from ._numba.copy_counting import count_all_transfers
+from ._platform import no_device as _no_device
 from ._version import __version__
 from .array import SmartArray
 from .coherence import NVLINK_C2C, PCIE5_X16, TransferCost, set_transfer_cost, transfer_cost

@@ -96,7 +96,7 @@ def info(target_line: str) -> dict[str, str]:
         major, minor = device.compute_capability
         rows["device"] = f"{name} (compute capability {major}.{minor})"
         if len(cuda.gpus) > 1:
-            from . import _devices
+            from ._memory import devices as _devices
 
             n = len(cuda.gpus)
             pairs = [f"{a}->{b}" for a in range(n) for b in range(n) if _devices.peer(a, b)]

@@ -361,7 +361,7 @@ def _run(
 
 def plot(traces: dict[str, sa.Trace], path: Any) -> Any:
     """Draw the strategies' timelines side by side (host and device lanes) into ``path``."""
-    from ._plot import plot_timelines
+    from ._observe.plot import plot_timelines
 
     panels = {f"{key}: {len(t.events)} transfers": t.events for key, t in traces.items()}
     return plot_timelines(panels, path)

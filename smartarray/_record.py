@@ -1,7 +1,7 @@
 """The record view: one element of a structured SmartArray, as ``a[i]`` returns it.
 
 It is a SmartArray subclass, so it builds on :mod:`smartarray.array`, which never imports it:
-this module registers the class (:mod:`smartarray._array_classes`) when imported, and
+this module registers the class (:mod:`smartarray._engine.array_classes`) when imported, and
 SmartArray's ``_as_record`` hook builds these views through that registration. The package
 imports this module, so it is registered whenever a SmartArray can exist.
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ._arguments import address
-from ._array_classes import register_record_view
+from ._engine.arguments import address
+from ._engine.array_classes import register_record_view
 from .array import SmartArray
 
 __all__ = ["_Record"]

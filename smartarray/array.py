@@ -32,31 +32,28 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import (
-    _arguments,
-    _array_classes,
-    _copies,
-    _devices,
-    _exchange,
-    _foreign,
-    _geometry,
-    _ndarray,
-    _numba_cpu,
-    _numpy_api,
-    _protocols,
-    _residency,
-    _results,
-    _views,
-    memory,
-)
-from ._checks import _check_array_dtype, _check_shape
-from ._engine import HOST, INOUT
-from ._engine import Buffer as _Buffer
-from ._numba_cuda import ArrayArgument
-from ._results import (
-    _from_njit,
-    _rebuild,  # noqa: F401 - old pickles name smartarray.array._rebuild
-)
+from . import memory
+from ._array import copies as _copies
+from ._array import exchange as _exchange
+from ._array import geometry as _geometry
+from ._array import ndarray as _ndarray
+from ._array import numpy_api as _numpy_api
+from ._array import protocols as _protocols
+from ._array import results as _results
+from ._array import views as _views
+
+# (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
+from ._array.results import _from_njit, _rebuild  # noqa: F401
+from ._engine import arguments as _arguments
+from ._engine import array_classes as _array_classes
+from ._engine import residency as _residency
+from ._engine.buffer import HOST, INOUT
+from ._engine.buffer import Buffer as _Buffer
+from ._interop import foreign as _foreign
+from ._memory import devices as _devices
+from ._memory.checks import _check_array_dtype, _check_shape
+from ._numba import njit as _numba_cpu
+from ._numba.kernels import ArrayArgument
 
 __all__ = ["SmartArray"]
 
@@ -252,7 +249,7 @@ class SmartArray(ArrayArgument):
         self._njit_view: np.ndarray | None = None
         self._njit_fast: Any = None
         self._device_arg: Any = None  # what a kernel receives for _device_view
-        # The launch fast path (smartarray._arguments): the state's version at which this
+        # The launch fast path (smartarray._engine.arguments): the state's version at which this
         # view was current on the device only, and at which it was current there.
         self._gpu_only_at = self._device_at = -1
         self._device_on = 0  # the device of the cached device view (several devices)
@@ -316,7 +313,7 @@ class SmartArray(ArrayArgument):
         ``wait``: block until the device work queued on this buffer finished (the caller may
         use the array on any stream, or a late upload would overwrite what its kernel writes).
         Without it, the caller orders its work after the buffer's itself (the CUDA Array
-        Interface names the stream to order after: see smartarray._interop). ``where``: the
+        Interface names the stream to order after: see smartarray._interop.exports). ``where``: the
         device location (default: the current device's), which must be current.
         """
         self._check_device_geometry()  # before anything moves
@@ -349,7 +346,7 @@ class SmartArray(ArrayArgument):
         _devices.resolve(name, "device")  # (refused naming the argument, before anything moves)
         return self.get(name)
 
-    # -- hooks of the view and indexing methods (smartarray._views) ----------------------------
+    # -- hooks of the view and indexing methods (smartarray._array.views) ----------------------
 
     _copy_of = staticmethod(_results.copy_of)  # a new SmartArray holding a copy of an ndarray
     _adopt = staticmethod(_results._owning)  # a new SmartArray adopting a fresh ndarray
@@ -361,7 +358,7 @@ class SmartArray(ArrayArgument):
 
     # -- the concept modules' functions (module-level functions, ``self`` a SmartArray) ----------
 
-    # the host copy as this view sees it, and the array's name (smartarray._copies)
+    # the host copy as this view sees it, and the array's name (smartarray._array.copies)
     name = property(_copies.name, _copies.set_name)
     _desc = _copies._desc
     _changed = _copies._changed
@@ -374,7 +371,7 @@ class SmartArray(ArrayArgument):
     is_valid = _copies.is_valid
     valid_at = property(_copies.valid_at)
 
-    # geometry: ndarray attributes, read from the view's geometry (smartarray._geometry)
+    # geometry: ndarray attributes, read from the view's geometry (smartarray._array.geometry)
     shape = property(_geometry.shape)
     dtype = property(_geometry.dtype)
     ndim = property(_geometry.ndim)
@@ -387,7 +384,7 @@ class SmartArray(ArrayArgument):
     _probe, _covers = _geometry.probe, _geometry.covers
     _check_device_geometry = _geometry.check_device_geometry
 
-    # views and indexing (smartarray._views)
+    # views and indexing (smartarray._array.views)
     transpose = _views.transpose
     squeeze = _views.squeeze
     swapaxes = _views.swapaxes
@@ -397,7 +394,8 @@ class SmartArray(ArrayArgument):
     __getitem__ = _views.__getitem__
     __setitem__ = _views.__setitem__
 
-    # Python's protocols (smartarray._protocols), two to a line; pickling (smartarray._results)
+    # Python's protocols (smartarray._array.protocols), two to a line; pickling
+    # (smartarray._array.results)
     __len__, __iter__ = _protocols.__len__, _protocols.__iter__
     __reversed__, __contains__ = _protocols.__reversed__, _protocols.__contains__
     __bool__, __index__ = _protocols.__bool__, _protocols.__index__
@@ -408,7 +406,7 @@ class SmartArray(ArrayArgument):
     __reduce__ = _results.__reduce__
     _wrap = staticmethod(_results.wrap)  # NumPy's results as SmartArrays
 
-    # device-array copies and the interop protocols (smartarray._exchange)
+    # device-array copies and the interop protocols (smartarray._array.exchange)
     copy_to_host = _exchange.copy_to_host
     copy_to_device = _exchange.copy_to_device
     __cuda_array_interface__ = property(_exchange.__cuda_array_interface__)
@@ -417,12 +415,13 @@ class SmartArray(ArrayArgument):
     __dlpack_device__ = _exchange.__dlpack_device__
     copy = _exchange.copy  # device to device when current there only; else ndarray.copy's
 
-    # NumPy's protocols (smartarray._numpy_api)
+    # NumPy's protocols (smartarray._array.numpy_api)
     __array__ = _numpy_api.__array__
     __array_ufunc__ = _numpy_api.__array_ufunc__
     __array_function__ = _numpy_api.__array_function__
 
-    # numpy.ndarray's methods (smartarray._ndarray), several to a line: on the current host data
+    # numpy.ndarray's methods (smartarray._array.ndarray), several to a line: on the current host
+    # data
     all, any, argmax, argmin = _ndarray.all, _ndarray.any, _ndarray.argmax, _ndarray.argmin
     argpartition, argsort, astype = _ndarray.argpartition, _ndarray.argsort, _ndarray.astype
     choose, clip, compress, conj = _ndarray.choose, _ndarray.clip, _ndarray.compress, _ndarray.conj
@@ -437,7 +436,7 @@ class SmartArray(ArrayArgument):
     fill, sort, put, partition = _ndarray.fill, _ndarray.sort, _ndarray.put, _ndarray.partition
     byteswap, resize, setflags = _ndarray.byteswap, _ndarray.resize, _ndarray.setflags
 
-    # Python's operators, as numpy.lib.mixins.NDArrayOperatorsMixin's (smartarray._ndarray)
+    # Python's operators, as numpy.lib.mixins.NDArrayOperatorsMixin's (smartarray._array.ndarray)
     __lt__ = _ndarray.binary(np.less, "lt")
     __le__ = _ndarray.binary(np.less_equal, "le")
     __eq__ = _ndarray.binary(np.equal, "eq")  # elementwise, as NumPy's
@@ -464,7 +463,8 @@ class SmartArray(ArrayArgument):
     __abs__ = _ndarray.unary(np.absolute, "abs")
     __invert__ = _ndarray.unary(np.invert, "invert")
 
-    # a kernel or njit argument: typing, launch preparation, njit hooks (smartarray._arguments)
+    # a kernel or njit argument: typing, launch preparation, njit hooks
+    # (smartarray._engine.arguments)
     _numba_type_ = functools.cached_property(_arguments._numba_type_)
     _numba_in_type_ = functools.cached_property(_arguments._numba_in_type_)
     _numba_type = _arguments._numba_type
@@ -476,8 +476,8 @@ class SmartArray(ArrayArgument):
     _njit_abort, _njit_abort_as = _arguments._njit_abort, _arguments._njit_abort_as
 
 
-# The classes the layers below construct through (smartarray._array_classes), and the njit
-# results adapter (smartarray._results): registered where the class they make exists. What
+# The classes the layers below construct through (smartarray._engine.array_classes), and the njit
+# results adapter (smartarray._array.results): registered where the class they make exists. What
 # builds on the class without being bound into it (the record view, smartarray._record; jit,
 # _like, _partition, _mpi) imports this module; the package imports them all.
 _array_classes.register(SmartArray)

@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _frames
+from ._observe import frames as _frames
 from .errors import TransferGuardError
 
 __all__ = ["EXPLICIT_REASONS", "MODES", "check", "transfer_guard"]

@@ -21,8 +21,8 @@ from typing import Any
 from numba.cuda import args as _numba_args
 from numba.cuda.typing.typeof import Purpose, typeof
 
-from ._engine import IN, INOUT, OUT
-from ._numba_cuda import ArrayArgument
+from ._engine.buffer import IN, INOUT, OUT
+from ._numba.kernels import ArrayArgument
 
 __all__ = ["In", "InOut", "Out"]
 
@@ -48,7 +48,7 @@ def _kind(cls: type) -> int:
 class _Intent(_numba_args.ArgHint):
     intent: str  # each subclass's: IN, OUT or INOUT
     _numba_hint: type = _numba_args.InOut
-    _njit_fast = None  # njit always goes through the hooks (see smartarray._numba_cpu)
+    _njit_fast = None  # njit always goes through the hooks (see smartarray._numba.njit)
     #: Whether the wrapped value is a SmartArray (set once per wrapper: a launch reads it).
     _smart = False
 

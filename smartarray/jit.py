@@ -34,8 +34,9 @@ import wrapt
 from numba import cuda
 from numba.cuda import args as _numba_args
 
-from . import _access, _sessions
-from . import _simulator as _sim
+from . import _access
+from ._platform import sessions as _sessions
+from ._platform import simulator as _sim
 from .array import SmartArray
 from .hints import In
 

@@ -4,11 +4,15 @@ The memory layer is the only code that allocates device or page-locked memory or
 between host and device, and every copy it makes is counted in :mod:`smartarray.stats`. This
 module holds its public face; the rest lives in private modules, one concept each:
 
-- :mod:`smartarray._checks`: argument checks (shared with SmartArray), run before anything moves;
-- :mod:`smartarray._counted`: numba's device objects re-classed so that their copies are counted;
-- :mod:`smartarray._pinning`: the registry of page-locked host memory, and mapping;
-- :mod:`smartarray._byteranges`: byte-range copies and device views for SmartArray's buffers;
-- :mod:`smartarray._simulator`: every gap of the numba CUDA simulator, filled in one place, so
+- :mod:`smartarray._memory.checks`: argument checks (shared with SmartArray), run before anything
+moves;
+- :mod:`smartarray._memory.counted`: numba's device objects re-classed so that their copies are
+counted;
+- :mod:`smartarray._memory.pinning`: the registry of page-locked host memory, and mapping;
+- :mod:`smartarray._memory.byte_ranges`: byte-range copies and device views for SmartArray's
+buffers;
+- :mod:`smartarray._platform.simulator`: every gap of the numba CUDA simulator, filled in one place,
+so
   that code above this layer behaves the same on the simulator and on a GPU.
 
 The device objects returned are Numba's own (``DeviceNDArray``, ``DeviceRecord``,
@@ -25,18 +29,16 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from . import _simulator as _sim
-
 # SmartArray's byte ranges, the shared checks and the counted objects' internals are reached
 # through this module by the layers above (and by tests): hence the re-exports (F401).
-from ._byteranges import (  # noqa: F401
+from ._memory.byte_ranges import (  # noqa: F401
     copy_between_devices,
     copy_device,
     copy_range,
     device_view,
     handout_view,
 )
-from ._checks import (  # noqa: F401
+from ._memory.checks import (  # noqa: F401
     _byte_extent,
     _check_dtype,
     _check_host_array,
@@ -48,9 +50,10 @@ from ._checks import (  # noqa: F401
     _is_device_array,
     check_compatibility,
 )
-from ._counted import _adopt, _base_class, _raw, _Uncounted, describe  # noqa: F401
-from ._pinning import _mapping, _Registration, _registry
-from ._simulator import SIMULATOR
+from ._memory.counted import _adopt, _base_class, _raw, _Uncounted, describe  # noqa: F401
+from ._memory.pinning import _mapping, _Registration, _registry
+from ._platform import simulator as _sim
+from ._platform.simulator import SIMULATOR
 from .stats import abort as _abort
 from .stats import begin as _begin
 from .stats import record as _record

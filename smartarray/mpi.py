@@ -26,7 +26,16 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
         "pip install '.[mpi]' (mpi4py>=4 and the mpich wheel)"
     ) from exc
 
-from ._mpi import Request, exchange_halos, irecv, isend, recv, send, sendrecv, waitall
+from ._distributed.mpi_halos import (
+    Request,
+    exchange_halos,
+    irecv,
+    isend,
+    recv,
+    send,
+    sendrecv,
+    waitall,
+)
 
 __all__ = [
     "Request",

@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _environment, _frames, guard
+from . import guard
+from ._observe import frames as _frames
+from ._platform import environment as _environment
 
 __all__ = [
     "Trace",
@@ -32,7 +34,7 @@ __all__ = [
     "trace",
 ]
 
-from ._transfer_records import (  # the records users read; re-exported here
+from ._observe.transfer_records import (  # the records users read; re-exported here
     _FIELDS,
     DIRECTIONS,
     EvictionEvent,
@@ -51,7 +53,7 @@ logger = logging.getLogger("smartarray")
 # NVTX ranges around transfers: off unless switched on (enable_nvtx or SMARTARRAY_NVTX=1) and
 # the ``nvtx`` package is importable.
 _nvtx: Any = None
-#: Whether numba.cuda's own copies are counted too (smartarray._numba_transfers switches it).
+#: Whether numba.cuda's own copies are counted too (smartarray._numba.copy_counting switches it).
 _all_numba = False
 #: Per thread: how many of smartarray's own counted copies are under way (numba's copy
 #: functions they call must not count them a second time).

@@ -20,7 +20,7 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
-from . import _environment
+from ._platform import environment as _environment
 from ._strict import disable as _disable
 from ._strict import enable as _enable
 from ._strict.launch import StrictModeError

@@ -33,7 +33,7 @@ def _cuda_driver_present() -> bool:
 
 
 def _switched_on(name: str) -> bool:
-    """An environment switch read as smartarray reads it (``smartarray/_environment.py``)."""
+    """An environment switch read as smartarray reads it (smartarray._platform.environment)."""
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 

@@ -199,7 +199,7 @@ def test_budget_models_in_process():
 
     import bench_budget as bb
 
-    from smartarray import _residency
+    from smartarray._engine import residency as _residency
 
     gc.collect()
     with _residency._lock:  # copies other tests left resident go first: the bytes are the run's

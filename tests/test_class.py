@@ -1,7 +1,7 @@
 """SmartArray is one class statement: what users and maintainers rely on (issue 27).
 
 The class statement in ``smartarray/array.py`` binds functions of the concept modules
-(``_geometry``, ``_views``, ``_ndarray``, ...); nothing rebuilds the class at import, so the
+(``smartarray/_array/``: geometry, views, ndarray, ...); nothing rebuilds the class at import, so the
 class that runs is the class the source, debuggers and type checkers show.
 """
 
@@ -21,8 +21,8 @@ import pytest
 from numba.cuda.args import ArgHint
 
 import smartarray as sa
-from smartarray import _array_classes
-from smartarray._numba_cuda import ArrayArgument
+from smartarray._engine import array_classes as _array_classes
+from smartarray._numba.kernels import ArrayArgument
 from smartarray._record import _Record
 from smartarray.array import SmartArray
 

@@ -123,7 +123,7 @@ def test_a_smartarray_made_and_released_in_a_thread_without_a_context() -> None:
 def test_an_eviction_from_a_thread_without_a_context_downloads_what_it_must() -> None:
     """Making room for one device copy downloads another's newer bytes first, from a thread
     with no current context (the budget's eviction path, not a read)."""
-    from smartarray import _residency
+    from smartarray._engine import residency as _residency
 
     a = current_on_the_device_only()  # newer on the device: must come down when evicted
     b = sa.SmartArray(np.zeros(N))

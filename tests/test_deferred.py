@@ -1,10 +1,11 @@
-"""The lock whose weakref-callback work is deferred to its next holder (smartarray._deferred)."""
+"""The lock whose weakref-callback work is deferred to its next holder
+(smartarray._engine.deferred_lock)."""
 
 from __future__ import annotations
 
 import threading
 
-from smartarray._deferred import DeferringLock
+from smartarray._engine.deferred_lock import DeferringLock
 
 
 def test_deferred_work_runs_when_the_lock_is_next_entered_not_before():

@@ -292,7 +292,7 @@ def test_one_device_accepts_gpu_0_and_refuses_gpu_1_before_anything_moves() -> N
 def test_gpu_every_device_reads_what_the_previous_one_wrote_peer_to_peer_where_it_can() -> None:
     from numba import cuda
 
-    from smartarray import _devices
+    from smartarray._memory import devices as _devices
     from tests._kernels import add_one
 
     if len(cuda.gpus) < 2:

@@ -29,7 +29,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _devices, _fakegpu, memory
+from smartarray import _fakegpu, memory
+from smartarray._memory import devices as _devices
 from smartarray._strict import state as _strict_state
 from smartarray.coherence import DEFAULT_MAX_RUNS, TransferCost
 from tests._targets import real_target_env, with_checkout

@@ -220,7 +220,7 @@ def test_a_peer_access_refused_sends_later_copies_through_the_host(
     out = _run(
         f"""
 from numba.cuda.cudadrv import driver as _driver
-from smartarray import _devices
+from smartarray._memory import devices as _devices
 def _refuse(self, peer_context, flags=0):
     raise _driver.CudaAPIError({code}, "refused")
 _driver.Context.enable_peer_access = _refuse

@@ -1,4 +1,4 @@
-"""DLPack export of the device copy to CUDA consumers (smartarray/_dlpack.py, issue 16).
+"""DLPack export of the device copy to CUDA consumers (smartarray/_interop/dlpack.py, issue 16).
 
 A small consumer written here with ctypes (its own struct definitions, after ``dlpack.h``)
 reads each capsule as a CUDA library would: device, shape, strides, dtype, data pointer, flags,
@@ -23,7 +23,8 @@ from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _streams, memory
+from smartarray import memory
+from smartarray._memory import streams as _streams
 from smartarray.testing import strict
 
 N = 6
@@ -436,7 +437,7 @@ def test_the_transfer_guard_refuses_before_anything_is_recorded():
 
 @pytest.mark.strict_mode
 def test_pending_work_is_ordered_before_the_consumer_stream_without_a_host_wait(monkeypatch):
-    from smartarray._engine import Buffer
+    from smartarray._engine.buffer import Buffer
     from smartarray._strict.scheduler import StrictEvent
 
     ordered, waited = [], []
@@ -536,7 +537,7 @@ def test_an_exported_device_copy_is_never_evicted():
 def test_an_export_keeps_the_copy_resident_only_while_it_is_alive(how):
     """A DLPack export (even a capsule dropped unconsumed) made the device copy unevictable
     for the array's life: two such arrays filled a budget of two (issue 25, E6)."""
-    from smartarray import _residency
+    from smartarray._engine import residency as _residency
 
     a, b = (sa.SmartArray(np.arange(N, dtype=np.float64) + k) for k in range(2))
     gc.collect()
@@ -657,7 +658,7 @@ def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_
 def test_a_copied_export_of_device_data_under_a_budget_that_holds_only_it():
     """``copy=True`` pinned its own source through a get('gpu') hand-out, then could not make
     room for the copy (as ``a.copy()`` did, issue 25 E8): it copies on the host instead."""
-    from smartarray import _residency
+    from smartarray._engine import residency as _residency
 
     gc.collect()
     with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact

@@ -1,4 +1,4 @@
-"""The coherence engine (smartarray._engine): acquire / release rules of each intent, on one
+"""The coherence engine (smartarray._engine.buffer): acquire / release rules of each intent, on one
 base buffer, checked by the bytes moved and the validity recorded."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import smartarray as sa
-from smartarray._engine import GPU, HOST, IN, INOUT, LOCATIONS, OUT, Buffer
+from smartarray._engine.buffer import GPU, HOST, IN, INOUT, LOCATIONS, OUT, Buffer
 
 
 def _on_device(n: int = 16) -> sa.SmartArray:

@@ -1,4 +1,4 @@
-"""The environment variables smartarray reads (smartarray._environment): booleans parsed
+"""The environment variables smartarray reads (smartarray._platform.environment): booleans parsed
 strictly, integers refused when they are not, in the parser and at import (issue 25 E12)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 from _targets import real_target_env
 
-from smartarray._environment import parse_flag
+from smartarray._platform.environment import parse_flag
 
 ON = ["1", "true", "True", "YES", "on", " On "]
 OFF = ["", "0", "false", "FALSE", "no", "No", "off", " OFF "]

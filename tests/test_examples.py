@@ -244,7 +244,7 @@ def test_heat_devices_on_every_gpu_of_this_machine():
     """On a machine with two or more GPUs: the same result as one device, and per device the
     bytes hand-written transfers move (the example's optimum, peer access between every pair
     or none)."""
-    from smartarray import _devices
+    from smartarray._memory import devices as _devices
 
     count = _devices.count()
     if count < 2:

@@ -463,7 +463,7 @@ def test_foreign_streams_become_numba_external_streams(monkeypatch):
         made.append(ptr)
         return ("external", ptr)
 
-    from smartarray import _simulator
+    from smartarray._platform import simulator as _simulator
 
     monkeypatch.setattr(_simulator, "SIMULATOR", False)  # the real target's conversion
     monkeypatch.setattr(memory.cuda, "external_stream", external_stream, raising=False)
@@ -594,7 +594,7 @@ def test_numba_cudas_own_hints_take_the_device_copy_not_the_host_one(hint):
         "from numba.cuda import args\n"
         "from numba.cuda.cudadrv import devicearray\n"
         "import smartarray as sa\n"
-        "from smartarray import _simulator\n"
+        "from smartarray._platform import simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "used = []\n"
         "class StandIn:\n"
@@ -711,7 +711,7 @@ def _copy_by(how, a):
 def test_copy_of_device_only_data_under_a_budget_that_holds_only_it(how):
     """The copy pinned its own source (through a get('gpu') hand-out) and then could not
     make room for its device copy: DeviceMemoryError blaming a get('gpu') never made."""
-    from smartarray import _residency
+    from smartarray._engine import residency as _residency
 
     gc.collect()
     with _residency._lock:  # other tests' copies that may go: gone, so the budget is exact

@@ -1,4 +1,4 @@
-"""One launch object per kernel launch (smartarray._launch): the steady state of a loop of
+"""One launch object per kernel launch (smartarray._engine.launch): the steady state of a loop of
 launches is lock-free for every intent, records one event per launch, and keeps each
 buffer's event until nothing refers to it; a launch is found by the object it put in
 ``retr``, never by ``id``."""
@@ -12,7 +12,9 @@ import pytest
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _engine, _launch, _streams
+from smartarray._engine import buffer as _engine
+from smartarray._engine import launch as _launch
+from smartarray._memory import streams as _streams
 
 
 @cuda.jit

@@ -40,64 +40,26 @@ KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 
 # The layers, lowest first: a module imports only its own layer and lower ones at run time.
-# The test doubles (_strict, _fakegpu) are outside the layers: DOUBLE_IMPORTS rules them.
+# Each private package is one layer's room (its ``__init__`` lists what the rest may import);
+# the test doubles (_strict, _fakegpu) are outside the layers: DOUBLE_IMPORTS rules them.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # the foundation: the pure coherence model, errors, reports, checks, the simulator probe
-    (
-        "coherence",
-        "errors",
-        "_version",
-        "_environment",
-        "_frames",
-        "_report",
-        "_plot",
-        "_deferred",
-        "_simulator",
-        "_sessions",
-        "_checks",
-        "guard",
-        "stats",
-        "_transfer_records",
-        "_perf",
-        "_numba_transfers",
-    ),
-    ("_byteranges", "_counted", "_pinning", "memory", "_streams", "_devices"),  # memory, devices
-    # the engine, and numba's typing of an argument (ArrayArgument, SmartArray's base class)
-    (
-        "_engine",
-        "_device_work",
-        "_buffer_copies",
-        "_residency",
-        "_budget",
-        "_arguments",
-        "_launch",
-        "_held",
-        "_access",
-        "_numba_cuda",
-        "_numba_cpu",
-        "_array_classes",  # the array layer's classes, registered for what constructs below it
-    ),
+    # the foundation: the pure coherence model, errors, the platform (environment, simulator)
+    ("coherence", "errors", "_version", "_platform"),
+    # what users see of transfers, and the public modules that record and guard them
+    ("_observe", "guard", "stats"),
+    ("_memory", "memory"),  # memory, streams, devices
+    # numba's side of a SmartArray (its types; ArrayArgument, SmartArray's base class), and
+    # the kernel access inference
+    ("_numba", "_access"),
+    ("_engine",),  # the coherence engine
     # interop: device objects, the CUDA Array Interface, DLPack (below the class statement,
     # which binds their functions: they test SmartArray's base class, construct through
-    # _array_classes)
-    ("_device_objects", "_dlpack", "_interop", "_foreign"),
-    # the array and the concept modules it is made of
-    (
-        "array",
-        "_copies",
-        "_geometry",
-        "_views",
-        "_numpy_api",
-        "_ndarray",
-        "_protocols",
-        "_exchange",
-        "_record",
-        "_results",
-        "_like",
-    ),
-    # what builds on the array: numba's wrappers and hints, MPI; _partition: decomposing an
-    # array over devices
-    ("jit", "_mpi", "hints", "_no_device", "_partition"),
+    # _engine.array_classes)
+    ("_interop",),
+    ("array", "_array"),  # the class statement and the concept modules it binds
+    # what builds on the array: numba's wrappers and hints, record views, *_like, several
+    # devices and processes
+    ("jit", "hints", "_record", "_like", "_distributed"),
     ("", "testing", "mpi", "__main__", "_demo", "_cli"),  # the public API ("" the package)
 )
 
@@ -144,8 +106,11 @@ def _is_type_checking(test: ast.expr) -> bool:
     return "TYPE_CHECKING" in ast.unparse(test)
 
 
-def runtime_imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
-    """The package modules ``name`` imports when it runs (``if TYPE_CHECKING:`` left out)."""
+def runtime_imports(
+    name: str, path: pathlib.Path, known: set[str], type_only: bool = False
+) -> set[str]:
+    """The package modules ``name`` imports when it runs (``if TYPE_CHECKING:`` left out, but
+    with ``type_only``)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
@@ -158,7 +123,7 @@ def runtime_imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
+            if isinstance(child, ast.If) and _is_type_checking(child.test) and not type_only:
                 for stmt in child.orelse:
                     visit(stmt)
                 continue
@@ -176,11 +141,12 @@ def runtime_imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
-def import_graph(package: pathlib.Path) -> dict[str, set[str]]:
-    """Every module's runtime imports of the package's own modules."""
+def import_graph(package: pathlib.Path, type_only: bool = False) -> dict[str, set[str]]:
+    """Every module's runtime imports of the package's own modules (and type-only ones, with
+    ``type_only``)."""
     modules = module_files(package)
     known = set(modules)
-    return {name: runtime_imports(name, path, known) for name, path in modules.items()}
+    return {name: runtime_imports(name, path, known, type_only) for name, path in modules.items()}
 
 
 def circles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
@@ -227,6 +193,79 @@ def double_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
         for imported in imports
         if imported.startswith(TEST_DOUBLES)
     }
+
+
+def package_interfaces(package: pathlib.Path) -> dict[str, set[str]]:
+    """Each subpackage's ``__all__`` (what the rest may import), read from its ``__init__``."""
+    found = {}
+    for init in package.rglob("__init__.py"):
+        if init.parent == package:
+            continue
+        name = ".".join(init.parent.relative_to(package.parent).parts)
+        for node in ast.parse(init.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
+                found[name] = set(ast.literal_eval(node.value))
+    return found
+
+
+def interface_breaches(package: pathlib.Path) -> set[tuple[str, str]]:
+    """(importer, module) for each import, type-only ones too, of a private subpackage's module
+    from outside that subpackage that its ``__init__`` does not list in ``__all__``."""
+    interfaces = package_interfaces(package)
+    breaches = set()
+    for name, imports in import_graph(package, type_only=True).items():
+        for imported in imports:
+            room, _, leaf = imported.rpartition(".")
+            if room.startswith(TEST_DOUBLES) or not room.split(".")[-1].startswith("_"):
+                continue  # the doubles (DOUBLE_IMPORTS rules them), a public package
+            if room not in interfaces:
+                continue  # the package's own top level
+            inside = name == room or name.startswith(room + ".")
+            if not inside and leaf not in interfaces[room]:
+                breaches.add((name, imported))
+    return breaches
+
+
+# Private packages whose ``__init__`` re-exports names (their ``__all__`` lists those), with
+# the reason; every other one imports nothing and lists the modules the rest may import.
+FACADES = {"smartarray._access": "the kernel access analysis: one entry point and its results"}
+
+
+def test_private_packages_list_their_interface_and_import_nothing() -> None:
+    """A private package's ``__init__`` lists modules that exist and imports nothing: importing
+    one of its modules loads only what that module needs (numba.cuda must not load before the
+    fake driver or strict mode is chosen)."""
+    modules = module_files(PACKAGE)
+    rooms = {
+        room
+        for room in package_interfaces(PACKAGE)
+        if room.split(".")[-1].startswith("_") and not room.startswith(TEST_DOUBLES)
+    }
+    assert set(FACADES) <= rooms
+    for room in rooms - set(FACADES):
+        listed = package_interfaces(PACKAGE)[room]
+        assert {f"{room}.{leaf}" for leaf in listed} <= set(modules), room
+        tree = ast.parse(modules[room].read_text(encoding="utf-8"))
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)], room
+
+
+def test_other_layers_import_only_what_a_package_lists() -> None:
+    assert interface_breaches(PACKAGE) == set()
+
+
+def test_an_import_of_an_unlisted_module_is_found(tmp_path: pathlib.Path) -> None:
+    files = {
+        "__init__.py": "",
+        "_engine/__init__.py": '__all__ = ["buffer"]\n',
+        "_engine/buffer.py": "from . import launch\n",  # inside the room: fine
+        "_engine/launch.py": "",
+        "array.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from ._engine import launch\nfrom ._engine import buffer\n",
+    }
+    found = interface_breaches(_tree(tmp_path, files))
+    assert found == {("smartarray.array", "smartarray._engine.launch")}
 
 
 def test_production_imports_test_doubles_only_at_named_points() -> None:

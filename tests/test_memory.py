@@ -14,7 +14,8 @@ from _targets import real_target_env
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _pinning, memory
+from smartarray import memory
+from smartarray._memory import pinning as _pinning
 
 
 @pytest.fixture(autouse=True)

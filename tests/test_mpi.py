@@ -24,7 +24,7 @@ import pytest
 from _targets import with_checkout
 
 import smartarray as sa
-from smartarray import _mpi as sampi
+from smartarray._distributed import mpi_halos as sampi
 
 ROOT = Path(__file__).resolve().parent.parent
 ROW = 8 * 6  # bytes of one row of the (.., 6) float64 blocks below

@@ -1,4 +1,5 @@
-"""Tests of smartarray._no_device: device work without a CUDA target fails with a clear error.
+"""Tests of smartarray._platform.no_device: device work without a CUDA target fails with a clear
+error.
 
 Each entry point runs in a child process on numba-cuda's real target (no simulator, no strict
 mode, see ``tests/_targets.py``). On a machine with a GPU there is nothing to show: skipped.

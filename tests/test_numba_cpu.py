@@ -14,7 +14,7 @@ from _kernels import add_one
 from numba import cuda
 
 import smartarray as sa
-from smartarray._numba_cpu import SmartArrayType
+from smartarray._numba.njit import SmartArrayType
 
 
 @numba.njit

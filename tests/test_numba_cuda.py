@@ -361,7 +361,7 @@ PTX_SCRIPT = textwrap.dedent(
     import numpy as np
     from numba import cuda, types
     from numba.cuda.target import CUDATypingContext
-    from smartarray._numba_cpu import smartarray_type
+    from smartarray._numba.njit import smartarray_type
 
     def kernel(x, y):
         i = cuda.grid(1)
@@ -458,7 +458,7 @@ DEVICE_FUNCTION_CAST_SCRIPT = textwrap.dedent(
     import numpy as np
     from numba import cuda, types
     import numba.cuda.dispatcher as dispatcher
-    from smartarray._numba_cpu import smartarray_type
+    from smartarray._numba.njit import smartarray_type
 
     class _Device:  # eager device functions ask the current device for its compute capability
         compute_capability = (8, 0)

@@ -1,4 +1,5 @@
-"""Tests of smartarray._numba_transfers: ``count_all_transfers`` counts numba.cuda's own copies."""
+"""Tests of smartarray._numba.copy_counting: ``count_all_transfers`` counts numba.cuda's own
+copies."""
 
 from __future__ import annotations
 

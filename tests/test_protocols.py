@@ -1,4 +1,5 @@
-"""Tests of smartarray._protocols: Python's protocols on a SmartArray (iteration, ``in``, ...)."""
+"""Tests of smartarray._array.protocols: Python's protocols on a SmartArray (iteration, ``in``,
+...)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The device-memory budget (smartarray._residency): eviction, its order, what is never evicted,
-errors, stats and trace, strict mode's finite device memory, and random pipelines of several
-arrays under a small budget against a NumPy model."""
+"""The device-memory budget (smartarray._engine.residency): eviction, its order, what is never
+evicted, errors, stats and trace, strict mode's finite device memory, and random pipelines of
+several arrays under a small budget against a NumPy model."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from numba import cuda
 
 import smartarray as sa
-from smartarray import _fakegpu, _residency, _simulator, memory
+from smartarray import _fakegpu, memory
+from smartarray._engine import residency as _residency
+from smartarray._platform import simulator as _simulator
 from smartarray.testing import is_strict, strict
 
 N = 32  # elements of each test array
@@ -372,7 +374,7 @@ def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(
     the array while a launch is between its preparation and the kernel: either the eviction
     sees the launch's pin, or the launch sees the fast path closed and prepares again under
     the lock. The kernel's write is never lost."""
-    from smartarray import _launch
+    from smartarray._engine import launch as _launch
 
     (a,) = arrays(1, prefix="t")
     budget(NB)
@@ -543,7 +545,8 @@ def test_views_of_a_hand_out_keep_its_token_on_numba_cudas_real_target():
         "import numpy as np\n"
         "from numba.cuda.cudadrv.driver import MemoryPointer\n"
         "from numba.cuda.cudadrv.devicearray import DeviceNDArray\n"
-        "from smartarray import _byteranges, _simulator\n"
+        "from smartarray._memory import byte_ranges as _byteranges\n"
+        "from smartarray._platform import simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "mem = MemoryPointer(None, ctypes.c_void_p(1 << 20), 256)\n"
         "raw = DeviceNDArray((256,), (1,), np.uint8, gpu_data=mem)\n"
@@ -664,7 +667,7 @@ def test_numba_out_of_memory_error_of_a_gpu_is_recognised():
     eviction-and-retry path must recognise it (checked on numba-cuda's real target)."""
     code = (
         "from numba.cuda.cudadrv.driver import CudaAPIError, binding\n"
-        "from smartarray import _simulator\n"
+        "from smartarray._platform import simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "R = binding.CUresult\n"
         "assert _simulator.out_of_memory(CudaAPIError(R.CUDA_ERROR_OUT_OF_MEMORY, 'x'))\n"
@@ -738,7 +741,7 @@ def test_eviction_flushes_numba_cudas_deferred_frees():
         "from numba.cuda.cudadrv.driver import _PendingDeallocs\n"
         "if not hasattr(driver, '_logger'):  # set when the driver initialises\n"
         "    driver._logger = logging.getLogger('numba.cuda')\n"
-        "from smartarray import _simulator\n"
+        "from smartarray._platform import simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "freed = []\n"
         "def free(handle):\n"

@@ -146,7 +146,7 @@ def test_element_copies_of_device_arrays_carry_the_line():
 def test_nobody_listening_records_no_line(monkeypatch):
     """Without a listener, begin() walks no stack (the fast case)."""
     calls = []
-    frames = importlib.import_module("smartarray._frames")
+    frames = importlib.import_module("smartarray._observe.frames")
     monkeypatch.setattr(frames, "user_frame", lambda skip=1: calls.append(skip) or ("", 0))
     a = sa.SmartArray(np.zeros(4))
     a.gpu()

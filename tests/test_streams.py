@@ -95,7 +95,7 @@ def log(monkeypatch: pytest.MonkeyPatch) -> Log:
     monkeypatch.setattr(cuda, "event", lambda *args, **kwargs: Event(log))
     monkeypatch.setattr(cuda, "default_stream", lambda: NumbaStream(log, "default", 0))
     # smartarray's own copy stream (copies after a buffer's event), made afresh for each test.
-    from smartarray import _streams
+    from smartarray._memory import streams as _streams
 
     monkeypatch.setattr(cuda, "stream", lambda: NumbaStream(log, "copy", 0x9000))
     monkeypatch.setattr(_streams, "_copy_stream", [None, None])
@@ -237,7 +237,7 @@ warnings.simplefilter("ignore")
 from cuda.bindings import driver as binding
 from numba import cuda
 from numba.cuda.cudadrv import driver
-from smartarray import _streams
+from smartarray._memory import streams as _streams
 
 @cuda.jit
 def kernel(x):
@@ -299,7 +299,7 @@ warnings.simplefilter("ignore")
 from cuda.bindings import driver as binding
 from numba import cuda
 from numba.cuda.cudadrv import driver
-from smartarray import _checks, _streams
+from smartarray._memory import checks as _checks, streams as _streams
 
 @cuda.jit
 def kernel(x):
@@ -330,7 +330,7 @@ def test_the_lock_free_fast_path_serves_each_launch_configurations_stream_wrappe
     # On a GPU every launch configuration wraps the same CUstream in a new cuda.core Stream:
     # a loop of launches on an array current on the device only must still take the fast path
     # (no lock, no engine call), not only when the wrapper object happens to be the same.
-    from smartarray import _engine
+    from smartarray._engine import buffer as _engine
 
     calls = []
     acquire = _engine.Buffer.acquire

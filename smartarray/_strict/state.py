@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from .. import _sessions
+from .._platform import sessions as _sessions
 
 __all__ = ["StrictState", "current", "get"]
 
@@ -69,7 +69,7 @@ class StrictState:
 
 
 def current() -> StrictState:
-    """The strict session that is on (announced in ``smartarray/_sessions.py``)."""
+    """The strict session that is on (announced in ``smartarray/_platform/sessions.py``)."""
     session = _sessions.current()
     if session is None:
         raise RuntimeError("strict mode is not on")

@@ -1,0 +1,197 @@
+"""How outside code reads and writes a SmartArray: device-array copies, CUDA interface, DLPack.
+
+Functions the :class:`~smartarray.array.SmartArray` class statement binds under the same names:
+those through which other code reads or writes a SmartArray's data as its own kind of array:
+numba.cuda device arrays' ``copy_to_host`` / ``copy_to_device`` (numba's helpers call them), and
+the interop protocols (``__cuda_array_interface__``, :func:`cuda_view`,
+``__dlpack__``, ``__dlpack_device__``) and ``copy`` (device to device when current on the device
+only), whose logic is :mod:`smartarray._interop.exports`'s. SmartArray's ``copy`` is this module's,
+not :mod:`smartarray._array.ndarray`'s (which it calls for a host copy).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import memory
+from .._interop import exports as _interop
+from .._interop import foreign as _foreign
+from .._memory import devices as _devices
+from .._memory import streams as _streams
+from .._memory.checks import (
+    _check_host_array,
+    _check_stream,
+    _copy_source,
+    _is_device_array,
+    check_compatibility,
+)
+from ..errors import TransferError
+from .geometry import probe as _probe
+from .ndarray import copy as _host_copy
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..array import SmartArray
+
+__all__ = [
+    "__cuda_array_interface__",
+    "__dlpack__",
+    "__dlpack_device__",
+    "copy",
+    "copy_to_device",
+    "copy_to_host",
+    "cuda_view",
+]
+
+
+def copy_to_host(self: SmartArray, ary: np.ndarray | None = None, stream: Any = 0) -> np.ndarray:
+    """Copy the current data into ``ary`` or a new ndarray, as a device array's method.
+
+    Code written for numba.cuda device arrays calls it; only stale bytes are downloaded.
+
+    Parameters
+    ----------
+    ary : numpy.ndarray, optional
+        Filled and returned; dtype, shape and strides must match (numba.cuda's checks).
+    stream : int or Stream, optional
+        Accepted as numba.cuda does; the copy waits for this array's own device work.
+
+    Returns
+    -------
+    numpy.ndarray
+        ``ary``, or a new writable array (a copy: writing it changes nothing here).
+    """
+    _check_stream(stream)
+    if ary is not None:
+        _check_host_array(ary, "ary")
+        check_compatibility(_probe(self), ary)
+    with self._buf.lock:
+        host = self._host_ro("copy_to_host")
+        if ary is None:
+            return np.array(host, copy=True)
+        np.copyto(ary, host)
+        return ary
+
+
+def copy_to_device(self: SmartArray, ary: Any, stream: Any = 0) -> None:
+    """Overwrite this array with ``ary`` (host or device memory), as a device array's method.
+
+    numba's helpers call it (``cuda.reduce(..., res=a)`` writes its result with
+    ``res[:1].copy_to_device(partials[:1])``). numba.cuda's checks apply, in its order and
+    with its messages. Device memory is copied device to device (counted ``d2d``) and
+    recorded as a device write; host data is written to the host copy (as ``a[...] = ary``)
+    and moves to the device when a kernel next needs it.
+    """
+    stream = _check_stream(stream)
+    source = _copy_source(self, ary, "ary")
+    if source is None:
+        return
+    if not _is_device_array(source):
+        self[...] = source
+        return
+    buf = self._buf
+    copy_stream = _streams.pending(stream)
+    with buf.lock:
+        if buf.stream != 0 and not buf.works_on(copy_stream):
+            # Earlier device work on this buffer must not overtake: ordered on the device.
+            buf.order_before(copy_stream)
+        here = _devices.here()
+        dev = memory.device_view(
+            buf.ensure_device(here), self._offset, self._shape, self._strides, self._dtype
+        )
+        try:
+            dev.copy_to_device(source, stream=stream)
+        except Exception as exc:
+            # It may have written part of the bytes: where another copy (the host's
+            # first, else another device's) is current it keeps the values and this
+            # device's bytes are recorded stale.
+            for other in buf.state.locations:
+                if other != here and buf.state.is_valid(other, self._lo, self._hi):
+                    buf.mark(other, self._lo, self._hi)
+                    break
+            raise TransferError(f"copy_to_device failed: {exc}") from exc
+        buf.queued(copy_stream)  # host reads of this buffer wait for this copy
+        self._changed(here, self._lo, self._hi)
+
+
+# -- interop: CUDA Array Interface, DLPack, device-to-device copies (see _interop) ------------
+
+
+def __cuda_array_interface__(self: SmartArray) -> dict[str, Any]:
+    """The CUDA Array Interface (version 3) of the device copy, made current first.
+
+    Because the consumer may write, a device write is recorded (the host copy becomes
+    stale and is downloaded when next read). Share read-only with
+    :meth:`cuda_view` ``(intent='in')``. The ``stream`` entry names the stream of pending
+    device work on this array (None when there is none).
+
+    Any read is the export, a probe such as ``hasattr(a, "__cuda_array_interface__")``
+    included (consumers may read the dict without calling Python, so it cannot be
+    lazy); ask :func:`smartarray.is_cuda_array` instead, which exports nothing.
+    """
+    return _interop.cuda_array_interface(self)
+
+
+def cuda_view(self: SmartArray, intent: str = "inout") -> Any:
+    """Share the device copy with a CUDA consumer (CuPy, PyTorch, numba), made current first.
+
+    Parameters
+    ----------
+    intent : {'inout', 'in'}
+        ``'in'``: read-only, nothing recorded. ``'inout'``: a device write is recorded now
+        and again when a ``with`` block around the view exits (so host arrays held
+        earlier show what the consumer wrote).
+
+    Returns
+    -------
+    CudaView
+        An object with ``__cuda_array_interface__``, usable as a context manager.
+    """
+    return _interop.cuda_view(self, intent)
+
+
+def __dlpack__(
+    self: SmartArray,
+    *,
+    stream: Any = None,
+    max_version: Any = None,
+    dl_device: Any = None,
+    copy: bool | None = None,
+) -> Any:
+    """Export through DLPack: the host copy, or the device copy for ``dl_device=(2, id)``.
+
+    Host consumers (``np.from_dlpack(a)``): the host copy is made current and shared; the
+    consumer may write, so a host write is recorded (the device copy becomes stale),
+    unless ``copy=True`` (a snapshot).
+
+    CUDA consumers (``dl_device=(2, id)``; or ``cupy.from_dlpack(a.cuda_view())``): the
+    device copy is made current and shared. ``stream`` is the consumer's stream (None or
+    1: the legacy default stream, 2: the per-thread default stream, a larger int: a
+    stream handle, -1: no synchronization): this array's pending device work is ordered
+    before it with an event, without a host wait. The consumer may write, so a device
+    write is recorded, as for ``__cuda_array_interface__``. ``copy=True``: a fresh device
+    copy. ``max_version`` of (1, 0) or later gets the versioned capsule.
+
+    Raises
+    ------
+    BufferError
+        A device other than the CPU or this array's CUDA device; a dtype DLPack cannot
+        carry; ``copy=False`` where a copy is needed.
+    """
+    return _interop.dlpack(self, stream, max_version, dl_device, copy)
+
+
+def __dlpack_device__(self: SmartArray) -> tuple[int, int]:
+    """``(1, 0)`` (kDLCPU): ``__dlpack__`` exports the host copy unless asked for CUDA.
+
+    A SmartArray is a host array with a device copy. ``np.from_dlpack(a)`` asks for no
+    device and must get host memory; consumers that follow ``__dlpack_device__`` (CuPy,
+    PyTorch) take the device copy from ``a.cuda_view()``, whose device is CUDA.
+    """
+    return _interop.dlpack_device(self)
+
+
+def copy(self: SmartArray, order: str = "C") -> SmartArray:
+    """A new array with this one's data: device to device when current on the device only."""
+    return _foreign.copy(self, _host_copy, order)

@@ -1,0 +1,137 @@
+"""SmartArray's Python protocols: length, iteration, conversions, text, pickling and copying.
+
+Functions the :class:`~smartarray.array.SmartArray` class statement binds under the same names.
+Those that read data read the current host data (made current first, only stale bytes moving)
+under the buffer's lock. ``copy.copy`` and ``copy.deepcopy`` are ``a.copy()`` (device to device
+when the data is current on the device only). Pickling is :mod:`smartarray._array.results`'s.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from .._engine.buffer import HOST, IN
+from .numpy_api import arrays_in as _arrays_in
+from .numpy_api import locked as _locked
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..array import SmartArray
+
+__all__ = [
+    "__bool__",
+    "__complex__",
+    "__contains__",
+    "__copy__",
+    "__deepcopy__",
+    "__float__",
+    "__format__",
+    "__index__",
+    "__int__",
+    "__iter__",
+    "__len__",
+    "__repr__",
+    "__reversed__",
+    "__str__",
+]
+
+
+def __len__(self: SmartArray) -> int:
+    if not self._shape:
+        raise TypeError("len() of unsized object")
+    return self._shape[0]
+
+
+def __iter__(self: SmartArray) -> Iterator[Any]:
+    return _elements(self, range(len(_iterable(self))))
+
+
+def __reversed__(self: SmartArray) -> Iterator[Any]:
+    return _elements(self, range(len(_iterable(self)) - 1, -1, -1))
+
+
+def __contains__(self: SmartArray, value: Any) -> bool:
+    with _locked(_arrays_in(self, value)):
+        return value in self._host_ro()
+
+
+def __bool__(self: SmartArray) -> bool:
+    # Truthy by length, as numba's device arrays and Numba's SmartArray (which define
+    # __len__ only): numba's own helpers test ``if not b:``. Reads no data. A 0-d array
+    # has no length: its value decides, as in NumPy.
+    if self._shape:
+        return self._shape[0] != 0
+    with self._buf.lock:
+        return bool(self._host_ro())
+
+
+def __int__(self: SmartArray) -> int:
+    with self._buf.lock:
+        return int(self._host_ro())
+
+
+def __float__(self: SmartArray) -> float:
+    with self._buf.lock:
+        return float(self._host_ro())
+
+
+def __complex__(self: SmartArray) -> complex:
+    with self._buf.lock:
+        return complex(self._host_ro())
+
+
+def __index__(self: SmartArray) -> int:
+    with self._buf.lock:
+        return operator.index(self._host_ro())
+
+
+def __repr__(self: SmartArray) -> str:
+    with self._buf.lock:
+        valid = ",".join(self.valid_at)
+        text = repr(self._host_ro("repr"))
+    body = text[len("array(") : -1].replace("\n" + " " * 6, "\n" + " " * 11)
+    return f"SmartArray({body}, valid='{valid}')"
+
+
+def __str__(self: SmartArray) -> str:
+    with self._buf.lock:
+        return str(self._host_ro("str"))
+
+
+def __format__(self: SmartArray, spec: str) -> str:
+    with self._buf.lock:
+        return format(self._host_ro("format"), spec)
+
+
+def __copy__(self: SmartArray) -> SmartArray:
+    # As ``a.copy()`` (device to device when the data is current on the device only),
+    # keeping the layout as ``ndarray.__copy__`` does.
+    return self.copy(order="K")
+
+
+def __deepcopy__(self: SmartArray, memo: dict[int, Any]) -> SmartArray:
+    return self.copy(order="K")  # numbers only: nothing deeper to copy
+
+
+def _iterable(a: SmartArray) -> SmartArray:
+    """``a``, checked when ``iter()`` is called (as NumPy does), not at the first ``next()``."""
+    if not a._shape:
+        raise TypeError("iteration over a 0-d array")
+    return a
+
+
+def _elements(a: SmartArray, indices: range) -> Iterator[Any]:
+    """Yield ``a[i]`` for ``i`` in ``indices``, making the host copy current once first.
+
+    Without the first step each element (or row) would sync on its own: ``max(a)`` of an array
+    current on the device made one download per element. Iteration stays lazy, as NumPy's: an
+    element is read when it is reached, so a device write between two steps is seen (it makes
+    the host stale again, and the next element syncs what it needs).
+    """
+    if indices:
+        buf = a._buf
+        with buf.lock:
+            buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
+    for i in indices:
+        yield a[i]

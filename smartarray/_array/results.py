@@ -1,0 +1,108 @@
+"""SmartArrays over ndarrays made elsewhere: NumPy results, pickled data and njit results.
+
+Each adopts a fresh ndarray nobody else holds (:func:`_owning`) where it can, instead of copying
+it. :func:`_from_njit` is the adapter :mod:`smartarray._numba.njit` applies to what an njit
+function returns for a value of SmartArrayType (the array layer registers it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._engine.arguments import address, njit_owner
+from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
+from .._engine.buffer import HOST
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..array import SmartArray
+    from ..array import SmartArray as _SmartArray
+else:
+    # What ``isinstance`` tests at run time: SmartArray's base class, whose only instances are
+    # SmartArrays (this module is bound into the class statement, so cannot import the class).
+    from .._numba.kernels import ArrayArgument as _SmartArray
+
+__all__ = ["__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "wrap"]
+
+
+def _owning(ary: np.ndarray) -> SmartArray:
+    """A SmartArray adopting a fresh ndarray that nobody else holds.
+
+    Unlike a user's ``SmartArray(obj, copy=False)``, nothing outside keeps ``ary``, so it is no
+    exported view: device changes must not be downloaded eagerly on its account.
+    """
+    result = _smart()(ary, copy=False)
+    result._buf.held.forget()
+    return result
+
+
+def wrap(result: Any, sources: tuple[np.ndarray, ...] = ()) -> Any:
+    """Wrap a NumPy result: ndarrays become SmartArrays (copied if they alias a source)."""
+    if isinstance(result, np.ndarray) and not isinstance(result, _SmartArray):
+        if result.dtype.hasobject or result.dtype.kind in "US":
+            return result
+        shares = any(np.may_share_memory(result, s) for s in sources)
+        if shares or not result.flags.writeable:
+            return _smart()(result)
+        return _owning(result)
+    if isinstance(result, tuple):
+        return tuple(wrap(r, sources) for r in result)
+    if isinstance(result, list):
+        return [wrap(r, sources) for r in result]
+    return result
+
+
+def copy_of(ary: np.ndarray) -> SmartArray:
+    """A new SmartArray holding a copy of ``ary`` (``SmartArray._copy_of``)."""
+    return _smart()(ary)
+
+
+def _rebuild(data: np.ndarray) -> SmartArray:
+    """Unpickle a SmartArray (see :func:`__reduce__`)."""
+    return _owning(data)
+
+
+def __reduce__(self: SmartArray) -> tuple[Any, tuple[Any, ...]]:
+    """Pickle a SmartArray as a copy of its current host data (``SmartArray.__reduce__``)."""
+    with self._buf.lock:
+        data = np.array(self._host_ro("pickle"), copy=True)
+    return (_rebuild, (data,))
+
+
+# -- njit results (see smartarray._numba.njit: SmartArrayType's copy, __array_ufunc__, box) --
+
+
+def _from_njit(ary: Any) -> Any:
+    """What an njit function returns for a value of SmartArrayType (numba boxed ``ary``).
+
+    - a SmartArray argument's host ndarray itself: that SmartArray;
+    - a view of it (``.base`` is numba's MemInfo whose ``parent`` is that ndarray): a
+      SmartArray view of the same base buffer at the same bytes. The function may have written
+      through it, so a host write of its bytes is recorded (they are current on the host:
+      the argument was synced before the call) unless numba typed it read-only;
+    - a new array (numba allocated it: no parent): a SmartArray adopting it, current on the
+      host only;
+    - anything else (a plain ndarray that reached a SmartArray version): as numba gives it.
+    """
+    if type(ary) is not np.ndarray:
+        return ary
+    owner = njit_owner(ary)
+    if owner is not None:
+        return owner
+    parent = getattr(ary.base, "parent", ary)  # numba's MemInfo object has ``parent``
+    if parent is None:
+        return _owning(ary) if ary.flags.writeable else _smart()(ary)
+    owner = njit_owner(parent)
+    if owner is None:
+        return ary
+    offset = owner._offset + address(ary) - address(parent)
+    view = _smart()._view(owner._buf, offset, ary.shape, ary.strides, ary.dtype)
+    if view._lo < 0 or view._hi > owner._buf.nbytes:
+        return ary  # cannot happen for numba's views; never record bytes outside the buffer
+    if view._offset == owner._offset and view._shape == owner._shape:
+        if view._strides == owner._strides and view._dtype == owner._dtype:
+            return owner
+    if ary.flags.writeable:
+        view._changed(HOST, view._lo, view._hi)
+    return view

@@ -1,0 +1,212 @@
+"""SmartArray's views (transpose, reshape, ravel, ...) and indexing (``a[key]``, ``a[key] = v``).
+
+Functions the :class:`~smartarray.array.SmartArray` class statement binds. A view shares
+its base buffer and covers the bounding byte interval of its elements; its geometry is found by
+applying NumPy's own indexing to a probe (an array of this geometry over one element), so it
+never reads memory. A read makes the bytes it reads current on the host and a write records
+what it wrote, through the base buffer's :meth:`~smartarray._engine.buffer.Buffer.acquire`. The
+SmartArray class provides three hooks: ``_copy_of`` (a new array copying an ndarray),
+``_adopt`` (a new array adopting a fresh ndarray) and ``_as_record`` (a record view).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .._engine.buffer import HOST, IN, OUT
+from .geometry import from_probe as _from_probe
+from .geometry import probe as _probe
+from .numpy_api import arrays_in as _arrays_in
+from .numpy_api import locked as _locked
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..array import SmartArray
+    from ..array import SmartArray as _SmartArray
+else:
+    # What ``isinstance`` tests at run time: SmartArray's base class, whose only instances are
+    # SmartArrays (this module is bound into the class statement, so cannot import the class).
+    from .._numba.kernels import ArrayArgument as _SmartArray
+
+__all__ = [
+    "__getitem__",
+    "__setitem__",
+    "flatten",
+    "ravel",
+    "reshape",
+    "squeeze",
+    "swapaxes",
+    "transpose",
+]
+
+
+def _is_basic_index(key: Any) -> bool:
+    items = key if isinstance(key, tuple) else (key,)
+    for item in items:
+        if item is None or item is Ellipsis or isinstance(item, slice):
+            continue
+        if isinstance(item, (bool, np.bool_)):
+            return False
+        if isinstance(item, (int, np.integer)):
+            continue
+        return False
+    return True
+
+
+def transpose(self: SmartArray, *axes: Any) -> SmartArray:
+    """A view with axes permuted, as ``numpy.ndarray.transpose``."""
+    probe = _probe(self)
+    return _from_probe(self, probe, probe.transpose(*axes))
+
+
+def squeeze(self: SmartArray, axis: Any = None) -> SmartArray:
+    """A view without length-one axes, as ``numpy.ndarray.squeeze``."""
+    probe = _probe(self)
+    return _from_probe(self, probe, probe.squeeze(axis))
+
+
+def swapaxes(self: SmartArray, axis1: int, axis2: int) -> SmartArray:
+    """A view with two axes swapped, as ``numpy.ndarray.swapaxes``."""
+    probe = _probe(self)
+    return _from_probe(self, probe, probe.swapaxes(axis1, axis2))
+
+
+def reshape(self: SmartArray, *shape: Any, order: Literal["C", "F", "A"] = "C") -> SmartArray:
+    """A view with a new shape where NumPy gives one, else a copy.
+
+    Parameters
+    ----------
+    *shape : int or tuple of int
+    order : {'C', 'F', 'A'}, optional
+    """
+    if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+        shape = tuple(shape[0])
+    probe = _probe(self)
+    try:
+        return _from_probe(self, probe, probe.reshape(shape, order=order, copy=False))
+    except ValueError:
+        # A bad shape (raised again here, reading no memory) or a copy is needed.
+        as_strided(np.zeros(1, np.uint8), (self.size,), (0,)).reshape(shape)
+    with self._buf.lock:
+        return self._copy_of(self._host_ro().reshape(shape, order=order))
+
+
+def ravel(self: SmartArray, order: Literal["C", "F", "A", "K"] = "C") -> SmartArray:
+    """A flat view where NumPy gives one, else a flat copy."""
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(f"order must be 'C', 'F', 'A' or 'K', got {order!r}")
+    probe = _probe(self)
+    flags = probe.flags
+    if order == "A":
+        order = "F" if flags.f_contiguous and not flags.c_contiguous else "C"
+    elif order == "K" and (flags.c_contiguous or flags.f_contiguous):
+        order = "C" if flags.c_contiguous else "F"
+    # NumPy's rule (PyArray_Ravel), decided on the geometry alone (ravelling the probe would
+    # allocate a copy of its size): a view iff contiguous in the order asked, or for 'K'
+    # iff the strides, sorted by size, tile the memory.
+    if order == "K":
+        view = True
+        step = self._dtype.itemsize
+        dims = sorted(zip(self._shape, self._strides, strict=True), key=lambda ds: abs(ds[1]))
+        for d, s in dims:
+            if d == 1:
+                continue
+            if s != step:
+                view = False
+                break
+            step *= d
+        if view:
+            itemsize = self._dtype.itemsize
+            return self._view(self._buf, self._offset, (self.size,), (itemsize,), self._dtype)
+    elif flags.c_contiguous if order == "C" else flags.f_contiguous:
+        return _from_probe(self, probe, probe.reshape(-1, order=order))
+    with self._buf.lock:
+        return self._copy_of(self._host_ro().ravel(order))
+
+
+def flatten(self: SmartArray, order: Literal["C", "F", "A", "K"] = "C") -> SmartArray:
+    """A flat copy."""
+    with self._buf.lock:
+        return self._copy_of(self._host_ro().flatten(order))
+
+
+# -- indexing -----------------------------------------------------------------------------
+
+
+def _element_offsets(self: SmartArray) -> np.ndarray:
+    """Byte offset from ``_offset`` of every element, with this array's shape."""
+    offs = np.zeros(self._shape, np.int64)
+    for axis, (d, s) in enumerate(zip(self._shape, self._strides, strict=True)):
+        shape = [1] * self.ndim
+        shape[axis] = d
+        offs += (np.arange(d, dtype=np.int64) * s).reshape(shape)
+    return offs
+
+
+def _basic(self: SmartArray, key: Any) -> tuple[SmartArray, bool]:
+    """The view ``self[key]`` for a basic index, and whether NumPy would give a scalar."""
+    probe = _probe(self)
+    if isinstance(key, str):
+        return _from_probe(self, probe, probe[key]), False
+    items = key if isinstance(key, tuple) else (key,)
+    has_ellipsis = any(item is Ellipsis for item in items)
+    result = probe[items if has_ellipsis else (*items, Ellipsis)]
+    view = _from_probe(self, probe, result)
+    return view, (result.ndim == 0 and not has_ellipsis)
+
+
+def _advanced(self: SmartArray, key: Any) -> tuple[np.ndarray, int, int]:
+    """The touched offsets of an advanced index and their bounding byte interval."""
+    key = key._host_ro() if isinstance(key, _SmartArray) else key
+    if isinstance(key, tuple):
+        key = tuple(k._host_ro() if isinstance(k, _SmartArray) else k for k in key)
+    touched = _element_offsets(self)[key]
+    if touched.size == 0:
+        return touched, 0, 0
+    lo = self._offset + int(touched.min())
+    return touched, lo, self._offset + int(touched.max()) + self._dtype.itemsize
+
+
+def __getitem__(self: SmartArray, key: Any) -> Any:
+    # Every array involved is locked up front, in the global order (a key's lock taken
+    # while holding self's would deadlock against ``key[self]`` in another thread).
+    with _locked(_arrays_in(self, key)):
+        if _is_basic_index(key) or isinstance(key, str):
+            view, scalar = _basic(self, key)
+            if not scalar:
+                return view
+            if view._dtype.names is not None:
+                # NumPy's record scalar (np.void) is a view: ``a[0]['x'] = 5`` writes the
+                # array. A copy would drop that write silently; a record view lands it
+                # and records it.
+                return view._as_record()
+            return view._host_ro().copy()[()]
+        touched, lo, hi = _advanced(self, key)
+        self._buf.acquire(HOST, lo, hi, IN, "host read")
+        # A fresh array nobody else holds: adopted, not an exported view.
+        return self._adopt(self._host_view()[key])
+
+
+def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
+    with _locked(_arrays_in(self, key, value)):
+        if isinstance(value, _SmartArray):
+            value = value._host_ro()
+        if _is_basic_index(key) or isinstance(key, str):
+            target, _ = _basic(self, key)
+            staged = np.empty(target._shape, target._dtype)
+            staged[...] = value  # validates (dtype, broadcast) before anything is touched
+            hv = target._host_rw(full=False)
+            hv[...] = staged
+            target._changed(HOST, target._lo, target._hi)
+            return
+        touched, lo, hi = _advanced(self, key)
+        staged = np.empty(touched.shape, self._dtype)
+        staged[...] = value
+        if lo == hi:
+            return
+        covers = np.unique(touched).size * self._dtype.itemsize == hi - lo
+        self._buf.acquire(HOST, lo, hi, OUT, "host write gap", covers=covers)
+        self._host_view()[key] = staged
+        self._changed(HOST, lo, hi)

@@ -1,0 +1,23 @@
+"""The coherence engine: one base buffer's copies, writes, stream order and residency.
+
+What the layers above may use (``__all__``):
+
+- :mod:`.buffer`: :class:`~smartarray._engine.buffer.Buffer`, the state every view of one
+  SmartArray shares, changed only through its named operations (``acquire``/``release``,
+  ``adopt_host``, ``device_access``, ...), and the location and intent names;
+- :mod:`.arguments`: a SmartArray as a kernel or ``njit`` argument (the functions the class
+  statement binds), launch preparation through one engine call;
+- :mod:`.residency`: the device-memory budget's bookkeeping and eviction, and the protocol of
+  the per-view launch cache (``CachingView``) that SmartArray implements;
+- :mod:`.budget`: the budget as users set and see it;
+- :mod:`.array_classes`: where the array layer registers the classes the code below it makes.
+
+The engine's own rooms, used by nothing above it: :mod:`.buffer_copies` (the copies that make
+bytes current), :mod:`.device_work` (which stream holds a buffer's work), :mod:`.held` (host
+arrays the user holds), :mod:`.launch` (one object per kernel launch), :mod:`.deferred_lock`.
+
+The engine never imports the array layer (it names SmartArray's base class, or the protocol).
+Imports nothing itself (``tests/test_layers.py`` checks the list and the layers).
+"""
+
+__all__ = ["arguments", "array_classes", "budget", "buffer", "residency"]

@@ -1,0 +1,472 @@
+"""The coherence engine of one base buffer: copies, writes, stream order, held host arrays.
+
+A :class:`Buffer` owns what every view of one SmartArray shares: the validity state
+(:class:`~smartarray.coherence.BufferState`), the lazily allocated host and device copies, the
+host arrays handed out to the user (:mod:`smartarray._engine.held`), the stream of its latest device
+work, and the armed ``njit`` fast paths. Every access goes through one pair of calls:
+
+- :meth:`Buffer.acquire` ``(location, lo, hi, intent, reason)`` makes bytes ``[lo, hi)`` ready
+  for an access at ``location`` (host reads and writes, ``get``, kernel launches, njit calls):
+  only stale bytes move, and ``Out`` of a range it covers moves nothing;
+- :meth:`Buffer.release` ``(location, lo, hi, intent)`` records what the access wrote (nothing
+  for ``In``), making the other copy stale and refreshing held host arrays after a device
+  write; :meth:`Buffer.abort` records what a failed access may have written.
+
+The ``njit`` fast path (a view's ``_njit_fast``, read by numba's unboxer in C) is armed by
+:meth:`release` and disarmed by :meth:`_leave_host_only`, which every transition that makes
+device bytes current or starts device work goes through (:meth:`_copy` before an upload,
+:meth:`mark` for a device write, :meth:`acquire` for a launch that writes). Nothing outside
+this module arms or disarms it. The launch fast path needs no disarming: a view caches the
+state's ``version`` at which it was current on the device only, and any transition changes the
+version.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+
+from .. import guard
+from .._memory import devices as _devices
+from .._memory import streams as _streams
+from .._observe import performance as _perf
+from ..coherence import BufferState, IntervalSet, Plan
+from . import buffer_copies as _buffer_copies
+from . import device_work as _device_work
+from . import residency as _residency
+from .held import HeldHostArrays
+
+if TYPE_CHECKING:  # pragma: no cover - the views the engine arms (array layer, above)
+    from ..array import SmartArray
+    from .launch import LaunchWrites
+
+__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "Buffer"]
+
+#: Locations of a buffer's copies: the host copy (NumPy memory) and device 0's copy; another
+#: device's copy is ``"gpu:N"`` (see smartarray._memory.devices), added on its first use.
+HOST: Final = _devices.HOST
+GPU: Final = _devices.GPU
+LOCATIONS: Final = (HOST, GPU)
+
+#: Intents of an access (a kernel or njit argument, a host read or write): ``IN`` only reads,
+#: ``OUT`` overwrites every element (no copy needed first when it covers its byte range),
+#: ``INOUT`` reads and writes.
+IN: Final = "in"
+OUT: Final = "out"
+INOUT: Final = "inout"
+
+_REFRESH = "eager refresh of an exported view"  # the reason of a held host array's refresh
+
+# Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
+_names = itertools.count()
+
+
+def _refused(plan: Plan) -> bool:
+    """Whether the guard refuses one of ``plan``'s copies made for a consolidation."""
+    return any(
+        guard.refuses(_buffer_copies.direction(c.source, c.target), "consolidation")
+        for c in plan.copies
+    )
+
+
+class Buffer:
+    """The shared base buffer of a SmartArray and its views, and its coherence engine."""
+
+    __slots__ = (
+        "nbytes",
+        "state",
+        "lock",
+        "host_bytes",
+        "device_copies",
+        "held",
+        "pinned",
+        "stream",
+        "fast_views",
+        "done",
+        "done_for",
+        "own_event",
+        "work_device",
+        "name",
+        "perf",
+        "residency",
+        "held_stale",
+        "__weakref__",
+    )
+
+    def __init__(
+        self, nbytes: int, valid_at: str | None, pinned: bool, name: str | None = None
+    ) -> None:
+        self.name = f"a{next(_names)}" if name is None else name
+        self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
+        self.nbytes = nbytes
+        locations = LOCATIONS if valid_at in (None, HOST, GPU) else (*LOCATIONS, valid_at)
+        self.state = BufferState(nbytes, locations, valid_at=valid_at)
+        if len(locations) > 2:
+            self.locate()
+        self.lock = threading.RLock()
+        self.host_bytes: np.ndarray | None = None
+        # Device copies by device ordinal (None: not allocated): one entry until a second
+        # device uses this buffer.
+        self.device_copies: list[Any] = [None]
+        self.held = HeldHostArrays()  # host arrays handed out, refreshed after device writes
+        self.pinned = pinned
+        # The stream of the latest device work on this buffer: host reads of device data and
+        # host writes wait for it (and only for it), and device work on another stream is
+        # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
+        # stream, which is never assumed to order itself before other streams' work.
+        self.stream: Any = 0
+        # What host waits and cross-stream ordering use instead of that stream: an event this
+        # buffer owns, recorded on it right after the work was queued (``queued``). The stream
+        # object is kept only to compare streams: on a GPU it is the non-owning cuda.core
+        # wrapper numba-cuda made for one launch, and the user's stream may be destroyed
+        # (collected) long before this buffer is read; waiting on its handle then is undefined
+        # behaviour. ``done_for`` is the ``stream`` the event captured (``None``: not recorded
+        # for the current stream yet, as between a launch's preparation and its callbacks).
+        # After a launch it is the launch's event (one per launch, shared by its buffers);
+        # after other device work, ``own_event``, which only this buffer records.
+        self.done: Any = None
+        self.done_for: Any = None
+        self.own_event: Any = None
+        # The device whose stream ``stream`` is (0 unless several devices are visible).
+        self.work_device = 0
+        # Views whose njit fast path is armed (bytes current on the host only): any transition
+        # that makes device bytes current, or starts device work, disarms them. Keyed by id and
+        # weak: an entry goes with its view, so fresh views in a loop do not grow it.
+        self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
+            weakref.WeakValueDictionary()
+        )
+        # The device-memory budget's record of this buffer (LRU tick, pins, cached device
+        # views), made on first need: see smartarray._engine.residency.
+        self.residency: _residency.Residency | None = None
+        # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
+        # refreshed at the next host access, once the consumer is done writing.
+        self.held_stale = False
+
+    # -- copies -----------------------------------------------------------------------------
+
+    @property
+    def device_bytes(self) -> Any:
+        """Device 0's copy, or None (the device copy of a process that uses one device)."""
+        return self.device_copies[0]
+
+    # Copies, allocation and the copies between them (smartarray/_engine/buffer_copies.py).
+    ensure_host = _buffer_copies.ensure_host
+    ensure_device = _buffer_copies.ensure_device
+    ensure = _buffer_copies.ensure
+    device_copy = _buffer_copies.device_copy
+    device_locations = _buffer_copies.device_locations
+    locate = _buffer_copies.locate
+    drop_device = _buffer_copies.drop_device
+    adopt_host = _buffer_copies.adopt_host
+    adopt_device = _buffer_copies.adopt_device
+    sync = _buffer_copies.sync
+    _plan_read = _buffer_copies.plan_read
+    _copy = _buffer_copies.copy
+    _may_rewrite = _buffer_copies.may_rewrite
+
+    # Device work and its order (smartarray/_engine/device_work.py).
+    wait_for_device = _device_work.wait_for_device
+    queued = _device_work.queued
+    launched = _device_work.launched
+    consumer_queued = _device_work.consumer_queued
+    order_before = _device_work.order_before
+    works_on = _device_work.works_on
+    _unnamed_stream = _device_work.unnamed_stream
+
+    # -- transitions --------------------------------------------------------------------------
+
+    def _leave_host_only(self) -> None:
+        """The one transition point towards device bytes: disarm every armed njit fast path.
+
+        Called before an upload and before a device write is recorded: from then on the host
+        is no longer the only current copy, so njit calls must go through the hooks.
+        """
+        if self.fast_views:
+            for view in list(self.fast_views.values()):
+                view._njit_fast = None
+            self.fast_views.clear()
+
+    def _arm(self, view: SmartArray, lo: int, hi: int) -> None:
+        """Arm ``view``'s njit fast path if its bytes are current on the host only."""
+        if view._njit_view is not None and self.stream == 0:
+            if self.state.is_exclusive(HOST, lo, hi):
+                view._njit_fast = view._njit_view
+                self.fast_views[id(view)] = view
+
+    def mark(self, where: str, lo: int, hi: int) -> None:
+        """Record a write of ``[lo, hi)`` at ``where`` in the state (other copies go stale)."""
+        if where != HOST:
+            self._leave_host_only()
+        self.state.mark_changed(where, lo, hi)
+
+    def _consolidate(self) -> None:
+        plan = self.state.plan_consolidate()
+        if plan.copies and guard.armed() and _refused(plan):
+            plan = self._consolidate_by_copying_out()
+        if plan.copies and guard.armed() and _refused(plan):
+            # Bookkeeping the user did not ask for, that no allowed way can do: never refused
+            # (issue 25 E11), so that the run cap holds.
+            with guard.bypassed():
+                self._copy(plan, "consolidation", self._unnamed_stream())
+        elif plan.copies:
+            self._copy(plan, "consolidation", self._unnamed_stream())
+        self.state.apply(plan)
+
+    def _consolidate_by_copying_out(self) -> Plan:
+        """Bring the valid sets within the cap copying only the ways the guard allows.
+
+        A location over the cap whose gaps would be filled the refused way has instead its
+        smallest runs current there only copied to the other location (the allowed way), which
+        makes them droppable for free. Returns the consolidation plan left to perform.
+        """
+        state = self.state
+        for loc in state.locations:
+            runs = state.valid(loc)
+            excess = len(runs) - state.max_runs
+            other = HOST if loc != HOST else next(iter(self.device_locations()), None)
+            if other is None:
+                continue  # (the host alone: nothing to coalesce against)
+            if excess <= 0 or guard.refuses(_buffer_copies.direction(loc, other), "consolidation"):
+                continue
+            elsewhere = state.valid(other)
+            own = sorted((b - a, a, b) for a, b in runs if not elsewhere.contains(a, b))
+            for _, a, b in own[: max(0, excess - (len(runs) - len(own)))]:
+                plan = state.plan_read(other, a, b, coalesce=self._may_rewrite(other))
+                self._copy(plan, "consolidation", self._unnamed_stream())
+                state.apply(plan)
+        return state.plan_consolidate()
+
+    def changed(self, where: str, lo: int, hi: int) -> None:
+        """Record a write of bytes ``[lo, hi)`` at ``where``; refresh held host arrays."""
+        with self.lock:
+            if where == HOST and self.perf is not None:
+                self.perf.marked = None  # a write recorded as it is (mark_changed sets it again)
+            if self.state.is_exclusive(where, lo, hi):
+                # Current there only (a kernel writing the same array again): nothing else to
+                # make stale. Held host arrays are current unless an export or a failed launch
+                # left them stale: this write is the moment to refresh them.
+                if where != HOST and self.held.any_stale(self.state.valid(HOST), lo, hi):
+                    self.refresh_exports(lo, hi)
+                return
+            self.record(where, lo, hi)
+            if where != HOST:
+                self.refresh_exports(lo, hi)
+
+    def exported(self, lo: int, hi: int, where: str = GPU) -> None:
+        """Record that bytes ``[lo, hi)`` of the device copy were shared with a consumer that
+        may write them (``__cuda_array_interface__``, DLPack, ``cuda_view``).
+
+        The host copy becomes stale now; held host arrays are not refreshed now (the consumer
+        has written nothing yet: a refresh would mark old bytes current) but at the next host
+        access, or when the write is recorded again (``mark_changed('gpu')``, the exit of
+        ``with a.cuda_view()``).
+        """
+        with self.lock:
+            if not self.state.is_exclusive(where, lo, hi):
+                self.record(where, lo, hi)
+            if self.held.shown(lo, hi):
+                self.held_stale = True
+
+    def record(self, where: str, lo: int, hi: int) -> None:
+        """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
+
+        The write is recorded before the consolidation copies run: a failed copy leaves the
+        write recorded (and the consolidation undone), never a stale byte marked valid.
+        """
+        self.mark(where, lo, hi)
+        self._consolidate()
+
+    def record_where_valid(self, where: str, lo: int, hi: int) -> None:
+        """Record a write that may have touched any byte of ``[lo, hi)`` at ``where`` but
+        could only be trusted where that copy was current: a failed kernel or NumPy call.
+
+        Bytes current at ``where`` become current there only (the failed call may have
+        changed them, and they were right before). Bytes stale at ``where`` stay stale (the
+        other copy holds their value; a partial write into stale memory is dropped). Nothing
+        is declared valid that may be stale, and nothing current is lost.
+        """
+        runs = self.state.valid(where).intersection(IntervalSet.span(lo, hi))
+        if not runs:
+            return
+        for a, b in runs:
+            self.mark(where, a, b)
+        self._consolidate()
+
+    # -- held host arrays ---------------------------------------------------------------------
+
+    def refresh_exports(self, lo: int, hi: int) -> None:
+        """Download the bytes of ``[lo, hi)`` that host arrays handed out still show."""
+        refreshed = 0
+        for a, b in self.held.shown(lo, hi):
+            self.sync(HOST, a, b, _REFRESH)
+            refreshed += b - a
+        if refreshed:
+            # A consumer that writes without telling (np.from_dlpack) may write these bytes
+            # on the host from now on: the device copy of them cannot be trusted.
+            for a, b in self.held.unannounced(lo, hi):
+                self.record(HOST, a, b)
+        if refreshed:
+            _perf.refreshed(self, refreshed)
+
+    def refresh_held(self) -> None:
+        """Refresh every held host array an export left stale (the consumer is done now)."""
+        self.refresh_exports(0, self.nbytes)
+        self.held_stale = False  # only once every refresh succeeded
+
+    # -- acquire / release --------------------------------------------------------------------
+
+    def acquire(
+        self,
+        where: str,
+        lo: int,
+        hi: int,
+        intent: str,
+        reason: str,
+        *,
+        covers: bool = True,
+        launch: Any = None,
+    ) -> bool:
+        """Make bytes ``[lo, hi)`` ready for an access with ``intent`` at ``where``.
+
+        The In/Out/InOut rules, once for every consumer: ``In`` and ``InOut`` make the bytes
+        current (only stale bytes move); ``Out`` of a range it ``covers`` (its elements tile
+        it) moves nothing, and ``Out`` of a strided range falls back to ``InOut`` (the gaps
+        stay current). On the host, a write waits for the buffer's device work first (an
+        upload from this memory may still be in flight).
+
+        ``launch`` (the launch's stream; 0 for the simulator's) makes this a kernel launch's
+        acquisition: device work on another stream is ordered before it, a device write
+        (``intent`` not ``In``) is recorded before the launch (a launch that fails runs no
+        callback; only bytes current on the device are claimed), and the buffer's stream
+        becomes the launch's. Call with the lock held.
+
+        Returns
+        -------
+        bool
+            For a launch: whether the bytes were already current on the device only (the
+            launch needs no post-launch record unless the state moves meanwhile).
+        """
+        if where == HOST:
+            if self.held_stale:
+                self.refresh_held()
+            if intent == OUT and covers:
+                self.wait_for_device()
+                return False
+            self.sync(HOST, lo, hi, reason)
+            if intent != IN:
+                self.wait_for_device()
+            return False
+        if where not in self.state.locations:
+            self.locate(where)  # this device's first use (its copy: on need)
+        _residency.touch(self)  # least recently used goes first
+        if launch is None:
+            self.sync(where, lo, hi, reason)
+            return False
+        return self._acquire_for_launch(where, lo, hi, intent, reason, covers, launch)
+
+    def _acquire_for_launch(
+        self, where: str, lo: int, hi: int, intent: str, reason: str, covers: bool, launch: Any
+    ) -> bool:
+        """:meth:`acquire` for a kernel launch on stream ``launch`` at device ``where``."""
+        launch_stream = _streams.pending(launch)
+        if intent != IN:
+            self._leave_host_only()  # device work that writes these bytes starts
+        if self.perf is not None and self.perf.pending:
+            _perf.emit(self)  # before anything moves for this launch
+        if self.stream != 0 and not self.works_on(launch_stream):
+            # Work on this buffer is queued on another stream (the default stream included):
+            # order it before this launch on the device, with an event. No host wait; host
+            # reads then wait for this launch's stream, which waited for it.
+            self.order_before(launch_stream)
+            self.queued(launch_stream)  # (again by the launch's callback, after the kernel)
+        state = self.state
+        # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
+        # that failed: this launch must then refresh them, so it takes no fast path.)
+        if state.is_exclusive(where, lo, hi) and not self.held.any_stale(state.valid(HOST), lo, hi):
+            # Current on the device only (a loop of launches): nothing to upload, and a write
+            # by the kernel changes nothing unless the host reads in between.
+            self.queued(launch_stream)
+            return True
+        record = intent != IN
+        if record and self.held and guard.armed():
+            # Ask the guard about the refresh after the launch now, before anything moves: in
+            # the post-launch callbacks a refusal would stop the other arguments' callbacks.
+            for a, b in self.held.shown(lo, hi):
+                guard.check("d2h", b - a, _REFRESH, self.name)
+        if intent != OUT or not covers:  # Out of a covering view: no upload
+            plan = self._plan_read(where, lo, hi, reason)
+            if plan:
+                self._copy(plan, reason, launch)
+                state.apply(plan)
+            if self.perf is not None:
+                _perf.uploaded(self, plan.nbytes if plan else 0, lo, hi)
+        if intent == INOUT and hi - lo >= _perf.MIN_BYTES:  # may the kernel only read?
+            _perf.launched(self, lo, hi, state.is_valid(HOST, lo, hi))
+        if record:
+            # Record the device write now, before the launch: a launch that fails (a kernel
+            # raising after it wrote, a later argument that cannot be prepared) runs no
+            # callback, and nothing may stay marked valid on the host that the kernel may have
+            # overwritten. Only bytes current on the device are claimed (Out skipped the
+            # upload of the others: if the kernel never runs, the host holds their value).
+            # The release after the launch records the whole write again and refreshes held
+            # host arrays.
+            self.record_where_valid(where, lo, hi)
+        # The buffer's event is recorded on the launch's stream now (it captures this
+        # preparation's uploads; a launch that fails later runs no callback and must leave
+        # nothing that waits on its stream's handle), and again by the launch's callback,
+        # right after the kernel was queued (Buffer.launched).
+        self.queued(launch_stream)
+        return False
+
+    def release(
+        self,
+        where: str,
+        lo: int,
+        hi: int,
+        intent: str,
+        view: SmartArray | None = None,
+        writes: LaunchWrites | None = None,
+    ) -> None:
+        """Record what an access with ``intent`` wrote at ``where`` (``In``: nothing).
+
+        A host write (an njit call's ``view``) arms the view's njit fast path when its bytes
+        are then current on the host only. A device write (a launch's post-launch callback)
+        is recorded first; then held host arrays are refreshed: with ``writes`` (this
+        launch's writes to the buffer), by the last argument's callback, over every range
+        written, so an overlap downloads once. Call with the lock held.
+        """
+        if intent == IN:
+            return
+        if where == HOST:
+            self.changed(HOST, lo, hi)
+            if intent == INOUT and view is not None:
+                self._arm(view, lo, hi)
+            return
+        try:
+            if not self.state.is_exclusive(where, lo, hi):
+                self.record(where, lo, hi)
+        finally:
+            if writes is not None:
+                writes.ranges.append((lo, hi))
+                writes.pending -= 1
+        if writes is None:
+            self.refresh_exports(lo, hi)
+        elif writes.pending == 0:
+            for a, b in writes.ranges:
+                self.refresh_exports(a, b)  # only stale bytes move: overlaps once
+
+    def abort(self, where: str, lo: int, hi: int, intent: str) -> None:
+        """Record what a failed access with ``intent`` may have written at ``where``.
+
+        Only bytes that were current there are recorded as written (conservative: they may
+        have been written); an ``Out`` access whose copy was skipped keeps the current bytes
+        where they are, so nothing valid is lost.
+        """
+        if intent == IN:
+            return
+        with self.lock:
+            self.record_where_valid(where, lo, hi)

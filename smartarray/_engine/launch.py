@@ -1,0 +1,174 @@
+"""One kernel launch's SmartArray arguments, from the first one's preparation to its callback.
+
+numba-cuda prepares a launch's arguments one after the other (``ArgHint.to_device(retr,
+stream)``), queues the kernel, then runs the zero-argument callbacks in ``retr``. The first
+SmartArray argument of a launch makes a :class:`Launch` and appends it to ``retr``: the
+launch's only smartarray callback. Later arguments find it in O(1) (the thread's latest
+launch, at the index of ``retr`` where it was appended; no identity by ``id``) and add
+themselves to it. The launch object owns what a launch means to the engine:
+
+- the *pins*: while a launch is being prepared or queued, an eviction (another thread's
+  allocation) leaves its arguments' device copies alone (see :mod:`smartarray._engine.residency`);
+- the *post-launch record*, run once after the kernel was queued: one event recorded on the
+  launch's stream for every buffer (host reads and work on other streams wait for it: on a
+  GPU the launch's stream object may die first), the kernel's writes recorded (a buffer's
+  held host arrays refreshed once, after its last argument's write), the launch fast path
+  re-opened, the pins dropped;
+- the *failures*: a held host array whose refresh failed stays marked stale, the other
+  arguments' writes are still recorded, and the error is raised last, after numba's own
+  callbacks ran.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from .._memory import streams as _streams
+from ..errors import TransferError
+from . import residency as _residency
+from .buffer import IN
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .buffer import Buffer
+
+__all__ = ["Launch", "LaunchWrites", "current"]
+
+
+class LaunchWrites:
+    """One launch's writes to one buffer: its held host arrays are refreshed once, after the
+    last of them was recorded (an array passed twice, or overlapping views, download the
+    overlap once)."""
+
+    __slots__ = ("pending", "ranges")
+
+    def __init__(self, pending: int) -> None:
+        self.pending = pending  # writes still to record
+        self.ranges: list[tuple[int, int]] = []
+
+
+class Launch:
+    """The SmartArray arguments of one launch and its one post-launch callback.
+
+    Parameters
+    ----------
+    stream : object
+        The stream numba-cuda hands ``to_device`` (``0`` or a stream object).
+    slot : int
+        Where in the launch's ``retr`` list this object is appended.
+    """
+
+    __slots__ = ("stream", "pending", "slot", "entries", "state", "retr")
+
+    PREPARING, QUEUED, DONE = 0, 1, 2
+
+    def __init__(self, stream: Any, retr: list[Any]) -> None:
+        self.stream = stream
+        self.pending = _streams.pending(stream)  # what buffers record (see _streams.pending)
+        self.slot = len(retr)
+        # (buffer, view, intent, fast) per argument, in order; ``fast``: prepared by the
+        # fast path (the view was current on the device only, or, for ``In``, current there).
+        self.entries: list[tuple[Buffer, Any, str, bool]] = []
+        self.state = Launch.PREPARING
+        # Held only to append a failure report at its end; dropped by the callback (a
+        # reference back from ``retr``'s callback: a cycle while the launch is pending).
+        self.retr: list[Any] | None = retr
+        retr.append(self)
+
+    def add(self, buf: Buffer, view: Any, intent: str, fast: bool) -> None:
+        """``view`` (of ``buf``) is an argument: pinned from now until the callback ran."""
+        self.entries.append((buf, view, intent, fast))
+
+    def _done(self) -> None:
+        """Unpinned; its arguments are let go (the thread keeps this object as its latest
+        launch: it must not keep their memory alive)."""
+        self.state = Launch.DONE
+        self.entries = []
+
+    def pinned_buffers(self) -> list[Buffer]:
+        """The buffers this launch keeps from eviction (none once its callback ran)."""
+        if self.state == Launch.DONE:
+            return []
+        return [entry[0] for entry in list(self.entries)]  # (a snapshot: another thread adds)
+
+    def __call__(self) -> None:
+        """The post-launch record (numba-cuda runs it right after queuing the kernel)."""
+        self.state = Launch.QUEUED
+        retr, self.retr = self.retr, None
+        errors: list[TransferError] = []
+        try:
+            errors = self._record()
+        finally:
+            self._done()
+        if errors:
+            failures = LaunchFailures(errors)
+            if retr is not None:
+                retr.append(failures)  # raised after numba's own callbacks (its list loop)
+            else:  # pragma: no cover - retr is always held until the callback
+                failures()
+
+    def _record(self) -> list[TransferError]:
+        pending = self.pending
+        event = _streams.launch_event()
+        event.record(_streams.native(pending))
+        # Per buffer, its arguments whose write is to be recorded (in argument order).
+        writers: dict[Buffer, list[Any]] = {}
+        for buf, view, intent, fast in self.entries:
+            views = writers.get(buf)
+            if views is None:
+                views = writers[buf] = []
+            # A fast argument's write needs no record unless the state moved since it was
+            # found current on the device only (a host read made the host current with
+            # pre-kernel values, in another thread or by a later argument's preparation).
+            if intent != IN and (not fast or view._gpu_only_at != buf.state.version):
+                views.append(view)
+        errors: list[TransferError] = []
+        for buf, views in writers.items():
+            with buf.lock:
+                buf.launched(pending, event)
+            if views:
+                writes = LaunchWrites(len(views))
+                for view in views:
+                    error = view._after_launch(writes)
+                    if error is not None:
+                        errors.append(error)
+        return errors
+
+    def __repr__(self) -> str:
+        return f"<smartarray launch of {len(self.entries)} argument(s) on {self.pending!r}>"
+
+
+class LaunchFailures:
+    """The last post-launch callback of a launch whose host refresh failed: raises then."""
+
+    def __init__(self, errors: list[TransferError]) -> None:
+        self.errors = errors
+
+    def __call__(self) -> None:
+        first = self.errors[0]
+        raise TransferError(
+            f"the kernel ran and its writes are recorded, but refreshing {len(self.errors)} "
+            "held host array(s) failed; they are marked stale and the next host read "
+            f"downloads again (do not launch again to retry): {first}"
+        ) from first
+
+
+_local = threading.local()
+
+
+def current(retr: list[Any], stream: Any) -> Launch:
+    """The launch whose callbacks are ``retr``: the thread's latest one if ``retr`` holds it
+    at its slot, else a new one (appended to ``retr``)."""
+    launch = getattr(_local, "launch", None)
+    if launch is not None:
+        slot = launch.slot
+        if slot < len(retr) and retr[slot] is launch:
+            return launch
+        if launch.state == Launch.PREPARING:
+            # Its launch failed before queuing (no callback will run): drop its reference
+            # to that ``retr``, which holds it (a cycle), and its pins.
+            launch.retr = None
+            launch._done()
+    launch = _local.launch = Launch(stream, retr)
+    _residency.started(launch)
+    return launch

@@ -1,0 +1,490 @@
+"""The device-memory budget: which device copies are resident, and eviction when room runs out.
+
+Every SmartArray device copy is allocated through :func:`allocate` (from
+:meth:`Buffer.ensure_device <smartarray._engine.buffer.Buffer.ensure_device>`), which keeps the
+bytes resident within the budget (:func:`~smartarray.set_device_budget`; by default, on a GPU, the
+memory free at first use less a margin, and unlimited on the simulator). When an allocation
+would exceed the budget, or fails with CUDA_ERROR_OUT_OF_MEMORY (a GPU, or strict mode's finite
+device memory), device copies are evicted, then the allocation is tried once more:
+
+1. first, device copies whose bytes are all current on the host too (given back, nothing
+   moves), least recently used first;
+2. then the least recently used device copies: their bytes current on the device only are
+   downloaded (counted ``d2h``, reason ``'eviction'``), then the copy is given back.
+
+Never evicted: a copy a launch being prepared or run uses (its arguments are pinned from their
+preparation until the launch's post-launch callbacks ran, so allocating the third argument never
+evicts the first), a copy kept with :func:`~smartarray.resident`, a copy whose memory was handed
+out (a device array from ``get('gpu')`` still referenced, ``__cuda_array_interface__``, adopted
+device memory), and a copy whose lock another thread holds. Queued device work on a copy (its
+buffer's stream) is waited for before it is evicted: stream order says the work uses it, and
+waiting is what a host read does; skipping it instead would make a loop of launches that never
+reads back unevictable. An evicted copy comes back lazily: the next device access allocates it
+again and uploads only the bytes it needs (the state says the device holds nothing).
+
+Several devices: each has its own budget (the same number for each, or each one's own default)
+and its own registry of resident copies; an allocation on one device evicts copies on that
+device only. Recency is a tick stored in the buffer's :class:`Residency` record, set on every
+device access (the launch fast path included: O(1)); a buffer with copies on several devices has
+one tick for all of them.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+import numpy as np
+
+from .. import memory
+from .._memory import devices as _devices
+from .._platform import sessions as _sessions
+from .._platform import simulator as _sim
+from ..errors import DeviceMemoryError, TransferError, TransferGuardError
+from ..stats import evicted  # (not the module as an attribute: the package rebinds "stats")
+from .deferred_lock import DeferringLock
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .buffer import Buffer
+
+__all__ = [
+    "DeviceBudget",
+    "Residency",
+    "ResidentArray",
+    "allocate",
+    "budget_of",
+    "set_budget",
+]
+
+#: The margin left free below a GPU's free memory by the default budget: a tenth of it, at
+#: least this much (kernels' local memory, other libraries, numba's own allocations).
+DEFAULT_MARGIN = 128 << 20
+
+
+class CachingView(Protocol):
+    """What the engine reads and resets of a view that caches a device view of a buffer's
+    copy for the launch fast path (SmartArray implements it in its slots; the array layer's
+    side is ``smartarray/_engine/arguments.py``). The engine never names the array class: an
+    eviction closes the fast path (:func:`close_fast_path`), dropping the copy also forgets the
+    views (``Buffer.drop_device``)."""
+
+    _device_view: Any  # the view of the device copy, or None
+    _device_arg: Any  # what a kernel receives for it
+    _gpu_only_at: int  # the state's version at which the view was current on the device only
+    _device_at: int  # ... and current there (-1: closed)
+
+
+def close_fast_path(view: CachingView) -> None:
+    """Make ``view``'s next launch take the slow path (it re-checks the state)."""
+    view._gpu_only_at = view._device_at = -1
+
+
+class Residency:
+    """The residency record of one buffer (``Buffer.residency``).
+
+    Attributes
+    ----------
+    tick : int
+        When its device copy was last used (a process-wide counter): least recent is evicted
+        first.
+    sizes : dict of int to int
+        Device bytes it holds on each device where it is resident (counted in that device's
+        budget).
+    keep : int
+        How many :func:`~smartarray.resident` blocks keep it resident.
+    shared : str
+        Why it stays resident for good ('' if it may be evicted): its device memory was shared.
+    views : WeakValueDictionary or None
+        The views (by id; SmartArrays are unhashable) that cache a device view of the copy
+        (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
+    handouts : list of (weakref, str)
+        What holds the copy's memory outside (``get('gpu')`` tokens, see
+        ``memory.handout_view``; live DLPack exports), and why: while one lives, it stays.
+    """
+
+    __slots__ = ("tick", "sizes", "keep", "shared", "views", "handouts")
+
+    def __init__(self) -> None:
+        self.tick = 0
+        self.sizes: dict[int, int] = {}
+        self.keep = 0
+        self.shared = ""
+        self.views: weakref.WeakValueDictionary[int, CachingView] | None = None
+        self.handouts: list[tuple[weakref.ref[Any], str]] = []
+
+
+class ResidentArray(NamedTuple):
+    """One resident device copy, as :func:`~smartarray.device_budget` lists it."""
+
+    name: str
+    nbytes: int
+    kept: str  # why it may not be evicted now ('' if it may)
+    device: int = 0
+
+
+class DeviceBudget(NamedTuple):
+    """What :func:`~smartarray.device_budget` returns."""
+
+    budget: int | None
+    used: int
+    resident: tuple[ResidentArray, ...]
+
+
+_lock = DeferringLock()  # the registry; held while making room (evictions serialise)
+_budget: int | None = None  # set by the user
+_budget_set = False  # whether the user set one (None then means: unlimited)
+_default: dict[int, int | None] = {}  # each device's default on a GPU, computed at first use
+_used: dict[int, int] = {}  # device -> bytes of the resident copies there
+_resident: dict[tuple[int, int], weakref.ref[Buffer]] = {}  # (id(buffer), device) -> buffer
+_ticks = itertools.count(1)
+#: Whether an allocation may evict, so launches pin their arguments (see :func:`launched`):
+#: a budget is set, or allocations can fail (a GPU, strict mode's finite memory). Only the
+#: plain simulator without a budget never evicts: its launch fast path pays nothing for the
+#: budget. Derived by :func:`_derive_pinning` on the two transitions that change it.
+pinning = True
+
+
+def _derive_pinning() -> None:
+    global pinning
+    pinning = _budget_set or not _sim.SIMULATOR or _sessions.current() is not None
+
+
+_sessions.on_change.append(_derive_pinning)
+_derive_pinning()
+
+
+_local = threading.local()
+# Thread ident -> its latest launch (a smartarray._engine.launch.Launch: its ``pinned_buffers()``).
+_launches: dict[int, Any] = {}
+# Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
+_skipped: dict[int, str] = {}
+_HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # handed_out's why
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+def record(buf: Buffer) -> Residency:
+    """The residency record of ``buf``, made on first need."""
+    rec = buf.residency
+    if rec is None:
+        rec = buf.residency = Residency()
+    return rec
+
+
+def touch(buf: Buffer) -> None:
+    """Mark ``buf``'s device copy used now (LRU order)."""
+    rec = buf.residency
+    if rec is not None:
+        rec.tick = next(_ticks)
+
+
+def started(launch: Any) -> None:
+    """``launch`` (a :class:`smartarray._engine.launch.Launch`) is this thread's latest: its
+    arguments are pinned while it is prepared or queued (see :func:`_pinned`)."""
+    _launches[threading.get_ident()] = launch
+
+
+def cache_view(buf: Buffer, view: CachingView) -> None:
+    """``view`` caches a device view of ``buf``'s device copy: an eviction clears it."""
+    rec = record(buf)
+    if rec.views is None:
+        rec.views = weakref.WeakValueDictionary()
+    rec.views[id(view)] = view
+
+
+def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
+    """``devary`` lives while the copy's memory is held outside: the copy stays (``why``)."""
+    rec = record(buf)
+    rec.handouts = [r for r in rec.handouts if r[0]() is not None]
+    try:
+        rec.handouts.append((weakref.ref(devary), why))
+    except TypeError:  # pragma: no cover - numba's device arrays take weak references
+        rec.shared = "its device memory was handed out"
+
+
+def share(buf: Buffer, why: str) -> None:
+    """``buf``'s device memory is shared for good (``why``): it is never evicted."""
+    record(buf).shared = why
+
+
+def adopt(buf: Buffer, device: int = 0) -> None:
+    """``buf`` adopted device memory (``copy=False``) on ``device``: resident, counted, never
+    evicted."""
+    with _lock:
+        share(buf, "it adopted device memory (copy=False)")
+        _register(buf, buf.nbytes, device)
+
+
+def _register(buf: Buffer, nbytes: int, device: int) -> None:
+    rec = record(buf)
+    key = (id(buf), device)
+
+    def release() -> None:  # the buffer died: its device memory goes with it
+        if _resident.get(key) is ref:
+            del _resident[key]
+            _used[device] -= nbytes
+
+    # The callback takes no lock: the next holder of the registry lock releases (issue 25 E4, E5).
+    ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))  # type: ignore[misc]  # (a default-argument lambda)
+    with _lock:
+        _resident[key] = ref
+        rec.sizes[device] = nbytes
+        rec.tick = next(_ticks)
+        _used[device] = _used.get(device, 0) + nbytes
+
+
+def _unregister(buf: Buffer, device: int) -> None:
+    rec = buf.residency
+    with _lock:
+        if _resident.pop((id(buf), device), None) is not None and rec is not None:
+            _used[device] -= rec.sizes.pop(device, 0)
+
+
+# -- budget ---------------------------------------------------------------------------------
+
+
+def _effective_budget(device: int = 0) -> int | None:
+    if _budget_set:
+        return _budget
+    if device not in _default:
+        with _devices.on(device):
+            free = _sim.free_device_memory()
+        budget = None
+        if free is not None:
+            # What SmartArrays hold now is part of what they may use.
+            budget = max(0, free + _used.get(device, 0) - max(free // 10, DEFAULT_MARGIN))
+        _default[device] = budget
+    return _default[device]
+
+
+def set_budget(nbytes: int | None) -> None:
+    """The user's budget (``None``: the default), for every device (see :mod:`.budget`)."""
+    global _budget, _budget_set
+    with _lock:
+        _budget, _budget_set = nbytes, nbytes is not None
+        if nbytes is None:
+            _default.clear()  # computed again at the next allocation
+        _derive_pinning()
+
+
+def budget_of(device: int) -> DeviceBudget:
+    """The budget, the bytes used and the resident copies on ``device`` (see
+    smartarray._engine.budget.device_budget)."""
+    with _lock:
+        budget = _effective_budget(device)
+        pinned = _pinned()
+        entries = []
+        for buf in _buffers(device):
+            rec = buf.residency
+            size = rec.sizes[device]  # type: ignore[union-attr]
+            entry = ResidentArray(buf.name, size, _kept(buf, pinned), device)
+            entries.append((rec.tick, entry))  # type: ignore[union-attr]
+        entries.sort(key=lambda e: e[0])
+        return DeviceBudget(budget, _used.get(device, 0), tuple(e[1] for e in entries))
+
+
+# -- allocation and eviction ----------------------------------------------------------------
+
+
+def _buffers(device: int) -> list[Buffer]:
+    """The buffers with a copy resident on ``device``."""
+    out = []
+    for (_, on), ref in list(_resident.items()):
+        buf = ref()
+        if on == device and buf is not None and buf.residency is not None:
+            out.append(buf)
+    return out
+
+
+def preparing(launch: Any) -> None:
+    """This thread prepares (under a buffer's lock) an argument of ``launch`` (None: no
+    more). Its own pins count only then: a launch that failed ran no callback, and its
+    arguments must not stay pinned while the thread does something else."""
+    _local.preparing = launch
+
+
+def _pinned() -> set[Residency]:
+    """The records pinned by launches being prepared or run: the latest launch of every other
+    live thread, and this thread's while it prepares that launch."""
+    pinned: set[Residency] = set()
+    me = threading.get_ident()
+    current = getattr(_local, "preparing", None)
+    alive = {t.ident for t in threading.enumerate()}
+    for ident, launch in list(_launches.items()):
+        if (launch is current) if ident == me else (ident in alive):
+            for buf in launch.pinned_buffers():
+                if buf.residency is not None:
+                    pinned.add(buf.residency)
+    return pinned
+
+
+def _kept(buf: Buffer, pinned: set[Residency]) -> str:
+    """Why ``buf``'s device copy may not be evicted now ('' if it may)."""
+    rec = buf.residency
+    if rec is None:
+        return ""
+    if rec.keep:
+        return "kept resident (smartarray.resident)"
+    if rec.shared:
+        return rec.shared
+    if why := next((why for ref, why in rec.handouts if ref() is not None), ""):
+        return why
+    if rec in pinned:
+        return "a launch being prepared or run uses it"
+    return ""
+
+
+def _only_there(buf: Buffer, where: str) -> Any:
+    """The bytes current at ``where`` only (an eviction downloads them first)."""
+    state = buf.state
+    only = state.valid(where)
+    for loc in state.locations:
+        if loc != where and only:
+            only = only.difference(state.valid(loc))
+    return only
+
+
+def _dirty(buf: Buffer, device: int) -> bool:
+    """Whether some byte is current on ``device`` only (it must be downloaded first)."""
+    return bool(_only_there(buf, _devices.location(device)))
+
+
+def _evict_one(buf: Buffer, reason: str, device: int) -> int:
+    """Give back ``buf``'s copy on ``device``; return the device bytes freed (0: it stays)."""
+    if not buf.lock.acquire(blocking=False):  # in use by another thread now
+        _skipped[id(buf)] = "another thread holds its lock"
+        return 0
+    where = _devices.location(device)
+    try:
+        rec = buf.residency
+        if buf.device_copy(where) is None or rec is None:
+            return 0
+        # Close the lock-free launch fast path first, then read the pins: a launch in another
+        # thread pins before it checks the fast path again, so either its pin is seen here or
+        # it finds the fast path closed and takes the slow path (which waits for this lock).
+        if rec.views:
+            for view in list(rec.views.values()):
+                close_fast_path(view)
+        if _kept(buf, _pinned()):
+            return 0
+        # Queued device work uses it (stream order): wait for it, as a host read would.
+        buf.wait_for_device()
+        downloaded = 0
+        # What must reach the host: the whole buffer's stale host bytes with one device (the
+        # cost model may merge runs), the bytes current on this device only with several.
+        if len(buf.state.locations) == 2:
+            spans = [(0, buf.nbytes)]
+        else:
+            spans = list(_only_there(buf, where))
+        for lo, hi in spans:
+            plan = buf.state.plan_read("host", lo, hi, coalesce=not buf.held)
+            if not plan.copies:
+                continue
+            try:
+                buf.sync("host", lo, hi, "eviction", 0)
+            except TransferGuardError:  # the guard refuses the download: this copy stays
+                _skipped[id(buf)] = "the transfer guard refuses its download"
+                return 0
+            except TransferError as exc:  # the download failed: nothing changed, it stays
+                _skipped[id(buf)] = f"downloading it failed: {exc}"
+                return 0
+            downloaded += plan.nbytes
+        nbytes = rec.sizes.get(device, 0)
+        buf.drop_device(where)
+        _unregister(buf, device)
+        evicted(buf.name, nbytes, downloaded, reason)
+        return nbytes
+    finally:
+        buf.lock.release()
+
+
+def _evict(need: int, exclude: Buffer, reason: str, device: int = 0) -> int:
+    """Evict copies on ``device`` (clean ones first, then least recently used) until
+    ``need`` bytes are freed or nothing more may go; return the bytes freed."""
+    pinned = _pinned()
+    _skipped.clear()
+    candidates = [b for b in _buffers(device) if b is not exclude and not _kept(b, pinned)]
+    candidates.sort(key=lambda b: (_dirty(b, device), b.residency.tick))  # type: ignore[union-attr]
+    freed = 0
+    try:
+        for buf in candidates:
+            if freed >= need:
+                break
+            freed += _evict_one(buf, reason, device)
+    finally:
+        if freed:
+            _sim.give_back_freed()  # numba defers frees: give the memory back now
+    return freed
+
+
+def _no_room(buf: Buffer, budget: int | None, cause: str, device: int) -> DeviceMemoryError:
+    pinned = _pinned()
+    listed = [
+        (
+            b.name,
+            b.residency.sizes.get(device, 0),  # type: ignore[union-attr]
+            _kept(b, pinned) or _skipped.get(id(b), "may be evicted"),
+        )
+        for b in _buffers(device)
+        if b is not buf
+    ]
+    shown = "; ".join(f"{n} ({size} B): {why}" for n, size, why in listed[:10]) or "nothing"
+    if len(listed) > 10:
+        shown += f"; and {len(listed) - 10} more"
+    limit = "no budget set" if budget is None else f"budget {budget} B"
+    on = f" on device {device}" if _devices.several else ""
+    return DeviceMemoryError(
+        f"the device copy of {buf.name} ({buf.nbytes} B) does not fit{on}: {cause} ({limit}, "
+        f"{_used.get(device, 0)} B resident). Resident: {shown}. Raise the budget "
+        "(smartarray.set_device_budget), release arrays kept with smartarray.resident or "
+        "device arrays from get('gpu'), or use smaller arrays",
+        buf.name,
+        buf.nbytes,
+        budget,
+        listed,
+    )
+
+
+def allocate(buf: Buffer, device: int = 0) -> Any:
+    """Allocate ``buf``'s copy on ``device`` (the current one) within that device's budget,
+    evicting others there if needed.
+
+    Called with ``buf``'s lock held. An allocation that fails with CUDA_ERROR_OUT_OF_MEMORY
+    evicts (at least ``buf.nbytes``) and is tried once more.
+
+    Raises
+    ------
+    DeviceMemoryError
+        Even eviction cannot make room; ``buf`` and everything current are unchanged (evicted
+        copies keep their data on the host).
+    """
+    nbytes = buf.nbytes
+    with _lock:
+        budget = _effective_budget(device)
+        used = _used.get(device, 0)
+        if budget is not None and used + nbytes > budget:
+            if nbytes > budget:
+                raise _no_room(buf, budget, "it is larger than the budget", device)
+            _evict(used + nbytes - budget, buf, "budget", device)
+            if _used.get(device, 0) + nbytes > budget:
+                raise _no_room(buf, budget, "eviction cannot make room", device)
+        try:
+            dev = memory.device_array(nbytes, np.uint8)
+        except Exception as exc:
+            if not _sim.out_of_memory(exc):
+                raise
+            if not _evict(max(nbytes, 1), buf, "out of memory", device):
+                cause = f"the device is out of memory: {exc}"
+                raise _no_room(buf, budget, cause, device) from exc
+            try:
+                dev = memory.device_array(nbytes, np.uint8)
+            except Exception as again:
+                if _sim.out_of_memory(again):
+                    cause = f"the device is out of memory, even after eviction: {again}"
+                    raise _no_room(buf, budget, cause, device) from again
+                raise
+        _register(buf, nbytes, device)
+    return dev

@@ -1,0 +1,305 @@
+"""Interoperability: the CUDA Array Interface, DLPack and foreign device arrays, coherence kept.
+
+Built on SmartArray's public API (``get``, ``mark_changed``, ``is_valid``), without importing
+the class: the interop layer sits below the array layer, whose class statement binds these
+functions (``isinstance`` tests SmartArray's base class, ``ArrayArgument``). The few engine
+facts it needs (the stream of the buffer's pending device work, adopting device memory) go
+through the small helpers at the top of this module.
+
+Export rules (see ``docs/interop.rst``):
+
+- ``__cuda_array_interface__`` makes the device copy current and, since the consumer may write,
+  records a device write (conservative). ``cuda_view(intent='in')`` shares read-only and records
+  nothing; ``with a.cuda_view() as v:`` records the write again on exit, so held host arrays show
+  what the consumer wrote.
+- ``__dlpack_device__`` is ``(kDLCPU, 0)``, and ``__dlpack__`` (``dl_device`` None or the CPU)
+  exports to host consumers (``np.from_dlpack``): the host copy is made current and a host
+  write recorded (``copy=True``: a snapshot, nothing recorded). A CUDA consumer asks for the
+  device copy with ``dl_device=(kDLCUDA, id)``, or takes ``cuda_view()``, whose
+  ``__dlpack_device__`` is CUDA: the device copy is made current on the consumer's stream and
+  a device write recorded as for the CUDA Array Interface (:mod:`smartarray._interop.dlpack`).
+
+Import (device objects of other libraries, ``copy``, numba.cuda's primitives):
+:mod:`smartarray._interop.foreign`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import memory
+from .._engine import residency as _residency
+from .._engine.buffer import HOST, INOUT
+from .._memory import devices as _devices
+from .._numba.kernels import ArrayArgument
+from . import dlpack as _dlpack
+from .device_objects import device_pointer
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..array import SmartArray
+
+__all__ = [
+    "CudaView",
+    "cuda_array_interface",
+    "cuda_view",
+    "dlpack",
+    "dlpack_device",
+]
+
+#: DLPack device types (``DLDeviceType``).
+KDL_CPU = 1
+KDL_CUDA = 2
+
+_INTENTS = ("in", "inout")
+
+
+# -- engine facts ---------------------------------------------------------------------------
+
+
+def _pending_stream(a: SmartArray) -> Any:
+    """The stream of the latest device work on ``a``'s buffer (0: nothing queued)."""
+    return a._buf.stream
+
+
+def _wait_for_device(a: SmartArray) -> None:
+    """Block until the device work queued on ``a``'s buffer finished."""
+    a._buf.wait_for_device()
+
+
+def _adopt_device_bytes(a: SmartArray, raw: Any) -> str:
+    """Make ``raw`` (1-D uint8 device memory) ``a``'s copy on the device that memory is on
+    (``a`` owns a fresh buffer); return that device's name, ``'gpu:N'``."""
+    device = _devices.owner(device_pointer(raw))
+    # Counted in the budget, never evicted (the owner's memory).
+    a._buf.adopt_device(raw, _devices.location(device))
+    return f"gpu:{device}"
+
+
+# -- export ---------------------------------------------------------------------------------
+
+
+def _interface_stream(a: SmartArray) -> int | None:
+    """The ``stream`` entry: where a consumer must order its work after ours (None: nowhere)."""
+    pending = _pending_stream(a)
+    if pending == 0 and pending.__class__ is int:
+        return None
+    if memory.SIMULATOR:
+        # The simulator's streams have no handle a consumer could wait for: wait here.
+        _wait_for_device(a)
+        return None
+    buf = a._buf
+    if buf.done_for is pending:
+        # Never a handle nothing vouches for (the launch's stream may be destroyed by now, and
+        # with per-thread default streams "the default stream" is the launching thread's):
+        # the legacy default stream, made to wait for the buffer's own event (no host wait).
+        from numba import cuda
+
+        buf.done.wait(cuda.legacy_default_stream())
+        return 1  # the legacy default stream, as the interface spells it
+    handle = getattr(pending, "handle", None)
+    handle = getattr(handle, "value", handle)  # numba's ctypes handle
+    try:
+        value = int(handle) if handle is not None else 0
+    except (TypeError, ValueError):
+        value = 0
+    if value == 0:
+        # No handle we can name (0 is not allowed in the interface): wait here instead.
+        _wait_for_device(a)
+        return None
+    return value
+
+
+def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any]:
+    """The CUDA Array Interface (v3) of ``a``'s device copy, made current first.
+
+    Unless ``readonly``, a device write is recorded (the consumer may write): the host copy
+    becomes stale and is downloaded when next read.
+    """
+    # The device copy made current (only stale bytes move; negative strides refused), with
+    # no host wait: the interface's stream entry orders the consumer after queued work.
+    dev = a._device_handout(wait=False)
+    # The consumer keeps the pointer as long as it likes: this device copy is never evicted.
+    _residency.share(a._buf, "it was shared through __cuda_array_interface__")
+    if not readonly:
+        a._buf.exported(a._lo, a._hi, _devices.here())  # held host arrays: refreshed later
+    contiguous = dev.size == 0 or dev.is_c_contiguous()
+    return {
+        "shape": tuple(int(d) for d in dev.shape),
+        "strides": None if contiguous else tuple(int(s) for s in dev.strides),
+        "typestr": np.dtype(dev.dtype).str,
+        "data": (device_pointer(dev), bool(readonly)),
+        "version": 3,
+        "stream": _interface_stream(a),
+    }
+
+
+class CudaView:
+    """A SmartArray's device data shared with a CUDA consumer (CuPy, PyTorch, numba).
+
+    Created by :meth:`SmartArray.cuda_view`. It has ``__cuda_array_interface__`` (the device
+    copy made current when the view was created) and keeps the array alive.
+
+    - ``intent='in'``: read-only; nothing is recorded (the interface says ``readonly``).
+    - ``intent='inout'``: a device write is recorded when the view is created and again when a
+      ``with`` block around it exits, so host arrays held earlier show the consumer's writes.
+    """
+
+    __slots__ = ("array", "intent", "device", "__cuda_array_interface__")
+
+    def __init__(self, array: SmartArray, intent: str = "inout") -> None:
+        if intent not in _INTENTS:
+            raise ValueError(f"intent must be 'in' or 'inout', got {intent!r}")
+        self.array = array
+        self.intent = intent
+        # The device whose copy is shared (the current one): the exit records the consumer's
+        # write there, whichever device is current then.
+        self.device = _devices.current()
+        self.__cuda_array_interface__ = cuda_array_interface(array, readonly=intent == "in")
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Any = None,
+        dl_device: Any = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export the device copy through DLPack (``cupy.from_dlpack(v)``, ``torch.from_dlpack``).
+
+        ``stream`` is the consumer's (DLPack's convention); the device copy is made current
+        and ordered before it. ``intent='inout'`` records a device write; ``intent='in'``
+        records nothing and needs the versioned form (``max_version=(1, 0)``), whose flags
+        say read-only. ``copy=True``: a fresh device copy.
+        """
+        kind = _check_dl_device(dl_device)
+        if kind is not None and kind[0] != KDL_CUDA:
+            raise BufferError(
+                "a CudaView exports the device copy; host consumers take the SmartArray "
+                "itself (np.from_dlpack(a))"
+            )
+        with _devices.on(self.device):  # the copy this view shares, whichever is current
+            return _dlpack.export(
+                self.array,
+                stream,
+                max_version,
+                None if kind is None else kind[1],
+                copy,
+                readonly=self.intent == "in",
+            )
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(kDLCUDA, device id)``: the device copy is what this view shares."""
+        where = _devices.location(self.device)  # the copy this view shares
+        return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_copy(where)))
+
+    def __enter__(self) -> CudaView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.intent != "in":
+            # Also after an exception: the consumer may have written part of the bytes, and
+            # the device copy (current when shared) holds them. The consumer's stream is not
+            # known (it may be non-blocking): held host arrays are refreshed after all the
+            # device's work.
+            from numba import cuda
+
+            with _devices.on(self.device):
+                cuda.synchronize()
+            self.array.mark_changed(f"gpu:{self.device}")
+
+    def __repr__(self) -> str:
+        return f"<CudaView of {self.array.name} intent={self.intent!r}>"
+
+
+def cuda_view(a: SmartArray, intent: str = "inout") -> CudaView:
+    """See :meth:`SmartArray.cuda_view`."""
+    return CudaView(a, intent)
+
+
+def _check_dl_device(dl_device: Any) -> tuple[int, int] | None:
+    """``dl_device`` as a (device type, id) pair of a device we serve (CPU or CUDA), or None."""
+    if dl_device is None:
+        return None
+    try:
+        kind, number = dl_device
+        kind, number = int(kind), int(number)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"dl_device must be None or a (device_type, device_id) pair, got {dl_device!r}"
+        ) from None
+    if kind not in (KDL_CPU, KDL_CUDA):
+        raise BufferError(
+            f"SmartArray.__dlpack__ exports to the CPU (1) or a CUDA device (2), not {kind}"
+        )
+    return kind, number
+
+
+def dlpack(
+    a: SmartArray,
+    stream: Any = None,
+    max_version: Any = None,
+    dl_device: Any = None,
+    copy: bool | None = None,
+) -> Any:
+    """See :meth:`SmartArray.__dlpack__`."""
+    kind = _check_dl_device(dl_device)
+    if kind is not None and kind[0] == KDL_CUDA:
+        return _dlpack.export(a, stream, max_version, kind[1], copy)
+    # The host export is NumPy's: its checks of ``copy``, ``dl_device`` and ``max_version`` run
+    # on an empty stand-in first, so a bad request fails as NumPy's does, before anything moves.
+    # ``stream`` is the consumer's stream. The host copy is current when this returns (its
+    # downloads waited for), so there is nothing to order on it: any value is accepted, as
+    # cuda.core passes one for host memory too.
+    np.empty(0).__dlpack__(max_version=max_version, dl_device=kind, copy=copy)
+    if copy:
+        host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
+    else:
+        buf = a._buf
+        with buf.lock:
+            buf.ensure_host()
+            buf.acquire(HOST, a._lo, a._hi, INOUT, "dlpack export")
+            # Tracked: refreshed after device writes. The consumer may write through it at any
+            # time and cannot say so: each refresh records a host write again (see _held).
+            host = a._export(readonly=False, unannounced=True)
+            a.mark_changed(HOST)
+    return host.__dlpack__(max_version=max_version)
+
+
+def dlpack_device(a: SmartArray) -> tuple[int, int]:
+    """See :meth:`SmartArray.__dlpack_device__`."""
+    return (KDL_CPU, 0)
+
+
+# -- numba-cuda's own In / Out / InOut ------------------------------------------------------
+
+
+def _route_numba_hints() -> None:
+    """Make numba-cuda's own ``In(a)`` / ``Out(a)`` / ``InOut(a)`` take the device copy.
+
+    numba-cuda 0.30's hints hand the wrapped object to ``devicearray._to_strided_memory_view``,
+    which tries ``__dlpack__`` first for any object that is not an ndarray; a SmartArray's
+    ``__dlpack__`` answers a consumer that names no device with the host copy (what
+    ``np.from_dlpack`` wants), and cuda.core asks exactly that way, also for a kernel: the
+    kernel would get the host pointer (an illegal address on a GPU). numba-cuda skips DLPack
+    for the types in ``_UNSUPPORTED_DLPACK_TYPES`` (read at each call) and then takes
+    ``__cuda_array_interface__``: the device copy made current, a device write recorded (the
+    conservative rule of the interface, right for every one of the three hints). The simulator
+    prepares hints with its own ``auto_device`` and has no such module.
+    """
+    if memory.SIMULATOR:
+        return
+    try:
+        from numba.cuda.cudadrv import devicearray
+    except ImportError:  # pragma: no cover - a numba-cuda without it takes no DLPack path
+        return
+    skipped = getattr(devicearray, "_UNSUPPORTED_DLPACK_TYPES", None)
+    # numba-cuda tests ``isinstance`` against the tuple: SmartArray's base class, whose only
+    # instances are SmartArrays (the class statement sits above this layer), says the same.
+    if isinstance(skipped, tuple) and ArrayArgument not in skipped:
+        # (numba-cuda's private name, absent from numba's stub that the checker reads)
+        devicearray._UNSUPPORTED_DLPACK_TYPES = (*skipped, ArrayArgument)  # type: ignore[attr-defined]
+
+
+_route_numba_hints()

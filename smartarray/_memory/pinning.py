@@ -1,0 +1,210 @@
+"""Page-locking and mapping of host memory: the registry behind ``register`` and ``pinned``.
+
+One registry per process (:data:`_registry`) knows the host memory ranges page-locked through
+:func:`smartarray.register` / :func:`smartarray.pinned`, keyed by byte extent, and the memory
+that was allocated page-locked (``pinned_array``, ``mapped_array``), which must not be locked
+again. Unpinning waits for the device first: an asynchronous copy may still be using the memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from .._platform import simulator as _sim
+from ..errors import RegistrationError
+from .checks import _byte_extent
+from .counted import _adopt
+
+
+def _memory_owner(ary: np.ndarray) -> Any:
+    """The object whose life is the life of ``ary``'s memory (the end of its base chain)."""
+    owner: Any = ary
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner
+
+
+class _Registry:
+    """Host memory ranges page-locked through :func:`register`, keyed by byte extent.
+
+    It also knows the memory that was allocated page-locked (:func:`pinned_array`,
+    :func:`mapped_array`, so the host copy of ``SmartArray(pinned=True)`` too): page-locking it
+    again fails on a GPU ("already registered"), so registering an array that lies in such an
+    allocation does nothing, and deregistering it does nothing (it stays page-locked until it
+    is freed). The simulator follows the same rules.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pins: dict[tuple[int, int], Any] = {}
+        # Byte extents of live page-locked allocations (a count: freed memory can come back at
+        # the same address before its finalizer's news is read).
+        self._allocated: dict[tuple[int, int], int] = {}
+        # Extents whose memory was freed. Finalizers run whenever the garbage collector does,
+        # possibly inside a locked section of this thread: they only append here (atomic).
+        self._freed: list[tuple[int, int]] = []
+
+    def track_allocation(self, ary: Any) -> Any:
+        """Remember that ``ary``'s memory was allocated page-locked (returns ``ary``)."""
+        extent = _byte_extent(ary)
+        if extent[0] == extent[1]:
+            return ary
+        with self._lock:
+            self._allocated[extent] = self._allocated.get(extent, 0) + 1
+        try:
+            weakref.finalize(_memory_owner(ary), self._freed.append, extent)
+        except TypeError:  # an owner without weak references: the array's own life, then
+            weakref.finalize(ary, self._freed.append, extent)
+        return ary
+
+    def _page_locked_at_allocation(self, extent: tuple[int, int]) -> bool:
+        """Whether ``extent`` lies in a live page-locked allocation (call with the lock held)."""
+        while self._freed:
+            gone = self._freed.pop()
+            left = self._allocated.pop(gone, 1) - 1
+            if left > 0:
+                self._allocated[gone] = left
+        # Linear in the live page-locked allocations: registration is not a fast path.
+        return any(lo <= extent[0] and extent[1] <= hi for lo, hi in self._allocated)
+
+    def is_registered(self, ary: np.ndarray) -> bool:
+        with self._lock:
+            extent = _byte_extent(ary)
+            return extent in self._pins or (
+                extent[0] != extent[1] and self._page_locked_at_allocation(extent)
+            )
+
+    def register(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Page-lock the arrays not registered yet; return those it registered."""
+        with self._lock:
+            todo: dict[tuple[int, int], np.ndarray] = {}
+            for ary in arrays:
+                extent = _byte_extent(ary)
+                if extent in self._pins or extent in todo or extent[0] == extent[1]:
+                    continue
+                if self._page_locked_at_allocation(extent):
+                    continue  # page-locked since its allocation: locking it again would fail
+                for other in (*self._pins, *todo):
+                    if extent[0] < other[1] and other[0] < extent[1]:
+                        raise RegistrationError(
+                            "the array overlaps a registered array without covering the same "
+                            "bytes; register the base array once instead"
+                        )
+                todo[extent] = ary
+            done = []
+            try:
+                for extent, ary in todo.items():
+                    self._pins[extent] = _pin(ary, extent)
+                    done.append(ary)
+            except BaseException:
+                for ary in done:
+                    _unpin(self._pins.pop(_byte_extent(ary)))
+                raise
+            return done
+
+    def deregister(self, arrays: Sequence[np.ndarray]) -> None:
+        with self._lock:
+            extents = []
+            for ary in arrays:
+                extent = _byte_extent(ary)
+                if extent[0] == extent[1]:
+                    continue
+                if extent not in self._pins:
+                    if self._page_locked_at_allocation(extent):
+                        continue  # allocated page-locked: it stays so until it is freed
+                    raise RegistrationError(
+                        "cannot deregister an array that is not registered "
+                        "(register it first, or check that it is the same array)"
+                    )
+                extents.append(extent)
+            if extents:
+                _wait_before_unpinning()
+            for extent in dict.fromkeys(extents):
+                _unpin(self._pins.pop(extent))
+
+
+#: What :func:`_pin` returns for memory the driver reports as page-locked already.
+_LOCKED_ELSEWHERE = object()
+
+
+def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
+    if _sim.emulates_page_locking():
+        return None  # the plain simulator: page-locking is recorded, emulated
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    try:
+        return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+    except CudaAPIError as exc:
+        # Memory page-locked outside this registry (numba.cuda.pinned_array, another
+        # library): registered in name only, its deregistration unpins nothing.
+        if getattr(exc.code, "name", exc.code) in _ALREADY_REGISTERED:
+            return _LOCKED_ELSEWHERE
+        raise
+
+
+_ALREADY_REGISTERED = ("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", 712)
+
+
+def _wait_before_unpinning() -> None:
+    """Wait for the device before memory stops being page-locked.
+
+    An asynchronous copy from or to the memory (``to_device(a, stream=s)``,
+    ``copy_to_host(a, stream=s)``) may still be queued: the DMA engine reads page-locked memory
+    directly, and unpinning under it is undefined. Which streams used the memory is not known
+    here, so this waits for the whole device; deregistration is rare.
+    """
+    cuda.synchronize()
+
+
+def _unpin(pin: Any) -> None:
+    # numba's PinnedMemory has no free(): a weakref finalizer unregisters the memory when its
+    # last reference goes, and the registry held the only one. Mapped pins do have free().
+    free = getattr(pin, "free", None)
+    if free is not None:
+        free()
+
+
+_registry = _Registry()
+
+
+class _Registration:
+    """What :func:`register` returns: usable as a context manager that deregisters on exit."""
+
+    def __init__(self, arrays: tuple[np.ndarray, ...], registered: list[np.ndarray]) -> None:
+        self.arrays = arrays
+        self._registered = registered
+
+    def __enter__(self) -> tuple[np.ndarray, ...]:
+        return self.arrays
+
+    def __exit__(self, *exc: object) -> None:
+        # Only what this call registered (an array registered earlier stays registered), and
+        # only what is still registered (the block may have deregistered some itself).
+        _registry.deregister([a for a in self._registered if _registry.is_registered(a)])
+        self._registered = []
+
+    def __repr__(self) -> str:
+        return f"<smartarray registration of {len(self.arrays)} array(s)>"
+
+
+@contextlib.contextmanager
+def _mapping(arrays: Sequence[np.ndarray], stream: Any) -> Iterator[Any]:
+    """Map ``arrays`` into device memory for the block: one counted device array, or a list."""
+    mapper = _sim.mapped if _sim.lacks_mapping() else cuda.mapped
+    with mapper(*arrays, stream=stream) as devs:
+        try:
+            if len(arrays) == 1:
+                yield _adopt(devs)
+            else:
+                yield [_adopt(d) for d in devs]
+        finally:
+            # numba unmaps on leaving its block: kernels launched in ours may still be using
+            # the mapping (launches are asynchronous), so wait for them first.
+            _wait_before_unpinning()

@@ -1,0 +1,231 @@
+"""Streams as the engine sees them: identity, host waits, and ordering across streams.
+
+A base buffer records the stream of its latest device work (``_engine.Buffer.stream``; ``0`` when
+nothing of it is queued). These helpers take any stream object that reaches smartarray:
+
+- ``0``: the default stream, as users and the simulator pass it;
+- numba.cuda's ``Stream`` (``cuda.stream()``, ``default_stream()``, ``per_thread_default_stream()``,
+  ``external_stream(ptr)`` of CuPy's or PyTorch's streams): ``synchronize()`` and ``handle``;
+- cuda.core's ``Stream``: what numba-cuda's real dispatcher hands ``ArgHint.to_device`` during a
+  launch, *the default stream included* (``_LaunchConfiguration`` converts every launch stream
+  with ``driver._to_core_stream``; a fresh object per launch configuration): ``sync()`` and
+  ``handle``, no ``synchronize()``, never equal to ``0``;
+- the simulator's streams, and test stand-ins: ``synchronize()``, compared by identity.
+
+Nothing here assumes the legacy default stream's implicit ordering: with per-thread default
+streams, and for non-blocking streams (CuPy's, PyTorch's), work on the default stream is not
+ordered before work on another stream unless an event says so.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from .._platform import sessions as _sessions  # (a strict session owns its streams and events)
+from .._platform import simulator as _sim
+from . import devices as _devices
+
+__all__ = [
+    "DEFAULT",
+    "copy_stream",
+    "launch_event",
+    "native",
+    "new_event",
+    "order",
+    "pending",
+    "same",
+    "synchronize",
+]
+
+
+class _DefaultStream:
+    """The default stream as a buffer records it: device work queued there, not yet waited for.
+
+    Distinct from ``0`` (nothing queued), so that default-stream work is ordered before work on
+    other streams like any other stream's work.
+    """
+
+    __slots__ = ()
+
+    def synchronize(self) -> None:
+        """Block until the default stream's work finished."""
+        cuda.default_stream().synchronize()
+
+    def __repr__(self) -> str:
+        return "<default stream>"
+
+
+#: Pending work on the default stream (a launch or copy on stream 0 or on a handle-0 stream).
+DEFAULT = _DefaultStream()
+
+
+def _is_zero(stream: Any) -> bool:
+    return stream is None or stream.__class__ is int or isinstance(stream, np.integer)
+
+
+def pending(stream: Any) -> Any:
+    """What a buffer records for device work queued on ``stream``: the object, or DEFAULT for
+    the default stream (0, or a stream object of handle 0: what numba-cuda's dispatcher hands
+    ``to_device`` for a default-stream launch, a new cuda.core wrapper per configuration)."""
+    if _is_zero(stream):
+        return DEFAULT
+    protocol = getattr(stream, "__cuda_stream__", None)
+    if protocol is not None and not protocol()[1]:
+        return DEFAULT
+    return stream
+
+
+def native(stream: Any) -> Any:
+    """The stream numba's copies and events accept: ``0`` for :data:`DEFAULT`."""
+    return 0 if stream is DEFAULT else stream
+
+
+# cuda.core's Stream class, learned from the first one seen (cuda.core is not imported here:
+# the simulator never passes one). Its ``==`` compares CUstream handles in C (about 15 ns),
+# and ``__cuda_stream__()`` gives the handle's address (about 50 ns); its ``handle`` property
+# builds a new CUstream object each time (about 0.5 us). On a GPU every launch configuration
+# hands ``to_device`` a new one, so the launch fast path compares two of them per argument.
+_core_stream: list[type] = []
+
+
+def _is_core_stream(cls: type) -> bool:
+    if _core_stream:
+        return cls is _core_stream[0]
+    if cls.__name__ == "Stream" and cls.__module__.startswith("cuda.core."):
+        _core_stream.append(cls)
+        return True
+    return False
+
+
+def _key(stream: Any) -> Any:
+    if stream is DEFAULT or _is_zero(stream):
+        return 0
+    if _is_core_stream(stream.__class__):
+        return stream.__cuda_stream__()[1]  # (protocol version, the CUstream's address)
+    handle = getattr(stream, "handle", None)
+    if handle is None:
+        return stream  # the simulator's streams, stand-ins: identity
+    try:
+        return int(handle)  # numba's Stream: the CUstream's address
+    except (TypeError, ValueError):
+        return stream
+
+
+def same(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` are the same CUDA stream (wrappers of one handle are the same)."""
+    if a is b:
+        return True
+    cls = a.__class__
+    if cls is b.__class__ and _core_stream and cls is _core_stream[0]:
+        return a == b  # two launch configurations' wrappers: compared by handle, in C
+    return _key(a) == _key(b)
+
+
+def synchronize(stream: Any) -> None:
+    """Block the host until ``stream``'s work finished (numba's, cuda.core's or 0)."""
+    if _is_zero(stream):
+        stream = DEFAULT
+    sync = getattr(stream, "synchronize", None)
+    if sync is None:
+        sync = stream.sync  # cuda.core's Stream
+    sync()
+
+
+# smartarray's own stream for copies that follow device work whose stream may be gone: made on
+# first need, for the strict session it was made in (strict mode's streams belong to one), one
+# per device (a stream belongs to its device's context).
+_copy_stream: list[Any] = [None, None]
+_device_copy_streams: dict[int, Any] = {}
+
+
+def copy_stream() -> Any:
+    """A stream smartarray owns (never destroyed), for copies ordered after a buffer's event.
+
+    Not the default stream: a copy there would wait for every blocking stream's work (the
+    legacy default stream), or for the calling thread's only (per-thread default streams).
+    """
+    session = _sessions.current()
+    device = _devices.current()
+    if device:
+        stream = _device_copy_streams.get(device)
+        if stream is None:
+            stream = _device_copy_streams[device] = cuda.stream()
+        return stream
+    owner, stream = _copy_stream
+    if stream is None or owner is not session:
+        stream = cuda.stream()
+        _copy_stream[:] = [session, stream]
+    return stream
+
+
+def new_event() -> Any:
+    """A new event for ordering and host waits (no timing data)."""
+    return _sim.event()  # (the simulator's Event takes no arguments)
+
+
+# Each thread's launch events (see launch_event), with what they belong to.
+_launch_events = threading.local()
+_EVENTS_KEPT = 8  # events a thread's pool keeps (each free one is found in a short scan)
+# References to an event only the pool holds, as sys.getrefcount counts them in launch_event:
+# the pool's list, the loop variable, getrefcount's own argument.
+_POOL_ONLY = 3
+
+
+def _thread_pool(local: Any) -> list[Any]:
+    """The calling thread's pool for its session, factory and current device."""
+    session, factory = _sessions.current(), cuda.event
+    device = _devices.current()
+    pools = getattr(local, "pools", None)
+    if pools is None or local.session is not session or local.factory is not factory:
+        pools = local.pools = {}
+    pool = local.pool = pools.setdefault(device, [])
+    local.session, local.factory, local.device = session, factory, device
+    return pool
+
+
+def launch_event() -> Any:
+    """An event to record a launch on (each launch records one: see smartarray._engine.launch).
+
+    Reused once nothing but this thread's pool refers to it: in a loop of launches over the
+    same arrays, each launch's event replaces the previous one in its buffers, so two events
+    serve the whole loop, where a new event per launch costs a driver call (and numba's
+    bookkeeping of the event's lifetime) more than recording one. An event held anywhere else
+    (a buffer's latest work, a wait in progress) is never recorded again here; re-recording
+    an event is legal in CUDA (waits already queued keep what they captured).
+    """
+    # Events of the current strict-mode session, made by the current factory (a test may
+    # replace numba's with stand-ins), and with several devices of the current device (an
+    # event is recorded on its own device's streams only).
+    local = _launch_events
+    pool = getattr(local, "pool", None)
+    if (
+        pool is None
+        or local.session is not _sessions.current()
+        or local.factory is not cuda.event
+        or (_devices.several and local.device != _devices.current())
+    ):
+        pool = _thread_pool(local)
+    for event in pool:
+        if sys.getrefcount(event) <= _POOL_ONLY:
+            return event
+    event = new_event()
+    pool.append(event)
+    if len(pool) > _EVENTS_KEPT:
+        del pool[0]  # still referenced elsewhere (it was not free): it lives on there
+    return event
+
+
+def order(before: Any, after: Any) -> None:
+    """Make work queued later on ``after`` wait for the work queued so far on ``before``.
+
+    An event recorded on ``before`` that ``after`` waits for: the device orders the two, the
+    host does not block.
+    """
+    event = new_event()
+    event.record(native(before))
+    event.wait(native(after))
