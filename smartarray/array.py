@@ -394,8 +394,7 @@ class SmartArray(ArrayArgument):
     __getitem__ = _views.__getitem__
     __setitem__ = _views.__setitem__
 
-    # Python's protocols (smartarray._array.protocols), two to a line; pickling
-    # (smartarray._array.results)
+    # Python's protocols (smartarray._array.protocols), two to a line; pickling (.results)
     __len__, __iter__ = _protocols.__len__, _protocols.__iter__
     __reversed__, __contains__ = _protocols.__reversed__, _protocols.__contains__
     __bool__, __index__ = _protocols.__bool__, _protocols.__index__
@@ -420,8 +419,7 @@ class SmartArray(ArrayArgument):
     __array_ufunc__ = _numpy_api.__array_ufunc__
     __array_function__ = _numpy_api.__array_function__
 
-    # numpy.ndarray's methods (smartarray._array.ndarray), several to a line: on the current host
-    # data
+    # numpy.ndarray's methods (smartarray._array.ndarray), several to a line, on the host data
     all, any, argmax, argmin = _ndarray.all, _ndarray.any, _ndarray.argmax, _ndarray.argmin
     argpartition, argsort, astype = _ndarray.argpartition, _ndarray.argsort, _ndarray.astype
     choose, clip, compress, conj = _ndarray.choose, _ndarray.clip, _ndarray.compress, _ndarray.conj
@@ -463,8 +461,7 @@ class SmartArray(ArrayArgument):
     __abs__ = _ndarray.unary(np.absolute, "abs")
     __invert__ = _ndarray.unary(np.invert, "invert")
 
-    # a kernel or njit argument: typing, launch preparation, njit hooks
-    # (smartarray._engine.arguments)
+    # a kernel or njit argument: typing, launch, njit hooks (smartarray._engine.arguments)
     _numba_type_ = functools.cached_property(_arguments._numba_type_)
     _numba_in_type_ = functools.cached_property(_arguments._numba_in_type_)
     _numba_type = _arguments._numba_type

@@ -324,3 +324,37 @@ def test_production_importing_a_double_is_found(tmp_path: pathlib.Path) -> None:
     }
     found = double_imports(import_graph(_tree(tmp_path, files)))
     assert found == {("smartarray.engine", "smartarray._strict.state")}
+
+
+# Sizes a maintainer can hold in their head (issue 27): a module, a class body, a function.
+MAX_MODULE_LINES, MAX_CLASS_LINES, MAX_FUNCTION_LINES = 500, 400, 80
+
+
+def oversized(package: pathlib.Path) -> set[str]:
+    """What exceeds the sizes: ``path`` (a module), ``path:Name`` (a class or function)."""
+    found = set()
+    for path in package.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(package.parent).as_posix()
+        if text.count("\n") > MAX_MODULE_LINES:
+            found.add(where)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                limit = MAX_CLASS_LINES
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                limit = MAX_FUNCTION_LINES
+            else:
+                continue
+            if (node.end_lineno or node.lineno) - node.lineno + 1 > limit:
+                found.add(f"{where}:{node.name}")
+    return found
+
+
+def test_no_module_class_or_function_outgrows_its_size() -> None:
+    assert oversized(PACKAGE) == set()
+
+
+def test_an_oversized_function_is_found(tmp_path: pathlib.Path) -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    package = _tree(tmp_path, {"__init__.py": "", "a.py": f"def long():\n{body}"})
+    assert oversized(package) == {"smartarray/a.py:long"}

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import numpy as np
 
@@ -40,11 +40,10 @@ from . import device_work as _device_work
 from . import residency as _residency
 from .held import HeldHostArrays
 
-if TYPE_CHECKING:  # pragma: no cover - the views the engine arms (array layer, above)
-    from ..array import SmartArray
+if TYPE_CHECKING:  # pragma: no cover
     from .launch import LaunchWrites
 
-__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "Buffer"]
+__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "ArmableView", "Buffer"]
 
 #: Locations of a buffer's copies: the host copy (NumPy memory) and device 0's copy; another
 #: device's copy is ``"gpu:N"`` (see smartarray._memory.devices), added on its first use.
@@ -71,6 +70,16 @@ def _refused(plan: Plan) -> bool:
         guard.refuses(_buffer_copies.direction(c.source, c.target), "consolidation")
         for c in plan.copies
     )
+
+
+class ArmableView(Protocol):
+    """What the engine reads and sets of a view whose ``njit`` calls may skip it (the njit fast
+    path): SmartArray implements it in its slots, its side is ``smartarray/_engine/arguments.py``.
+    The engine never names the array class (as :class:`~smartarray._engine.residency.CachingView`
+    for the launch fast path)."""
+
+    _njit_view: np.ndarray | None  # the host ndarray njit receives for the view, once made
+    _njit_fast: Any  # that ndarray while the fast path is armed, else None (read by the unboxer)
 
 
 class Buffer:
@@ -136,7 +145,7 @@ class Buffer:
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
-        self.fast_views: weakref.WeakValueDictionary[int, SmartArray] = (
+        self.fast_views: weakref.WeakValueDictionary[int, ArmableView] = (
             weakref.WeakValueDictionary()
         )
         # The device-memory budget's record of this buffer (LRU tick, pins, cached device
@@ -190,7 +199,7 @@ class Buffer:
                 view._njit_fast = None
             self.fast_views.clear()
 
-    def _arm(self, view: SmartArray, lo: int, hi: int) -> None:
+    def _arm(self, view: ArmableView, lo: int, hi: int) -> None:
         """Arm ``view``'s njit fast path if its bytes are current on the host only."""
         if view._njit_view is not None and self.stream == 0:
             if self.state.is_exclusive(HOST, lo, hi):
@@ -428,7 +437,7 @@ class Buffer:
         lo: int,
         hi: int,
         intent: str,
-        view: SmartArray | None = None,
+        view: ArmableView | None = None,
         writes: LaunchWrites | None = None,
     ) -> None:
         """Record what an access with ``intent`` wrote at ``where`` (``In``: nothing).
