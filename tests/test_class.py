@@ -1,8 +1,8 @@
 """SmartArray is one class statement: what users and maintainers rely on (issue 27).
 
 The class statement in ``smartarray/array.py`` binds functions of the concept modules
-(``smartarray/_array/``: geometry, views, ndarray, ...); nothing rebuilds the class at import, so the
-class that runs is the class the source, debuggers and type checkers show.
+(``smartarray/_array/``: geometry, views, ndarray, ...); nothing rebuilds the class at import,
+so the class that runs is the class the source, debuggers and type checkers show.
 """
 
 from __future__ import annotations

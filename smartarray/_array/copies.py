@@ -80,7 +80,8 @@ def _host_view(self: SmartArray) -> np.ndarray:
 
 def _export(self: SmartArray, readonly: bool, unannounced: bool = False) -> np.ndarray:
     """This view's host data as an ndarray handed out (tracked; no sync); ``unannounced``:
-    to a consumer that writes without calling ``mark_changed`` (see ``smartarray/_engine/held.py``)."""
+    to a consumer that writes without calling ``mark_changed`` (``smartarray/_engine/held.py``).
+    """
     buf = self._buf
     return buf.held.view(
         buf.ensure_host(),
