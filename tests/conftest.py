@@ -37,15 +37,23 @@ def _switched_on(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+#: What this file leaves for pytest-xdist's workers, which start after it removed
+#: ``SMARTARRAY_FAKE_GPU`` (below); only a worker reads it (``PYTEST_XDIST_WORKER``).
+_WORKERS_ON_FAKE_GPU = "SMARTARRAY_TEST_WORKERS_ON_FAKE_GPU"
+
 #: The fake CUDA driver for the whole session (``SMARTARRAY_FAKE_GPU=1``): numba-cuda's real
 #: target over smartarray's fake ``libcuda.so.1``, loaded before numba.cuda is imported.
-FAKE_GPU = _switched_on("SMARTARRAY_FAKE_GPU")
+FAKE_GPU = _switched_on("SMARTARRAY_FAKE_GPU") or (
+    "PYTEST_XDIST_WORKER" in os.environ and os.environ.get(_WORKERS_ON_FAKE_GPU) == "1"
+)
 if FAKE_GPU:
     os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    os.environ["SMARTARRAY_FAKE_GPU"] = "1"  # (a worker: smartarray reads the switch)
     import smartarray  # noqa: F401  (loads the fake driver first)
 
     # This process has it; child processes the tests start choose their own target.
     del os.environ["SMARTARRAY_FAKE_GPU"]
+    os.environ[_WORKERS_ON_FAKE_GPU] = "1"
 elif "NUMBA_ENABLE_CUDASIM" not in os.environ and not _cuda_driver_present():
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
 
