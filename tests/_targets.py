@@ -13,8 +13,15 @@ from pathlib import Path
 #: The checkout's root: a child process imports this smartarray (and tests/) from it.
 ROOT = Path(__file__).resolve().parent.parent
 
-# The fake driver too: these children check numba-cuda with no driver at all.
-_SIMULATOR_SWITCHES = ("NUMBA_ENABLE_CUDASIM", "SMARTARRAY_STRICT", "SMARTARRAY_FAKE_GPU")
+# The fake driver too: these children check numba-cuda with no driver at all (and the note
+# tests/conftest.py leaves pytest-xdist's workers, for a child that runs pytest).
+_SIMULATOR_SWITCHES = (
+    "NUMBA_ENABLE_CUDASIM",
+    "SMARTARRAY_STRICT",
+    "SMARTARRAY_FAKE_GPU",
+    "SMARTARRAY_TEST_WORKERS_ON_FAKE_GPU",
+    "PYTEST_XDIST_WORKER",
+)
 
 
 def real_target_env() -> dict[str, str]:

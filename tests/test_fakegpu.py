@@ -592,3 +592,34 @@ print(json.dumps({"error": error}))
 """
     )
     assert out["error"] is not None and "kernel raised after writing" in out["error"], out
+
+
+def test_a_fake_driver_session_spread_over_xdist_workers_runs_on_it(tmp_path: Path) -> None:
+    """``SMARTARRAY_FAKE_GPU=1 python -m pytest -n 2``: every pytest-xdist worker runs on the
+    fake driver (they start after the session's conftest removed the switch, and ran on the
+    simulator: half the suite's time, none of its real-target paths)."""
+    pytest.importorskip("xdist")
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import os, numba\n"
+        "def test_on_the_fake_driver():\n"
+        "    assert os.environ.get('PYTEST_XDIST_WORKER')\n"
+        "    assert not numba.config.ENABLE_CUDASIM\n"
+        "    from numba import cuda\n"
+        "    assert cuda.is_available()\n",
+        encoding="utf-8",
+    )
+    env = with_checkout(real_target_env())
+    env["SMARTARRAY_FAKE_GPU"] = "1"
+    args = ["-n", "2", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "--rootdir", str(tmp_path), str(probe)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
