@@ -139,10 +139,10 @@ def test_a_launch_is_found_by_its_object_in_retr_not_by_address():
     a.to_device(retr, 0)
     fresh = [c for c in retr if isinstance(c, _launch.Launch)]
     assert len(fresh) == 1 and fresh[0] is not launches[0]
-    assert launches[0].pinned_buffers() == []  # the failed launch holds no pin
+    assert launches[0].claimed_buffers() == []  # the failed launch claims nothing
     for callback in retr:
         callback()
-    assert fresh[0].pinned_buffers() == []  # ran: unpinned
+    assert fresh[0].claimed_buffers() == []  # ran: its claims dropped
 
 
 def test_a_launched_array_dropped_after_its_launch_is_freed_at_once():

@@ -410,7 +410,7 @@ def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(
     del filler
 
 
-def test_a_failed_launch_does_not_keep_its_arguments_pinned(budget):
+def test_a_failed_launch_does_not_keep_its_arguments_claimed(budget):
     """A launch that raises runs no post-launch callback: its arguments must not stay pinned
     once its thread does anything else (or has ended)."""
     x, y = arrays(2, prefix="u")

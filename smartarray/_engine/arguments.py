@@ -145,11 +145,11 @@ def _prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str)
         # atomic). The launch's callback records the write only if the state moves
         # meanwhile (a host read before the kernel runs).
         launch.add(buf, self, intent, True)
-        if not _residency.pinning:
+        if not _residency.claiming:
             return self._device_arg
-        # An allocation may evict (another thread's): pinned first, then checked again.
-        # An eviction closes the fast path (under the lock) before it reads the pins, so
-        # either it sees this pin, or this check sees the fast path closed.
+        # An allocation may evict (another thread's): claimed first, then checked again.
+        # An eviction closes the fast path (under the lock) before it reads the claims, so
+        # either it sees this claim, or this check sees the fast path closed.
         if self._device_view is devary and version in (self._gpu_only_at, self._device_at):
             return self._device_arg
         launch.entries.pop()  # evicted meanwhile: the slow path prepares it again
@@ -170,7 +170,7 @@ def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, 
         self._device_on = device
     if self._device_view is None:
         self._check_device_geometry()  # before anything moves
-    _residency.preparing(launch)  # an allocation now keeps this launch's own pins
+    _residency.preparing(launch)  # an allocation now keeps this launch's own claims
     try:
         with buf.lock:
             exclusive = buf.acquire(
@@ -197,7 +197,7 @@ def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, 
                 self._gpu_only_at = self._device_at = state.version
             elif state.is_valid(where, self._lo, self._hi):  # (Out uploads nothing)
                 self._device_at = state.version
-            launch.add(buf, self, intent, exclusive)  # pinned until the launch ran
+            launch.add(buf, self, intent, exclusive)  # claimed until the launch ran
             return self._device_arg
     finally:
         _residency.preparing(None)

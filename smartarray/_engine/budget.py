@@ -136,7 +136,7 @@ def resident(*arrays: Any) -> Iterator[None]:
     for i, a in enumerate(arrays):
         if not isinstance(a, ArrayArgument):  # (SmartArray: the one ArrayArgument)
             raise TypeError(f"arrays[{i}] must be a SmartArray, got {type(a).__name__}")
-    recs = [_residency.record(a._buf) for a in arrays]
+    recs = [_residency.of(a._buf) for a in arrays]
     with _residency._lock:
         for rec in recs:
             rec.keep += 1

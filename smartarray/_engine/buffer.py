@@ -148,7 +148,7 @@ class Buffer:
         self.fast_views: weakref.WeakValueDictionary[int, ArmableView] = (
             weakref.WeakValueDictionary()
         )
-        # The device-memory budget's record of this buffer (LRU tick, pins, cached device
+        # The device-memory budget's record of this buffer (LRU tick, claims, cached device
         # views), made on first need: see smartarray._engine.residency.
         self.residency: _residency.Residency | None = None
         # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
@@ -180,7 +180,7 @@ class Buffer:
     # Device work and its order (smartarray/_engine/device_work.py).
     wait_for_device = _device_work.wait_for_device
     queued = _device_work.queued
-    launched = _device_work.launched
+    kernel_queued = _device_work.kernel_queued
     consumer_queued = _device_work.consumer_queued
     order_before = _device_work.order_before
     works_on = _device_work.works_on
@@ -261,7 +261,7 @@ class Buffer:
                 if where != HOST and self.held.any_stale(self.state.valid(HOST), lo, hi):
                     self.refresh_exports(lo, hi)
                 return
-            self.record(where, lo, hi)
+            self.record_write(where, lo, hi)
             if where != HOST:
                 self.refresh_exports(lo, hi)
 
@@ -276,11 +276,11 @@ class Buffer:
         """
         with self.lock:
             if not self.state.is_exclusive(where, lo, hi):
-                self.record(where, lo, hi)
+                self.record_write(where, lo, hi)
             if self.held.shown(lo, hi):
                 self.held_stale = True
 
-    def record(self, where: str, lo: int, hi: int) -> None:
+    def record_write(self, where: str, lo: int, hi: int) -> None:
         """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
 
         The write is recorded before the consolidation copies run: a failed copy leaves the
@@ -289,7 +289,7 @@ class Buffer:
         self.mark(where, lo, hi)
         self._consolidate()
 
-    def record_where_valid(self, where: str, lo: int, hi: int) -> None:
+    def record_write_where_valid(self, where: str, lo: int, hi: int) -> None:
         """Record a write that may have touched any byte of ``[lo, hi)`` at ``where`` but
         could only be trusted where that copy was current: a failed kernel or NumPy call.
 
@@ -317,7 +317,7 @@ class Buffer:
             # A consumer that writes without telling (np.from_dlpack) may write these bytes
             # on the host from now on: the device copy of them cannot be trusted.
             for a, b in self.held.unannounced(lo, hi):
-                self.record(HOST, a, b)
+                self.record_write(HOST, a, b)
         if refreshed:
             _perf.refreshed(self, refreshed)
 
@@ -414,7 +414,7 @@ class Buffer:
             if self.perf is not None:
                 _perf.uploaded(self, plan.nbytes if plan else 0, lo, hi)
         if intent == INOUT and hi - lo >= _perf.MIN_BYTES:  # may the kernel only read?
-            _perf.launched(self, lo, hi, state.is_valid(HOST, lo, hi))
+            _perf.inout_launch(self, lo, hi, state.is_valid(HOST, lo, hi))
         if record:
             # Record the device write now, before the launch: a launch that fails (a kernel
             # raising after it wrote, a later argument that cannot be prepared) runs no
@@ -423,11 +423,11 @@ class Buffer:
             # upload of the others: if the kernel never runs, the host holds their value).
             # The release after the launch records the whole write again and refreshes held
             # host arrays.
-            self.record_where_valid(where, lo, hi)
+            self.record_write_where_valid(where, lo, hi)
         # The buffer's event is recorded on the launch's stream now (it captures this
         # preparation's uploads; a launch that fails later runs no callback and must leave
         # nothing that waits on its stream's handle), and again by the launch's callback,
-        # right after the kernel was queued (Buffer.launched).
+        # right after the kernel was queued (Buffer.kernel_queued).
         self.queued(launch_stream)
         return False
 
@@ -457,7 +457,7 @@ class Buffer:
             return
         try:
             if not self.state.is_exclusive(where, lo, hi):
-                self.record(where, lo, hi)
+                self.record_write(where, lo, hi)
         finally:
             if writes is not None:
                 writes.ranges.append((lo, hi))
@@ -478,4 +478,4 @@ class Buffer:
         if intent == IN:
             return
         with self.lock:
-            self.record_where_valid(where, lo, hi)
+            self.record_write_where_valid(where, lo, hi)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "works_on",
     "consumer_queued",
-    "launched",
+    "kernel_queued",
     "order_before",
     "queued",
     "unnamed_stream",
@@ -84,7 +84,7 @@ def queued(self: Buffer, stream: Any) -> None:
     self.work_device = device
 
 
-def launched(self: Buffer, pending: Any, event: Any) -> None:
+def kernel_queued(self: Buffer, pending: Any, event: Any) -> None:
     """A kernel using this buffer was just queued on ``pending`` (see
     :func:`smartarray._memory.streams.pending`), and ``event`` recorded there after it: the
     launch's own event (see :class:`smartarray._engine.launch.Launch`), never recorded again.

@@ -7,13 +7,14 @@ launch's only smartarray callback. Later arguments find it in O(1) (the thread's
 launch, at the index of ``retr`` where it was appended; no identity by ``id``) and add
 themselves to it. The launch object owns what a launch means to the engine:
 
-- the *pins*: while a launch is being prepared or queued, an eviction (another thread's
-  allocation) leaves its arguments' device copies alone (see :mod:`smartarray._engine.residency`);
+- the *claims*: while a launch is being prepared or queued, it claims its arguments' device
+  copies, and an eviction (another thread's allocation) leaves them alone (see
+  :mod:`smartarray._engine.residency`);
 - the *post-launch record*, run once after the kernel was queued: one event recorded on the
   launch's stream for every buffer (host reads and work on other streams wait for it: on a
   GPU the launch's stream object may die first), the kernel's writes recorded (a buffer's
   held host arrays refreshed once, after its last argument's write), the launch fast path
-  re-opened, the pins dropped;
+  re-opened, the claims dropped;
 - the *failures*: a held host array whose refresh failed stays marked stale, the other
   arguments' writes are still recorded, and the error is raised last, after numba's own
   callbacks ran.
@@ -76,16 +77,16 @@ class Launch:
         retr.append(self)
 
     def add(self, buf: Buffer, view: Any, intent: str, fast: bool) -> None:
-        """``view`` (of ``buf``) is an argument: pinned from now until the callback ran."""
+        """``view`` (of ``buf``) is an argument: claimed from now until the callback ran."""
         self.entries.append((buf, view, intent, fast))
 
     def _done(self) -> None:
-        """Unpinned; its arguments are let go (the thread keeps this object as its latest
+        """Its claims dropped; its arguments are let go (the thread keeps this object as its latest
         launch: it must not keep their memory alive)."""
         self.state = Launch.DONE
         self.entries = []
 
-    def pinned_buffers(self) -> list[Buffer]:
+    def claimed_buffers(self) -> list[Buffer]:
         """The buffers this launch keeps from eviction (none once its callback ran)."""
         if self.state == Launch.DONE:
             return []
@@ -125,7 +126,7 @@ class Launch:
         errors: list[TransferError] = []
         for buf, views in writers.items():
             with buf.lock:
-                buf.launched(pending, event)
+                buf.kernel_queued(pending, event)
             if views:
                 writes = LaunchWrites(len(views))
                 for view in views:
@@ -166,7 +167,7 @@ def current(retr: list[Any], stream: Any) -> Launch:
             return launch
         if launch.state == Launch.PREPARING:
             # Its launch failed before queuing (no callback will run): drop its reference
-            # to that ``retr``, which holds it (a cycle), and its pins.
+            # to that ``retr``, which holds it (a cycle), and its claims.
             launch.retr = None
             launch._done()
     launch = _local.launch = Launch(stream, retr)

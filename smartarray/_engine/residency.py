@@ -12,7 +12,7 @@ device memory), device copies are evicted, then the allocation is tried once mor
 2. then the least recently used device copies: their bytes current on the device only are
    downloaded (counted ``d2h``, reason ``'eviction'``), then the copy is given back.
 
-Never evicted: a copy a launch being prepared or run uses (its arguments are pinned from their
+Never evicted: a copy a launch being prepared or run uses (it claims its arguments from their
 preparation until the launch's post-launch callbacks ran, so allocating the third argument never
 evicts the first), a copy kept with :func:`~smartarray.resident`, a copy whose memory was handed
 out (a device array from ``get('gpu')`` still referenced, ``__cuda_array_interface__``, adopted
@@ -139,24 +139,24 @@ _default: dict[int, int | None] = {}  # each device's default on a GPU, computed
 _used: dict[int, int] = {}  # device -> bytes of the resident copies there
 _resident: dict[tuple[int, int], weakref.ref[Buffer]] = {}  # (id(buffer), device) -> buffer
 _ticks = itertools.count(1)
-#: Whether an allocation may evict, so launches pin their arguments (see :func:`launched`):
+#: Whether an allocation may evict, so launches claim their arguments (see :func:`started`):
 #: a budget is set, or allocations can fail (a GPU, strict mode's finite memory). Only the
 #: plain simulator without a budget never evicts: its launch fast path pays nothing for the
-#: budget. Derived by :func:`_derive_pinning` on the two transitions that change it.
-pinning = True
+#: budget. Derived by :func:`_derive_claiming` on the two transitions that change it.
+claiming = True
 
 
-def _derive_pinning() -> None:
-    global pinning
-    pinning = _budget_set or not _sim.SIMULATOR or _sessions.current() is not None
+def _derive_claiming() -> None:
+    global claiming
+    claiming = _budget_set or not _sim.SIMULATOR or _sessions.current() is not None
 
 
-_sessions.on_change.append(_derive_pinning)
-_derive_pinning()
+_sessions.on_change.append(_derive_claiming)
+_derive_claiming()
 
 
 _local = threading.local()
-# Thread ident -> its latest launch (a smartarray._engine.launch.Launch: its ``pinned_buffers()``).
+# Thread ident -> its latest launch (a smartarray._engine.launch.Launch: its ``claimed_buffers()``).
 _launches: dict[int, Any] = {}
 # Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
 _skipped: dict[int, str] = {}
@@ -166,7 +166,7 @@ _HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # ha
 # -- records --------------------------------------------------------------------------------
 
 
-def record(buf: Buffer) -> Residency:
+def of(buf: Buffer) -> Residency:
     """The residency record of ``buf``, made on first need."""
     rec = buf.residency
     if rec is None:
@@ -183,13 +183,13 @@ def touch(buf: Buffer) -> None:
 
 def started(launch: Any) -> None:
     """``launch`` (a :class:`smartarray._engine.launch.Launch`) is this thread's latest: its
-    arguments are pinned while it is prepared or queued (see :func:`_pinned`)."""
+    arguments are claimed while it is prepared or queued (see :func:`_claimed`)."""
     _launches[threading.get_ident()] = launch
 
 
 def cache_view(buf: Buffer, view: CachingView) -> None:
     """``view`` caches a device view of ``buf``'s device copy: an eviction clears it."""
-    rec = record(buf)
+    rec = of(buf)
     if rec.views is None:
         rec.views = weakref.WeakValueDictionary()
     rec.views[id(view)] = view
@@ -197,7 +197,7 @@ def cache_view(buf: Buffer, view: CachingView) -> None:
 
 def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
     """``devary`` lives while the copy's memory is held outside: the copy stays (``why``)."""
-    rec = record(buf)
+    rec = of(buf)
     rec.handouts = [r for r in rec.handouts if r[0]() is not None]
     try:
         rec.handouts.append((weakref.ref(devary), why))
@@ -207,7 +207,7 @@ def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
 
 def share(buf: Buffer, why: str) -> None:
     """``buf``'s device memory is shared for good (``why``): it is never evicted."""
-    record(buf).shared = why
+    of(buf).shared = why
 
 
 def adopt(buf: Buffer, device: int = 0) -> None:
@@ -219,7 +219,7 @@ def adopt(buf: Buffer, device: int = 0) -> None:
 
 
 def _register(buf: Buffer, nbytes: int, device: int) -> None:
-    rec = record(buf)
+    rec = of(buf)
     key = (id(buf), device)
 
     def release() -> None:  # the buffer died: its device memory goes with it
@@ -267,7 +267,7 @@ def set_budget(nbytes: int | None) -> None:
         _budget, _budget_set = nbytes, nbytes is not None
         if nbytes is None:
             _default.clear()  # computed again at the next allocation
-        _derive_pinning()
+        _derive_claiming()
 
 
 def budget_of(device: int) -> DeviceBudget:
@@ -275,12 +275,12 @@ def budget_of(device: int) -> DeviceBudget:
     smartarray._engine.budget.device_budget)."""
     with _lock:
         budget = _effective_budget(device)
-        pinned = _pinned()
+        claimed = _claimed()
         entries = []
         for buf in _buffers(device):
             rec = buf.residency
             size = rec.sizes[device]  # type: ignore[union-attr]
-            entry = ResidentArray(buf.name, size, _kept(buf, pinned), device)
+            entry = ResidentArray(buf.name, size, _kept(buf, claimed), device)
             entries.append((rec.tick, entry))  # type: ignore[union-attr]
         entries.sort(key=lambda e: e[0])
         return DeviceBudget(budget, _used.get(device, 0), tuple(e[1] for e in entries))
@@ -301,27 +301,27 @@ def _buffers(device: int) -> list[Buffer]:
 
 def preparing(launch: Any) -> None:
     """This thread prepares (under a buffer's lock) an argument of ``launch`` (None: no
-    more). Its own pins count only then: a launch that failed ran no callback, and its
-    arguments must not stay pinned while the thread does something else."""
+    more). Its own claims count only then: a launch that failed ran no callback, and its
+    arguments must not stay claimed while the thread does something else."""
     _local.preparing = launch
 
 
-def _pinned() -> set[Residency]:
-    """The records pinned by launches being prepared or run: the latest launch of every other
+def _claimed() -> set[Residency]:
+    """The records claimed by launches being prepared or run: the latest launch of every other
     live thread, and this thread's while it prepares that launch."""
-    pinned: set[Residency] = set()
+    claimed: set[Residency] = set()
     me = threading.get_ident()
     current = getattr(_local, "preparing", None)
     alive = {t.ident for t in threading.enumerate()}
     for ident, launch in list(_launches.items()):
         if (launch is current) if ident == me else (ident in alive):
-            for buf in launch.pinned_buffers():
+            for buf in launch.claimed_buffers():
                 if buf.residency is not None:
-                    pinned.add(buf.residency)
-    return pinned
+                    claimed.add(buf.residency)
+    return claimed
 
 
-def _kept(buf: Buffer, pinned: set[Residency]) -> str:
+def _kept(buf: Buffer, claimed: set[Residency]) -> str:
     """Why ``buf``'s device copy may not be evicted now ('' if it may)."""
     rec = buf.residency
     if rec is None:
@@ -332,7 +332,7 @@ def _kept(buf: Buffer, pinned: set[Residency]) -> str:
         return rec.shared
     if why := next((why for ref, why in rec.handouts if ref() is not None), ""):
         return why
-    if rec in pinned:
+    if rec in claimed:
         return "a launch being prepared or run uses it"
     return ""
 
@@ -362,13 +362,13 @@ def _evict_one(buf: Buffer, reason: str, device: int) -> int:
         rec = buf.residency
         if buf.device_copy(where) is None or rec is None:
             return 0
-        # Close the lock-free launch fast path first, then read the pins: a launch in another
-        # thread pins before it checks the fast path again, so either its pin is seen here or
+        # Close the lock-free launch fast path first, then read the claims: a launch in another
+        # thread claims before it checks the fast path again, so either its claim is seen here or
         # it finds the fast path closed and takes the slow path (which waits for this lock).
         if rec.views:
             for view in list(rec.views.values()):
                 close_fast_path(view)
-        if _kept(buf, _pinned()):
+        if _kept(buf, _claimed()):
             return 0
         # Queued device work uses it (stream order): wait for it, as a host read would.
         buf.wait_for_device()
@@ -404,9 +404,9 @@ def _evict_one(buf: Buffer, reason: str, device: int) -> int:
 def _evict(need: int, exclude: Buffer, reason: str, device: int = 0) -> int:
     """Evict copies on ``device`` (clean ones first, then least recently used) until
     ``need`` bytes are freed or nothing more may go; return the bytes freed."""
-    pinned = _pinned()
+    claimed = _claimed()
     _skipped.clear()
-    candidates = [b for b in _buffers(device) if b is not exclude and not _kept(b, pinned)]
+    candidates = [b for b in _buffers(device) if b is not exclude and not _kept(b, claimed)]
     candidates.sort(key=lambda b: (_dirty(b, device), b.residency.tick))  # type: ignore[union-attr]
     freed = 0
     try:
@@ -421,12 +421,12 @@ def _evict(need: int, exclude: Buffer, reason: str, device: int = 0) -> int:
 
 
 def _no_room(buf: Buffer, budget: int | None, cause: str, device: int) -> DeviceMemoryError:
-    pinned = _pinned()
+    claimed = _claimed()
     listed = [
         (
             b.name,
             b.residency.sizes.get(device, 0),  # type: ignore[union-attr]
-            _kept(b, pinned) or _skipped.get(id(b), "may be evicted"),
+            _kept(b, claimed) or _skipped.get(id(b), "may be evicted"),
         )
         for b in _buffers(device)
         if b is not buf

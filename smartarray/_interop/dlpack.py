@@ -284,7 +284,7 @@ def _copied(a: SmartArray) -> SmartArray:
             and a.is_valid(GPU)
             and all(s >= 0 for s in a.strides)
         ):
-            # A view of the copy (no hand-out: nothing the user holds pins the source after).
+            # A view of the copy (no hand-out: nothing the user holds keeps the source after).
             dev = _memory.device_view(buf.device_copy(here), a._offset, a.shape, a.strides, a.dtype)
             if layout(dev) is not None:
                 order_before_default(a)  # the copy runs on the default stream

@@ -192,7 +192,7 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
     Device to device (``d2d``) when no byte of ``a`` is current on the host, and there is room
     for a second device copy; otherwise on the host (``host_copy``), after downloading only
     the bytes current on the device alone. The source is kept resident during a device copy
-    (nothing the user holds is involved: no hand-out pins it afterwards).
+    (nothing the user holds is involved: no hand-out keeps it resident afterwards).
     """
     buf = a._buf
     here = _devices.here()

@@ -149,7 +149,7 @@ def uploaded(buf: Any, nbytes: int, lo: int, hi: int) -> None:
     perf.marked = None
 
 
-def launched(buf: Any, lo: int, hi: int, host_was_current: bool) -> None:
+def inout_launch(buf: Any, lo: int, hi: int, host_was_current: bool) -> None:
     """A kernel is about to take bytes ``[lo, hi)`` as ``InOut``; is the host current?"""
     if hi - lo < MIN_BYTES:
         return

@@ -11,7 +11,7 @@ the test double (``tests/test_layers.py`` checks it). Production code asks two t
 
 State derived from whether a session is on subscribes to :data:`on_change` and is derived
 again on each announcement, in one place (``smartarray/_engine/residency.py``: whether launches
-pin).
+claim their arguments).
 """
 
 from __future__ import annotations
