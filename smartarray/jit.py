@@ -35,8 +35,8 @@ from numba import cuda
 from numba.cuda import args as _numba_args
 
 from . import _access
+from ._platform import cuda_simulator as _sim
 from ._platform import sessions as _sessions
-from ._platform import simulator as _sim
 from .array import SmartArray
 from .hints import In
 

@@ -4,16 +4,15 @@ The memory layer is the only code that allocates device or page-locked memory or
 between host and device, and every copy it makes is counted in :mod:`smartarray.stats`. This
 module holds its public face; the rest lives in private modules, one concept each:
 
-- :mod:`smartarray._memory.checks`: argument checks (shared with SmartArray), run before anything
-moves;
-- :mod:`smartarray._memory.counted`: numba's device objects re-classed so that their copies are
-counted;
+- :mod:`smartarray._memory.checks`: argument checks (shared with SmartArray), run before
+  anything moves;
+- :mod:`smartarray._memory.counted`: numba's device objects re-classed so that their copies
+  are counted;
 - :mod:`smartarray._memory.pinning`: the registry of page-locked host memory, and mapping;
 - :mod:`smartarray._memory.byte_ranges`: byte-range copies and device views for SmartArray's
-buffers;
-- :mod:`smartarray._platform.simulator`: every gap of the numba CUDA simulator, filled in one place,
-so
-  that code above this layer behaves the same on the simulator and on a GPU.
+  buffers;
+- :mod:`smartarray._platform.cuda_simulator`: every gap of the numba CUDA simulator, filled in
+  one place, so that code above this layer behaves the same on the simulator and on a GPU.
 
 The device objects returned are Numba's own (``DeviceNDArray``, ``DeviceRecord``,
 ``MappedNDArray``), re-classed into thin subclasses whose copying methods report to the
@@ -52,8 +51,8 @@ from ._memory.checks import (  # noqa: F401
 )
 from ._memory.counted import _adopt, _base_class, _raw, _Uncounted, describe  # noqa: F401
 from ._memory.pinning import _mapping, _Registration, _registry
-from ._platform import simulator as _sim
-from ._platform.simulator import SIMULATOR
+from ._platform import cuda_simulator as _sim
+from ._platform.cuda_simulator import SIMULATOR
 from .stats import abort as _abort
 from .stats import begin as _begin
 from .stats import record as _record

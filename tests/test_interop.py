@@ -463,7 +463,7 @@ def test_foreign_streams_become_numba_external_streams(monkeypatch):
         made.append(ptr)
         return ("external", ptr)
 
-    from smartarray._platform import simulator as _simulator
+    from smartarray._platform import cuda_simulator as _simulator
 
     monkeypatch.setattr(_simulator, "SIMULATOR", False)  # the real target's conversion
     monkeypatch.setattr(memory.cuda, "external_stream", external_stream, raising=False)
@@ -594,7 +594,7 @@ def test_numba_cudas_own_hints_take_the_device_copy_not_the_host_one(hint):
         "from numba.cuda import args\n"
         "from numba.cuda.cudadrv import devicearray\n"
         "import smartarray as sa\n"
-        "from smartarray._platform import simulator as _simulator\n"
+        "from smartarray._platform import cuda_simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "used = []\n"
         "class StandIn:\n"

@@ -23,7 +23,7 @@ from numba import cuda
 import smartarray as sa
 from smartarray import _fakegpu, memory
 from smartarray._engine import residency as _residency
-from smartarray._platform import simulator as _simulator
+from smartarray._platform import cuda_simulator as _simulator
 from smartarray.testing import is_strict, strict
 
 N = 32  # elements of each test array
@@ -546,7 +546,7 @@ def test_views_of_a_hand_out_keep_its_token_on_numba_cudas_real_target():
         "from numba.cuda.cudadrv.driver import MemoryPointer\n"
         "from numba.cuda.cudadrv.devicearray import DeviceNDArray\n"
         "from smartarray._memory import byte_ranges as _byteranges\n"
-        "from smartarray._platform import simulator as _simulator\n"
+        "from smartarray._platform import cuda_simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "mem = MemoryPointer(None, ctypes.c_void_p(1 << 20), 256)\n"
         "raw = DeviceNDArray((256,), (1,), np.uint8, gpu_data=mem)\n"
@@ -667,7 +667,7 @@ def test_numba_out_of_memory_error_of_a_gpu_is_recognised():
     eviction-and-retry path must recognise it (checked on numba-cuda's real target)."""
     code = (
         "from numba.cuda.cudadrv.driver import CudaAPIError, binding\n"
-        "from smartarray._platform import simulator as _simulator\n"
+        "from smartarray._platform import cuda_simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "R = binding.CUresult\n"
         "assert _simulator.out_of_memory(CudaAPIError(R.CUDA_ERROR_OUT_OF_MEMORY, 'x'))\n"
@@ -741,7 +741,7 @@ def test_eviction_flushes_numba_cudas_deferred_frees():
         "from numba.cuda.cudadrv.driver import _PendingDeallocs\n"
         "if not hasattr(driver, '_logger'):  # set when the driver initialises\n"
         "    driver._logger = logging.getLogger('numba.cuda')\n"
-        "from smartarray._platform import simulator as _simulator\n"
+        "from smartarray._platform import cuda_simulator as _simulator\n"
         "assert not _simulator.SIMULATOR\n"
         "freed = []\n"
         "def free(handle):\n"

@@ -2,7 +2,7 @@
 
 Runs the test suite three times under ``coverage`` (the simulator, strict mode, the fake
 driver), then compares the executed lines of ``smartarray/`` (without ``_fakegpu/``,
-``_strict/`` and ``_platform/simulator.py``, which are test machinery):
+``_strict/`` and ``_platform/cuda_simulator.py``, which are test machinery):
 
 - *observed GPU-only*: lines the fake driver run executes and neither simulator run does;
 - *real-target branches*: lines no simulator run executes inside a branch taken only on the
@@ -28,7 +28,7 @@ from pathlib import Path
 import coverage
 
 ROOT = Path(__file__).resolve().parent.parent
-OMIT = ["smartarray/_fakegpu/*", "smartarray/_strict/*", "smartarray/_platform/simulator.py"]
+OMIT = ["smartarray/_fakegpu/*", "smartarray/_strict/*", "smartarray/_platform/cuda_simulator.py"]
 RUNS = {
     "plain": {},
     "strict": {"SMARTARRAY_STRICT": "1"},

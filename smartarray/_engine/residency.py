@@ -40,8 +40,8 @@ import numpy as np
 
 from .. import memory
 from .._memory import devices as _devices
+from .._platform import cuda_simulator as _sim
 from .._platform import sessions as _sessions
-from .._platform import simulator as _sim
 from ..errors import DeviceMemoryError, TransferError, TransferGuardError
 from ..stats import evicted  # (not the module as an attribute: the package rebinds "stats")
 from .deferred_lock import DeferringLock

@@ -45,7 +45,7 @@ from .._engine import residency as _residency
 from .._engine.buffer import GPU
 from .._memory import devices as _devices
 from .._memory import streams as _streams
-from .._platform import simulator as _sim
+from .._platform import cuda_simulator as _sim
 from ..errors import DeviceMemoryError
 from .device_objects import device_pointer, layout, order_before_default
 

@@ -19,7 +19,7 @@ from .._engine import budget as _budget
 from .._engine.buffer import GPU, HOST
 from .._memory import devices as _devices
 from .._numba.kernels import ArrayArgument
-from .._platform import simulator as _sim
+from .._platform import cuda_simulator as _sim
 from ..coherence import IntervalSet
 from ..errors import DeviceMemoryError, TransferError
 from .device_objects import layout as _layout

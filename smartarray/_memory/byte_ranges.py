@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._platform import simulator as _sim
+from .._platform import cuda_simulator as _sim
 from ..stats import abort as _abort
 from ..stats import begin as _begin
 from ..stats import record as _record

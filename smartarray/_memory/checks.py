@@ -135,7 +135,7 @@ def _foreign_stream(stream: Any) -> Any:
     ``cuda_stream`` is wrapped, whatever other attributes it has (numba-cuda refuses it as it
     is). The simulator has no external streams: there it is taken as it is.
     """
-    from .._platform.simulator import SIMULATOR
+    from .._platform.cuda_simulator import SIMULATOR
 
     if SIMULATOR or isinstance(stream, _streams_numba_takes()):
         return stream

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from numba import cuda
 
-from .._platform import simulator as _sim
+from .._platform import cuda_simulator as _sim
 
 __all__ = [
     "GPU",

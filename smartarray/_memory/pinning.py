@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from .._platform import simulator as _sim
+from .._platform import cuda_simulator as _sim
 from ..errors import RegistrationError
 from .checks import _byte_extent
 from .counted import _adopt

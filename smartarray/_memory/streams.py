@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from .._platform import cuda_simulator as _sim
 from .._platform import sessions as _sessions  # (a strict session owns its streams and events)
-from .._platform import simulator as _sim
 from . import devices as _devices
 
 __all__ = [

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import stats as _stats
-from .._platform import simulator as _sim
+from .._platform import cuda_simulator as _sim
 
 __all__ = ["count_all_transfers"]
 

@@ -3,7 +3,7 @@
 One module per concept: :mod:`.scheduler` (streams, events, the queue of device work),
 :mod:`.devmem` (finite device memory, page-locked host memory, mapped arrays), :mod:`.arrays`
 (the device-array surface), :mod:`.launch` (launches and crash checks). This package and
-``smartarray._platform.simulator`` (the memory layer's simulator gaps) are the only code that
+``smartarray._platform.cuda_simulator`` (the memory layer's simulator gaps) are the only code that
 touches the simulator's internals.
 """
 
