@@ -1,15 +1,20 @@
-"""The package's import rules, read from the source (ast), as test_coherence.py checks purity.
+"""The package's structure rules, read from the source (ast), as test_coherence.py checks purity.
 
-Three rules, each with its known exceptions named here with a reason (issue 27):
+Each rule's known exceptions are named here with a reason (issue 27):
 
 - production modules do not import the test doubles (``smartarray._strict``,
   ``smartarray._fakegpu``) other than at the documented switch points;
-- no module imports a module of a higher layer (``LAYERS``, lowest first);
+- no module imports a module of a higher layer (``LAYERS``, lowest first: each private package
+  is one layer's room);
 - no import circle: a module's imports (at module level or inside functions, not under
-  ``if TYPE_CHECKING:``) never lead back to it.
+  ``if TYPE_CHECKING:``) never lead back to it;
+- a private package's ``__init__`` imports nothing and lists in ``__all__`` the modules the
+  rest may import (``FACADES`` re-export names instead), and nothing outside it imports
+  another of its modules, not even for types;
+- no module over 500 lines, no class over 400, no function over 80.
 
-A new forbidden import or a grown circle fails; a fixed exception fails too, so the list
-shrinks as issue 27's engine move lands.
+A new forbidden import, a grown circle or an oversized function fails; so does a fixed
+exception, so the lists only shrink.
 """
 
 from __future__ import annotations
