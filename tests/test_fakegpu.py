@@ -20,6 +20,19 @@ from tests._targets import real_target_env, with_checkout
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _child(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run this Python with ``args`` in the checkout, its output captured."""
+    return subprocess.run(
+        [sys.executable, *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
 def run_fake(
     code: str,
     *,
@@ -42,15 +55,7 @@ def run_fake(
     else:
         env.update(SMARTARRAY_FAKE_GPU="1", SMARTARRAY_FAKE_GPU_SEED=str(seed))
     prelude = "import json, numpy as np, smartarray as sa\nfrom numba import cuda\n"
-    done = subprocess.run(
-        [sys.executable, "-c", prelude + textwrap.dedent(code)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = _child(["-c", prelude + textwrap.dedent(code)], env)
     if check and done.returncode != 0:
         raise AssertionError(f"child failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     try:  # the whole output (an indented report), or its last line after other prints
@@ -612,14 +617,6 @@ def test_a_fake_driver_session_spread_over_xdist_workers_runs_on_it(tmp_path: Pa
     env = with_checkout(real_target_env())
     env["SMARTARRAY_FAKE_GPU"] = "1"
     args = ["-n", "2", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q"]
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", *args, "--rootdir", str(tmp_path), str(probe)],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = _child(["-m", "pytest", *args, "--rootdir", str(tmp_path), str(probe)], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout

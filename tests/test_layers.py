@@ -243,14 +243,15 @@ def test_private_packages_list_their_interface_and_import_nothing() -> None:
     one of its modules loads only what that module needs (numba.cuda must not load before the
     fake driver or strict mode is chosen)."""
     modules = module_files(PACKAGE)
+    interfaces = package_interfaces(PACKAGE)
     rooms = {
         room
-        for room in package_interfaces(PACKAGE)
+        for room in interfaces
         if room.split(".")[-1].startswith("_") and not room.startswith(TEST_DOUBLES)
     }
     assert set(FACADES) <= rooms
     for room in rooms - set(FACADES):
-        listed = package_interfaces(PACKAGE)[room]
+        listed = interfaces[room]
         assert {f"{room}.{leaf}" for leaf in listed} <= set(modules), room
         tree = ast.parse(modules[room].read_text(encoding="utf-8"))
         assert not [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)], room
