@@ -4,7 +4,7 @@ What the layers above may use (``__all__``):
 
 - :mod:`.buffer`: :class:`~smartarray._engine.buffer.Buffer`, the state every view of one
   SmartArray shares, changed only through its named operations (``acquire``/``release``,
-  ``adopt_host``, ``device_access``, ...), and the location and intent names;
+  ``adopt_host``, ``record_write``, ...), and the location and intent names;
 - :mod:`.arguments`: a SmartArray as a kernel or ``njit`` argument (the functions the class
   statement binds), launch preparation through one engine call;
 - :mod:`.residency`: the device-memory budget's bookkeeping and eviction, and the protocol of
