@@ -277,3 +277,92 @@ def test_a_dlpack_consumer_on_stream_1_is_waited_for_on_the_legacy_default_strea
     holder.release()
     assert synchronized == ["legacy"]
     np.testing.assert_array_equal(np.asarray(a), [5.0, *range(1, 8)])
+
+
+# -- per-thread default streams on the fake driver ------------------------------------------
+
+STREAM_0_PER_THREAD = """
+import threading
+from smartarray import _fakegpu
+queue = _fakegpu.current().queue
+seen = []
+
+def record():
+    event = cuda.event()
+    event.record(0)  # (numba records on handle 0: the default stream)
+    stream = queue.event(int(event.handle)).op.stream
+    seen.append([stream.legacy, stream.handle])
+
+for _ in range(2):
+    t = threading.Thread(target=record)
+    t.start()
+    t.join()
+print(json.dumps({"streams": seen}))
+"""
+
+
+@pytest.mark.parametrize("per_thread", [False, True])
+def test_fake_driver_handle_0_is_each_threads_own_stream_with_per_thread_default_streams(
+    per_thread,
+):
+    from tests.test_fakegpu import run_fake
+
+    env = {"CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM": "1" if per_thread else "0"}
+    (first_legacy, first), (second_legacy, second) = run_fake(STREAM_0_PER_THREAD, env=env)[
+        "streams"
+    ]
+    if per_thread:  # each thread's own stream, not the legacy one
+        assert not first_legacy and not second_legacy and first != second
+    else:
+        assert first_legacy and second_legacy
+
+
+IN_FLIGHT_CHILD = """
+import threading
+from tests.test_in_flight import _bracketed_launches, _one_thread_after_another, STREAMS
+for name in STREAMS:
+    _bracketed_launches(STREAMS[name])
+    a = _one_thread_after_another(STREAMS[name])
+    np.testing.assert_array_equal(np.asarray(a), np.full(a.size, 3.0))
+print(json.dumps({"ok": True}))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fake_driver_threads_with_per_thread_default_streams_lose_no_write(seed):
+    """Handle 0 is each thread's own stream (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1):
+    launches on the default stream from several threads are not ordered by the device."""
+    from tests.test_fakegpu import run_fake
+
+    env = {"CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM": "1"}
+    assert run_fake(IN_FLIGHT_CHILD, seed=seed, env=env)["ok"]
+
+
+TWO_DEVICES_CHILD = """
+from tests.test_in_flight import RunsMeanwhile, inc, inc_held, N, HALF, ROUNDS
+for peer_copy in (False, True):
+    for _ in range(ROUNDS):
+        a = sa.SmartArray(np.zeros(N))
+        if peer_copy:
+            inc[2, 32](a)  # current on device 0 only: device 1 fills its copy peer to peer
+
+        def meanwhile(a=a):
+            with cuda.gpus[1]:
+                theirs = cuda.stream()
+                inc[1, 32, theirs](a[HALF:])
+
+        ours = cuda.stream()
+        inc_held[1, 32, ours](a[:HALF], RunsMeanwhile(meanwhile))
+        expect = np.full(N, 2.0 if peer_copy else 1.0)
+        np.testing.assert_array_equal(np.asarray(a), expect)
+print(json.dumps({"ok": True}))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("peer", ["1", "0"])
+def test_fake_driver_a_launch_on_another_device_between_preparation_and_kernel(peer, seed):
+    from tests.test_fakegpu import run_fake
+
+    env = {"SMARTARRAY_FAKE_GPU_DEVICES": "2", "SMARTARRAY_FAKE_GPU_PEER": peer}
+    assert run_fake(TWO_DEVICES_CHILD, seed=seed, env=env)["ok"]
