@@ -263,7 +263,8 @@ def unnamed_stream(self: Buffer) -> Any:
     """The stream for copies that name none, ordered after all of the buffer's device work.
 
     ``0`` (the default stream) when nothing is recorded in flight; the stream of the only
-    entry when it is waited for by its handle (never destroyed); otherwise smartarray's own
+    entry when it is waited for by its handle (never destroyed) or is the calling thread's
+    default stream; otherwise smartarray's own
     copy stream, made to wait for every entry on the device (no host wait), which then stands
     for them all (recorded without an event: waited for by its handle).
     """
@@ -273,12 +274,14 @@ def unnamed_stream(self: Buffer) -> Any:
     device = _devices.current()
     if len(work) == 1:
         entry = next(iter(work.values()))
-        if (
-            entry.event is None
-            and entry.device == device
-            and (not entry.thread or entry.thread == _streams.this_thread())
-        ):
-            return entry.stream
+        if entry.device == device and (not entry.thread or entry.thread == _streams.this_thread()):
+            if entry.event is None:
+                return entry.stream  # never destroyed: named again
+            if entry.stream is _streams.DEFAULT:
+                # The default stream (this thread's, with per-thread default streams): never
+                # destroyed; made to wait for the event (the work may be another thread's).
+                entry.event.wait(0)
+                return _streams.DEFAULT
     stream = _streams.copy_stream()
     order_before(self, stream)
     key = key_of(stream, device)
