@@ -250,6 +250,41 @@ def test_a_launch_never_copies_bytes_an_njit_call_is_still_writing():
         np.testing.assert_array_equal(view.get("gpu").copy_to_host(), np.full(4, 7.0))
 
 
+@pytest.mark.strict_mode
+def test_in_flight_says_whether_device_work_is_still_recorded_on_an_array():
+    with strict(seed=0):
+        a = SmartArray(np.zeros(N))
+        assert not a._buf.in_flight()
+        s = cuda.stream()
+        inc[1, 32, s](a[:HALF])  # queued, not run (strict mode runs work when waited for)
+        assert a._buf.in_flight()
+        np.asarray(a)  # a host read waits for all of it
+        assert not a._buf.in_flight()
+
+
+@pytest.mark.usefixtures("copies_cost_no_latency")
+def test_in_flight_counts_an_njit_call_running_after_its_fast_path_was_disarmed():
+    a = SmartArray(np.zeros(100))
+    view = a[WRITER]
+    gate, reached, scratch = np.ones(1), np.zeros(1), np.zeros(1)
+    write_at_a_gate(view, 1.0, gate, reached, scratch)  # arms the fast path
+    gate[0] = 0.0
+    writer = threading.Thread(target=write_at_a_gate, args=(view, 7.0, gate, reached, scratch))
+    writer.start()
+    try:
+        while reached[0] == 0.0:
+            time.sleep(0.001)
+        assert not a._buf.in_flight()  # armed: nothing else may touch its bytes
+        reads[1, 1](sa.In(a[60:70]))  # an upload elsewhere disarms it: the call is registered
+        assert a._buf.in_flight()
+    finally:
+        gate[0] = 1.0
+        writer.join()
+    a._buf.wait_for_device()  # (the launch's device work: recorded until waited for)
+    assert not a._buf.in_flight()  # and the call returned
+    np.testing.assert_array_equal(np.asarray(view), np.full(4, 7.0))
+
+
 # -- a DLPack consumer on stream 1 ----------------------------------------------------------
 
 

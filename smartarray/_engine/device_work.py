@@ -102,13 +102,18 @@ def _thread_of(key: Hashable) -> int:
 def in_flight(self: Buffer) -> bool:
     """Whether any device work or host writer may still be in flight on this buffer.
 
-    O(1), lock-free, conservative: ``True`` until a host wait or a query saw the work finish
-    (the set is pruned then), never ``False`` while recorded work may still run. Host writers
-    counted are the njit fast-path calls that were running when their fast path was disarmed;
-    an armed fast path's calls write bytes current on the host only, which no copy reads
-    before that disarming registers them (see ``Buffer._leave_host_only``).
+    O(1) when nothing is in flight, lock-free (it only reads), conservative: device work
+    counts until a host wait or a query saw it finish (the set is pruned then), never
+    ``False`` while recorded work may still run. Host writers counted are the njit fast-path
+    calls that were running when their fast path was disarmed, while they still run (a
+    reference count each); an armed fast path's calls write bytes current on the host only,
+    which no copy reads before that disarming registers them (see
+    ``Buffer._leave_host_only``).
     """
-    return bool(self.work) or bool(self.host_writers)
+    if self.work:
+        return True
+    writers = self.host_writers
+    return bool(writers) and any(writing(view) for view in list(writers))
 
 
 def _set(self: Buffer, key: Hashable, entry: Work) -> None:
@@ -144,11 +149,15 @@ def queued(self: Buffer, stream: Any) -> None:
     pending = _streams.pending(stream)
     device = _devices.current()
     key = key_of(pending, device)
-    old = self.work.get(key)
+    work = self.work
+    old = work.get(key)
     if old is not None and old.event is None:
         return  # a stream waited for by its handle: that wait covers this work too
     event = _own_event(old)
     event.record(_streams.native(pending))
+    if old is not None and len(work) == 1:
+        old.stream, old.event, old.own = pending, event, event  # (in place: no allocation)
+        return
     _set(self, key, Work(pending, event, event, device, _thread_of(key)))
 
 
@@ -160,9 +169,15 @@ def kernel_queued(self: Buffer, pending: Any, key: Hashable, event: Any) -> None
     stream's entry: work other threads queued meanwhile on other streams stays recorded.
     Marks the device copy used now (LRU order). Call with the lock held.
     """
-    old = self.work.get(key)
-    own = old.own if old is not None else None
-    _set(self, key, Work(pending, event, own, _devices.current(), _thread_of(key)))
+    work = self.work
+    entry = work.get(key)
+    if entry is not None and len(work) == 1:
+        # A loop of launches on one stream: the entry updated in place (no allocation).
+        entry.stream = pending
+        entry.event = event
+    else:
+        own = entry.own if entry is not None else None
+        _set(self, key, Work(pending, event, own, _devices.current(), _thread_of(key)))
     _residency.touch(self)
 
 

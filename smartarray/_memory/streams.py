@@ -110,19 +110,31 @@ def _ptds_from_environment() -> bool:
     )
 
 
-_PTDS_ENVIRONMENT: list[bool] = []
+# The answer of per_thread_default_streams, derived again when a session starts or ends
+# (None: not derived yet): every launch asks.
+_per_thread_mode: list[bool | None] = [None]
+
+
+def _session_changed() -> None:
+    _per_thread_mode[0] = None
+
+
+_sessions.on_change.append(_session_changed)
 
 
 def per_thread_default_streams() -> bool:
     """Whether handle 0 names the calling thread's own stream (per-thread default streams):
     a strict session's choice while one is on, else cuda-bindings' (its environment switch,
     read once)."""
-    session = _sessions.current()
-    if session is not None:
-        return bool(session.per_thread_default_streams)
-    if not _PTDS_ENVIRONMENT:
-        _PTDS_ENVIRONMENT.append(_ptds_from_environment())
-    return _PTDS_ENVIRONMENT[0]
+    mode = _per_thread_mode[0]
+    if mode is None:
+        session = _sessions.current()
+        if session is not None:
+            mode = bool(session.per_thread_default_streams)
+        else:
+            mode = _ptds_from_environment()
+        _per_thread_mode[0] = mode
+    return mode
 
 
 _threads = threading.local()
@@ -205,10 +217,13 @@ def identity(stream: Any) -> Hashable:
     other handles as they are; a stream without a handle (the simulator's, stand-ins) itself.
     Computed by the thread that queues work: recorded with the work, it stays that thread's.
     """
-    key = _key(stream)
+    key = 0 if stream is DEFAULT else _key(stream)
     if key.__class__ is int and key <= PER_THREAD_HANDLE:
         if key == 0:
-            key = PER_THREAD_HANDLE if per_thread_default_streams() else LEGACY_HANDLE
+            mode = _per_thread_mode[0]
+            if mode is None:
+                mode = per_thread_default_streams()
+            key = PER_THREAD_HANDLE if mode else LEGACY_HANDLE
         if key == PER_THREAD_HANDLE:
             return ("per-thread", this_thread())
     return key

@@ -12,8 +12,9 @@ the test double (``tests/test_layers.py`` checks it). Production code asks three
   (``smartarray/_memory/streams.py``).
 
 State derived from whether a session is on subscribes to :data:`on_change` and is derived
-again on each announcement, in one place (``smartarray/_engine/residency.py``: whether launches
-claim their arguments).
+again on each announcement, each in one place (``smartarray/_engine/residency.py``: whether
+launches claim their arguments; ``smartarray/_memory/streams.py``: whether handle 0 names each
+thread's own stream).
 """
 
 from __future__ import annotations
