@@ -85,11 +85,14 @@ class Work:
         return f"<work on {self.stream!r} (device {self.device}) event={self.event!r}>"
 
 
-def key_of(stream: Any, device: int) -> Hashable:
-    """The key of ``stream``'s entry (queued by the calling thread on ``device``): its identity,
-    with the device when several are visible (handles 0 to 2 name each device's own)."""
+def key_of(stream: Any, device: int | None = None) -> Hashable:
+    """The key of ``stream``'s entry (queued by the calling thread on ``device``, default the
+    current one): its identity, with the device when several are visible (handles 0 to 2
+    name each device's own)."""
     ident = _streams.identity(stream)
-    return (device, ident) if _devices.several else ident
+    if _devices.several:
+        return (_devices.current() if device is None else device, ident)
+    return ident
 
 
 def _thread_of(key: Hashable) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from .._memory import devices as _devices
 from .._memory import streams as _streams
 from ..errors import TransferError
 from . import device_work as _device_work
@@ -72,7 +71,7 @@ class Launch:
         self.pending = _streams.pending(stream)  # what buffers record (see _streams.pending)
         # The stream's entry key in its buffers' work (its identity in this thread, and device):
         # computed once; the launch fast path compares it with a buffer's only entry.
-        self.key = _device_work.key_of(self.pending, _devices.current())
+        self.key = _device_work.key_of(self.pending)
         self.slot = len(retr)
         # (buffer, view, intent, fast) per argument, in order; ``fast``: prepared by the
         # fast path (the view was current on the device only, or, for ``In``, current there).

@@ -113,10 +113,13 @@ def _ptds_from_environment() -> bool:
 # The answer of per_thread_default_streams, derived again when a session starts or ends
 # (None: not derived yet): every launch asks.
 _per_thread_mode: list[bool | None] = [None]
+# The identity of :data:`DEFAULT` while it is the same in every thread (the legacy default
+# stream's), else None: what a launch on stream 0 asks.
+_default_identity: list[int | None] = [None]
 
 
 def _session_changed() -> None:
-    _per_thread_mode[0] = None
+    _per_thread_mode[0] = _default_identity[0] = None
 
 
 _sessions.on_change.append(_session_changed)
@@ -134,6 +137,7 @@ def per_thread_default_streams() -> bool:
         else:
             mode = _ptds_from_environment()
         _per_thread_mode[0] = mode
+        _default_identity[0] = None if mode else LEGACY_HANDLE
     return mode
 
 
@@ -217,7 +221,13 @@ def identity(stream: Any) -> Hashable:
     other handles as they are; a stream without a handle (the simulator's, stand-ins) itself.
     Computed by the thread that queues work: recorded with the work, it stays that thread's.
     """
-    key = 0 if stream is DEFAULT else _key(stream)
+    if stream is DEFAULT:
+        key = _default_identity[0]
+        if key is not None:
+            return key  # (the legacy default stream: the same in every thread)
+        key = 0
+    else:
+        key = _key(stream)
     if key.__class__ is int and key <= PER_THREAD_HANDLE:
         if key == 0:
             mode = _per_thread_mode[0]
