@@ -122,6 +122,8 @@ def in_flight(self: Buffer) -> bool:
 def _set(self: Buffer, key: Hashable, entry: Work) -> None:
     """Make ``entry`` the work of ``key``'s stream; drop the entries found finished."""
     work = self.work
+    if key not in work:
+        self.sole = None  # first: the lock-free launch fast path must not see a stale key
     work[key] = entry
     if len(work) > 1:
         _prune(self, key)
