@@ -96,9 +96,14 @@ def key_of(stream: Any, device: int | None = None) -> Hashable:
 
 
 def _thread_of(key: Hashable) -> int:
-    ident: Any = key[1] if _devices.several else key  # type: ignore[index]  # (a pair then)
-    if ident.__class__ is tuple and ident[0] == "per-thread":
-        return int(ident[1])
+    """The thread whose per-thread default stream ``key`` names (0: none). A key is an
+    identity or a (device, identity) pair: ``several`` may turn on after a key was made."""
+    if key.__class__ is tuple:
+        first, second = key  # (both forms are pairs)
+        if first == "per-thread":
+            return int(second)
+        if second.__class__ is tuple:
+            return int(second[1])
     return 0
 
 
