@@ -10,7 +10,13 @@ through the host copy), and the owned rows come down once at the end. The script
 what each device moved next to what hand-written transfers would move, and the result's
 hash, which is the same on one device or several.
 
+``--threads 1`` runs the same steps the way multi-GPU codes often do: one host thread per
+device, each launching its own blocks, with a barrier between steps (the threads share the two
+SmartArrays; every launch still goes through smartarray, whichever thread makes it). The
+result is the same, bit for bit.
+
 Run: python examples/heat_devices.py [--n N] [--steps STEPS] [--parts P] [--devices D]
+[--threads 0|1]
 (no GPU: it restarts itself on the CUDA simulator, one device, with small sizes, and says
 so; on the fake CUDA driver, SMARTARRAY_FAKE_GPU=1 SMARTARRAY_FAKE_GPU_DEVICES=4 models four)
 """
@@ -19,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
@@ -143,10 +151,72 @@ def _peer(devices: list[int]) -> bool:
     return all(_devices.peer(a, b) for a in devices for b in devices if a != b)
 
 
-def main(n: int = 16, steps: int = 4, parts: int = 0, devices: int = 0, quiet: bool = False) -> Run:
+def _launch(bu: sa.DeviceBlock, bv: sa.DeviceBlock, grid: Any, threads: Any, n: int) -> None:
+    """One block's step: read ``bu`` with its halos, write ``bv``'s owned rows, on its device."""
+    with cuda.gpus[bu.device]:
+        heat_step[grid, threads](
+            sa.In(bu.with_halos), sa.Out(bv.owned), bu.first, bu.offset, n, ALPHA
+        )
+
+
+def _threaded_steps(
+    pu: tuple[sa.DeviceBlock, ...],
+    pv: tuple[sa.DeviceBlock, ...],
+    steps: int,
+    launch: Any,
+    run: Run,
+) -> None:
+    """The steps with one host thread per device, each launching its own blocks, a barrier
+    between steps; this thread records what each step moved (between two barriers)."""
+    devices = sorted({b.device for b in pu})
+    barrier = threading.Barrier(len(devices) + 1)  # the device threads, and this one
+    errors: list[BaseException] = []
+
+    def device_thread(device: int) -> None:
+        mine = [(bu, bv) for bu, bv in zip(pu, pv, strict=True) if bu.device == device]
+        try:
+            for step in range(steps):
+                barrier.wait()  # the step starts
+                for bu, bv in mine:  # (u and v swap roles each step)
+                    if step % 2 == 0:
+                        launch(bu, bv)
+                    else:
+                        launch(bv, bu)
+                barrier.wait()  # every device's blocks of this step were launched
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+            barrier.abort()
+
+    workers = [threading.Thread(target=device_thread, args=(d,)) for d in devices]
+    for w in workers:
+        w.start()
+    try:
+        for _ in range(steps):
+            with sa.trace() as t:
+                barrier.wait()
+                barrier.wait()
+            run.steps.append(per_device(t.events))
+    except threading.BrokenBarrierError:
+        pass  # a device thread failed: its error is raised below
+    finally:
+        for w in workers:
+            w.join()
+    if errors:
+        raise errors[0]
+
+
+def main(
+    n: int = 16,
+    steps: int = 4,
+    parts: int = 0,
+    devices: int = 0,
+    quiet: bool = False,
+    threaded: bool = False,
+) -> Run:
     """Diffuse for ``steps`` steps on an ``n`` x ``n`` grid split into ``parts`` row blocks
     (0: one per device) over the first ``devices`` devices (0: every visible one), a kernel
-    per block on its device."""
+    per block on its device; ``threaded``: one host thread per device launches its blocks,
+    with a barrier between steps."""
     u0 = initial(n)
     u = sa.SmartArray(u0, name="u")
     v = sa.SmartArray(shape=u0.shape, dtype=np.float64, name="v")  # never copied
@@ -164,16 +234,22 @@ def main(n: int = 16, steps: int = 4, parts: int = 0, devices: int = 0, quiet: b
         for size, t in zip((rows, n), threads, strict=True)
     )
     run = Run(result=u0)
+
+    def launch(bu: sa.DeviceBlock, bv: sa.DeviceBlock) -> None:
+        _launch(bu, bv, grid, threads, n)
+
     read, write = (u, pu), (v, pv)
-    for _ in range(steps):
-        with sa.trace() as t:
-            for bu, bv in zip(read[1], write[1], strict=True):
-                with cuda.gpus[bu.device]:
-                    heat_step[grid, threads](
-                        sa.In(bu.with_halos), sa.Out(bv.owned), bu.first, bu.offset, n, ALPHA
-                    )
-        run.steps.append(per_device(t.events))
-        read, write = write, read
+    if threaded:
+        _threaded_steps(pu, pv, steps, launch, run)
+        if steps % 2:
+            read, write = write, read
+    else:
+        for _ in range(steps):
+            with sa.trace() as t:
+                for bu, bv in zip(read[1], write[1], strict=True):
+                    launch(bu, bv)
+            run.steps.append(per_device(t.events))
+            read, write = write, read
     with sa.trace() as t:
         run.result = np.array(read[0])  # each device's owned rows come down, once
     run.last = per_device(t.events)
@@ -210,6 +286,7 @@ if __name__ == "__main__":
             Option("steps", "diffusion steps (one kernel per block each)", gpu=100, simulator=4),
             Option("parts", "row blocks (0: one per device)", gpu=0, simulator=0),
             Option("devices", "devices to use (0: every visible one)", gpu=0, simulator=0),
+            Option("threads", "1: one host thread per device", gpu=0, simulator=0),
         ],
     )
-    main(args.n, args.steps, args.parts, args.devices)
+    main(args.n, args.steps, args.parts, args.devices, threaded=bool(args.threads))

@@ -442,19 +442,23 @@ def test_pending_work_is_ordered_before_the_consumer_stream_without_a_host_wait(
 
     ordered, waited = [], []
     real_order = Buffer.order_before
-    monkeypatch.setattr(
-        Buffer, "order_before", lambda buf, c: (ordered.append((buf.stream, c)), real_order(buf, c))
-    )
+
+    def spy(buf, c):
+        if buf.work and not buf.works_on(c):  # work on other streams to order first
+            ordered.append(([entry.stream for entry in buf.work.values()], c))
+        real_order(buf, c)
+
+    monkeypatch.setattr(Buffer, "order_before", spy)
     monkeypatch.setattr(_streams, "synchronize", lambda s: waited.append(s))
     monkeypatch.setattr(StrictEvent, "synchronize", lambda e: waited.append(e))
     with strict(seed=1):  # launches on their stream (the plain simulator's use 0)
         a = sa.SmartArray(np.arange(N, dtype=np.float64))
         producer = cuda.stream()
         add_one[1, 32, producer](a)
-        pending = a._buf.stream
-        assert pending != 0
+        pending = [entry.stream for entry in a._buf.work.values()]
+        assert len(pending) == 1
         Consumer(export(a, stream=1)).release()
-        assert len(ordered) == 1 and ordered[0][0] is pending  # an event: pending work first
+        assert len(ordered) == 1 and ordered[0][0] == pending  # an event: pending work first
         assert not waited  # the host did not wait
         ordered.clear()
         Consumer(export(a, stream=1)).release()
@@ -510,7 +514,8 @@ def test_strict_mode_a_consumer_stream_handle_is_not_kept():
         a = sa.SmartArray(np.arange(N, dtype=np.float64))
         consumer = cuda.stream()
         t = Consumer(export(a, stream=consumer.handle))  # the upload goes on the consumer's
-        assert a._buf.stream is _streams.DEFAULT  # not the consumer's handle
+        # Not the consumer's handle: the default stream, ordered after the upload.
+        assert [entry.stream for entry in a._buf.work.values()] == [_streams.DEFAULT]
         data = t.data
         consumer.add_callback(lambda *args: ctypes.memmove(data, np.full(N, 7.0).ctypes.data, 48))
         np.testing.assert_array_equal(a.host(), np.arange(N))  # the upload, not the consumer's

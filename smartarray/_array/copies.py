@@ -150,8 +150,7 @@ def _written_on_default_stream(buf: Buffer) -> None:
     that device's default stream (on one device, copies there follow it): reads from another
     device then wait for that stream on the host, as for a DLPack consumer's. Earlier work on
     the buffer is ordered before that stream first. Call with that device current."""
-    if buf.stream != 0 and not buf.works_on(_streams.DEFAULT):
-        buf.order_before(0)
+    buf.order_before(0)
     buf.consumer_queued(_streams.DEFAULT)
 
 

@@ -93,9 +93,8 @@ def copy_to_device(self: SmartArray, ary: Any, stream: Any = 0) -> None:
     buf = self._buf
     copy_stream = _streams.pending(stream)
     with buf.lock:
-        if buf.stream != 0 and not buf.works_on(copy_stream):
-            # Earlier device work on this buffer must not overtake: ordered on the device.
-            buf.order_before(copy_stream)
+        # Earlier device work on this buffer must not overtake: ordered on the device.
+        buf.order_before(copy_stream)
         here = _devices.here()
         dev = memory.device_view(
             buf.ensure_device(here), self._offset, self._shape, self._strides, self._dtype

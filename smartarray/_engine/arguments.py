@@ -23,7 +23,6 @@ import numpy as np
 
 from .. import memory
 from .._memory import devices as _devices
-from .._memory import streams as _streams
 from .._numba import kernels as _numba_cuda
 from .._numba import njit as _numba_cpu
 from .._numba.njit import Layout
@@ -58,14 +57,6 @@ __all__ = [
 def address(ary: np.ndarray) -> int:
     """The address of ``ary``'s first element."""
     return ary.__array_interface__["data"][0]
-
-
-def _on_this_device(view_device: int, work_device: int) -> bool:
-    """Whether a view's cached device copy and its buffer's latest work are both the current
-    device's (several devices: default streams of two devices compare equal, but the
-    launch's does not follow the other's work)."""
-    device = _devices.current()
-    return view_device == device and work_device == device
 
 
 def _numba_type_(self: SmartArray) -> Any:
@@ -130,18 +121,17 @@ def _prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str)
     buf = self._buf
     version = buf.state.version
     devary = self._device_view  # read once: an eviction (another thread) clears it
-    queued = buf.stream
     if (
         (self._gpu_only_at == version or (intent == IN and self._device_at == version))
         and devary is not None
-        and (queued is launch.pending or (queued != 0 and _streams.same(queued, stream)))
-        and (not _devices.several or _on_this_device(self._device_on, buf.work_device))
+        and buf.sole == launch.key
+        and (not _devices.several or self._device_on == _devices.current())
     ):
         # The loop-of-launches fast path: nothing changed since this view was found
-        # current on the device only (or, for a read, current there), and the latest work
-        # on this buffer is on this launch's stream (ordered before it; on a GPU each
-        # launch configuration wraps that stream in a new object, compared by handle), so
-        # nothing moves, nothing waits and no lock is needed (reading a version number is
+        # current on the device only (or, for a read, current there), and all work in
+        # flight on this buffer is on this launch's stream (ordered before it; the key says
+        # which stream, device and, for a per-thread default stream, thread), so nothing
+        # moves, nothing waits and no lock is needed (reading a version number and a key is
         # atomic). The launch's callback records the write only if the state moves
         # meanwhile (a host read before the kernel runs).
         launch.add(buf, self, intent, True)

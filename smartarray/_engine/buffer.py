@@ -2,8 +2,9 @@
 
 A :class:`Buffer` owns what every view of one SmartArray shares: the validity state
 (:class:`~smartarray.coherence.BufferState`), the lazily allocated host and device copies, the
-host arrays handed out to the user (:mod:`smartarray._engine.held`), the stream of its latest device
-work, and the armed ``njit`` fast paths. Every access goes through one pair of calls:
+host arrays handed out to the user (:mod:`smartarray._engine.held`), the work in flight on it
+(device work per stream and host writers, :mod:`smartarray._engine.device_work`), and the armed
+``njit`` fast paths. Every access goes through one pair of calls:
 
 - :meth:`Buffer.acquire` ``(location, lo, hi, intent, reason)`` makes bytes ``[lo, hi)`` ready
   for an access at ``location`` (host reads and writes, ``get``, kernel launches, njit calls):
@@ -80,6 +81,8 @@ class ArmableView(Protocol):
 
     _njit_view: np.ndarray | None  # the host ndarray njit receives for the view, once made
     _njit_fast: Any  # that ndarray while the fast path is armed, else None (read by the unboxer)
+    _lo: int  # the view's bytes in the buffer: [_lo, _hi)
+    _hi: int
 
 
 class Buffer:
@@ -93,12 +96,10 @@ class Buffer:
         "device_copies",
         "held",
         "pinned",
-        "stream",
+        "work",
+        "sole",
+        "host_writers",
         "fast_views",
-        "done",
-        "done_for",
-        "own_event",
-        "work_device",
         "name",
         "perf",
         "residency",
@@ -123,25 +124,22 @@ class Buffer:
         self.device_copies: list[Any] = [None]
         self.held = HeldHostArrays()  # host arrays handed out, refreshed after device writes
         self.pinned = pinned
-        # The stream of the latest device work on this buffer: host reads of device data and
-        # host writes wait for it (and only for it), and device work on another stream is
-        # ordered after it. 0: nothing queued; _streams.DEFAULT: work queued on the default
-        # stream, which is never assumed to order itself before other streams' work.
-        self.stream: Any = 0
-        # What host waits and cross-stream ordering use instead of that stream: an event this
-        # buffer owns, recorded on it right after the work was queued (``queued``). The stream
-        # object is kept only to compare streams: on a GPU it is the non-owning cuda.core
-        # wrapper numba-cuda made for one launch, and the user's stream may be destroyed
-        # (collected) long before this buffer is read; waiting on its handle then is undefined
-        # behaviour. ``done_for`` is the ``stream`` the event captured (``None``: not recorded
-        # for the current stream yet, as between a launch's preparation and its callbacks).
-        # After a launch it is the launch's event (one per launch, shared by its buffers);
-        # after other device work, ``own_event``, which only this buffer records.
-        self.done: Any = None
-        self.done_for: Any = None
-        self.own_event: Any = None
-        # The device whose stream ``stream`` is (0 unless several devices are visible).
-        self.work_device = 0
+        # Device work still in flight on this buffer, one entry per stream (key: the stream's
+        # identity, with the device when several are visible; see _engine/device_work.py):
+        # the latest work queued on that stream, with an event recorded after it (the
+        # buffer's own or a launch's), or none for a stream waited for by its handle (a
+        # default stream, smartarray's copy stream, never destroyed). Host reads of device
+        # data and host writes wait for every entry; device work on a stream is ordered after
+        # every other stream's entry (events, no host wait). A stream object is kept only
+        # where it is named again: on a GPU the user's stream may be destroyed (collected) long
+        # before this buffer is read, and waiting on its handle then is undefined behaviour.
+        self.work: dict[Any, _device_work.Work] = {}
+        # The key of the only entry of ``work`` (None: none or several): the launch fast path
+        # compares it with its launch's key.
+        self.sole: Any = None
+        # Views whose njit fast-path calls still ran when their fast path was disarmed: copies
+        # of their bytes wait for them (see _leave_host_only).
+        self.host_writers: list[Any] = []
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
@@ -177,13 +175,17 @@ class Buffer:
     _copy = _buffer_copies.copy
     _may_rewrite = _buffer_copies.may_rewrite
 
-    # Device work and its order (smartarray/_engine/device_work.py).
+    # Work in flight and its order (smartarray/_engine/device_work.py).
+    in_flight = _device_work.in_flight
     wait_for_device = _device_work.wait_for_device
     queued = _device_work.queued
     kernel_queued = _device_work.kernel_queued
     consumer_queued = _device_work.consumer_queued
     order_before = _device_work.order_before
+    join = _device_work.join
     works_on = _device_work.works_on
+    copied_on = _device_work.copied_on
+    wait_for_host_writers = _device_work.wait_for_host_writers
     _unnamed_stream = _device_work.unnamed_stream
 
     # -- transitions --------------------------------------------------------------------------
@@ -192,16 +194,21 @@ class Buffer:
         """The one transition point towards device bytes: disarm every armed njit fast path.
 
         Called before an upload and before a device write is recorded: from then on the host
-        is no longer the only current copy, so njit calls must go through the hooks.
+        is no longer the only current copy, so njit calls must go through the hooks. A call
+        already running on the fast path (``nogil=True``, in another thread) keeps writing its
+        bytes unrecorded: it is registered as a host writer, and copies of its bytes wait for
+        it (:meth:`wait_for_host_writers`).
         """
         if self.fast_views:
             for view in list(self.fast_views.values()):
-                view._njit_fast = None
+                view._njit_fast = None  # first: a call starting from now takes the hooks
+                if _device_work.writing(view):
+                    self.host_writers.append(view)
             self.fast_views.clear()
 
     def _arm(self, view: ArmableView, lo: int, hi: int) -> None:
         """Arm ``view``'s njit fast path if its bytes are current on the host only."""
-        if view._njit_view is not None and self.stream == 0:
+        if view._njit_view is not None and not self.work:
             if self.state.is_exclusive(HOST, lo, hi):
                 view._njit_fast = view._njit_view
                 self.fast_views[id(view)] = view
@@ -386,12 +393,11 @@ class Buffer:
             self._leave_host_only()  # device work that writes these bytes starts
         if self.perf is not None and self.perf.pending:
             _perf.emit(self)  # before anything moves for this launch
-        if self.stream != 0 and not self.works_on(launch_stream):
-            # Work on this buffer is queued on another stream (the default stream included):
-            # order it before this launch on the device, with an event. No host wait; host
-            # reads then wait for this launch's stream, which waited for it.
-            self.order_before(launch_stream)
-            self.queued(launch_stream)  # (again by the launch's callback, after the kernel)
+        if self.work and not self.works_on(launch_stream):
+            # Work on this buffer is queued on other streams (the default stream, another
+            # thread's stream included): order it before this launch on the device, with
+            # events. No host wait; this launch's stream then stands for it.
+            self.join(launch_stream)  # (recorded again by the launch's callback, after the kernel)
         state = self.state
         # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
         # that failed: this launch must then refresh them, so it takes no fast path.)
@@ -427,7 +433,8 @@ class Buffer:
         # The buffer's event is recorded on the launch's stream now (it captures this
         # preparation's uploads; a launch that fails later runs no callback and must leave
         # nothing that waits on its stream's handle), and again by the launch's callback,
-        # right after the kernel was queued (Buffer.kernel_queued).
+        # right after the kernel was queued (Buffer.kernel_queued): each replaces only this
+        # stream's entry, so work another thread queued meanwhile on another stream stays.
         self.queued(launch_stream)
         return False
 

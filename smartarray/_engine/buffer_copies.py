@@ -171,6 +171,11 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any) -> None:
     for c in plan.copies:
         if c.target != HOST:
             self.ensure_device(c.target)  # (DeviceMemoryError as it is, before any copy)
+    if any(c.target != HOST for c in plan.copies):
+        self._leave_host_only()  # (registers the njit calls still running as host writers)
+    if self.host_writers:
+        # An njit call still writing some of these bytes without the GIL: copy after it.
+        self.wait_for_host_writers(plan.copies)
     downloads = uploads = False
     # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
     native = _streams.native(stream)
@@ -208,9 +213,7 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any) -> None:
             if native != 0:
                 _streams.synchronize(stream)  # the host reads these bytes next
             # (a synchronous download waited for the default stream's earlier work)
-            if stream is self.stream:
-                self.stream = 0
-                self.done_for = None
+            self.copied_on(stream)  # that stream's work on this buffer is done
         if uploads and native != 0 and self.held:
             # From page-locked memory (pinned=True, or an adopted ndarray that may be) the
             # DMA reads the host bytes when it runs, after this call returns: an array the
@@ -220,7 +223,7 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any) -> None:
                 if c.source == HOST and self.held.any_writable(c.start, c.stop):
                     _streams.synchronize(stream)  # (the stream is alive: in use now)
                     break
-        if uploads and native == 0 and (self.stream == 0 or self.stream is _streams.DEFAULT):
+        if uploads and native == 0:
             # A synchronous upload from pageable memory returns once the bytes are staged:
             # the DMA may still run on the default stream. Launches elsewhere order after it.
             self.queued(0)

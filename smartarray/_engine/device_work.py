@@ -1,23 +1,41 @@
-"""A buffer's device work: which stream holds its latest work, host waits, cross-stream order.
+"""A buffer's work in flight: device work per stream, host writers, host waits, stream order.
 
-The operations of :class:`smartarray._engine.buffer.Buffer` that read and write its stream state
-(``stream``: the stream of the latest device work, ``0`` when none is queued; ``done``: the
-event recorded after it; ``done_for``: the stream that event captured; ``own_event``: the
-events only this buffer records, one per device; ``work_device``: the device of ``stream``).
-They are bound in ``Buffer``'s class body (one class at run time), kept here as one concept:
-nothing else writes that state.
+The operations of :class:`smartarray._engine.buffer.Buffer` that read and write what it knows
+of work still in flight on it. They are bound in ``Buffer``'s class body (one class at run
+time), kept here as one concept: nothing else writes that state.
+
+- ``work``: every device work still queued on the buffer, whichever thread or stream queued it,
+  as one :class:`Work` per stream identity (:func:`smartarray._memory.streams.identity`; with
+  several devices the device too): the latest work queued there. Work queued on one stream
+  replaces only that stream's entry; an entry goes once a host wait saw it finish, or when a
+  query finds it finished (:func:`_prune`, only while the set holds several entries, so it
+  stays small at no cost to the single-stream case). A host read waits for every entry; work
+  on stream S is ordered after every other stream's entry, on the device (events, no host
+  wait), and then stands for them (:func:`join`).
+- ``sole``: the key of the only entry, ``None`` when there are none or several: the launch
+  fast path compares it with the launch's key, O(1), and needs nothing else.
+- ``host_writers``: views whose njit fast-path calls were still running when a transition
+  disarmed their fast path (see ``Buffer._leave_host_only``): copies of their bytes wait for
+  them (:func:`wait_for_host_writers`).
+
+:func:`in_flight` is the one cheap predicate over both.
 
 Several devices: an event can be recorded only on a stream of its own device, but any
-device's stream may wait for it (CUDA's programming guide, "Stream and Event Behavior").
-Work queued on another device than the current one is waited for on the host where it would
-otherwise take an event recorded on that device's stream (:func:`order_before` while a
-launch is being prepared there, :func:`unnamed_stream`): device switches are rare, and that
-wait is what a copy between the devices needs anyway.
+device's stream may wait for it (CUDA's programming guide, "Stream and Event Behavior"). Work
+recorded without an event (a default stream or smartarray's copy stream, waited for by its
+handle) on another device than the current one is waited for on the host where a stream of
+this device would have to wait for it: device switches are rare, and that wait is what a copy
+between the devices needs anyway.
 """
 
 from __future__ import annotations
 
+import sys
+import time
+from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
+
+from numba import cuda
 
 from .._memory import devices as _devices
 from .._memory import streams as _streams
@@ -27,124 +45,308 @@ if TYPE_CHECKING:  # pragma: no cover
     from .buffer import Buffer
 
 __all__ = [
-    "works_on",
+    "Work",
     "consumer_queued",
+    "in_flight",
+    "join",
     "kernel_queued",
+    "key_of",
     "order_before",
     "queued",
     "unnamed_stream",
     "wait_for_device",
+    "wait_for_host_writers",
+    "works_on",
 ]
 
 
-def consumer_queued(self: Buffer, stream: Any) -> None:
-    """A consumer (a DLPack importer) works on this buffer on ``stream`` from now on, a
-    stream that is never destroyed (the default stream): host access waits for that
-    stream itself, not for an event recorded now. Call with the lock held."""
-    self.stream = stream
-    self.done_for = None
-    self.work_device = _devices.current()
+class Work:
+    """The latest device work queued on a buffer on one stream.
+
+    ``stream``: what it was queued on (:func:`smartarray._memory.streams.pending`'s form),
+    named again only where ``event`` is ``None``, for a stream that is never destroyed (a
+    default stream, smartarray's copy stream). ``event``: recorded right after the work (the
+    buffer's own, or a launch's), or ``None``: waited for by the stream itself. ``own``: the
+    buffer's own event for this stream, recorded again by its next work here. ``device``: the
+    device of the stream. ``thread``: for a per-thread default stream, the number of the
+    thread whose stream it is (0 otherwise): only that thread can name it.
+    """
+
+    __slots__ = ("stream", "event", "own", "device", "thread")
+
+    def __init__(self, stream: Any, event: Any, own: Any, device: int, thread: int) -> None:
+        self.stream = stream
+        self.event = event
+        self.own = own
+        self.device = device
+        self.thread = thread
+
+    def __repr__(self) -> str:
+        return f"<work on {self.stream!r} (device {self.device}) event={self.event!r}>"
 
 
-def wait_for_device(self: Buffer) -> None:
-    """Block until the latest device work on this buffer (on its stream) finished."""
-    if self.stream != 0:
-        if self.done_for is self.stream:
-            self.done.synchronize()  # the buffer's own event: its stream may be gone
-        else:
-            # Recorded nowhere yet: a launch being prepared or queued, whose stream is
-            # alive (this thread is launching on it), or a launch that failed; or a
-            # consumer's default stream, which is its device's (made current for it).
-            with _devices.on(self.work_device):
-                _streams.synchronize(self.stream)
-        self.stream = 0  # nothing of this buffer is queued any more
-        self.done_for = None
+def key_of(stream: Any, device: int | None = None) -> Hashable:
+    """The key of ``stream``'s entry (queued by the calling thread on ``device``, default the
+    current one): its identity, with the device when several are visible (handles 0 to 2
+    name each device's own)."""
+    ident = _streams.identity(stream)
+    if _devices.several:
+        return (_devices.current() if device is None else device, ident)
+    return ident
+
+
+def _thread_of(key: Hashable) -> int:
+    """The thread whose per-thread default stream ``key`` names (0: none). A key is an
+    identity or a (device, identity) pair: ``several`` may turn on after a key was made."""
+    if key.__class__ is tuple:
+        first, second = key  # (both forms are pairs)
+        if first == "per-thread":
+            return int(second)
+        if second.__class__ is tuple:
+            return int(second[1])
+    return 0
+
+
+def in_flight(self: Buffer) -> bool:
+    """Whether any device work or host writer may still be in flight on this buffer.
+
+    O(1) when nothing is in flight, lock-free (it only reads), conservative: device work
+    counts until a host wait or a query saw it finish (the set is pruned then), never
+    ``False`` while recorded work may still run. Host writers counted are the njit fast-path
+    calls that were running when their fast path was disarmed, while they still run (a
+    reference count each); an armed fast path's calls write bytes current on the host only,
+    which no copy reads before that disarming registers them (see
+    ``Buffer._leave_host_only``).
+    """
+    if self.work:
+        return True
+    writers = self.host_writers
+    return bool(writers) and any(writing(view) for view in list(writers))
+
+
+def _set(self: Buffer, key: Hashable, entry: Work) -> None:
+    """Make ``entry`` the work of ``key``'s stream; drop the entries found finished."""
+    work = self.work
+    if key not in work:
+        self.sole = None  # first: the lock-free launch fast path must not see a stale key
+    work[key] = entry
+    if len(work) > 1:
+        _prune(self, key)
+    self.sole = key if len(work) == 1 else None
+
+
+def _prune(self: Buffer, keep: Hashable) -> None:
+    """Drop entries whose event says their work finished (a query; no host wait)."""
+    work = self.work
+    for key in [k for k, w in work.items() if k != keep and w.event is not None]:
+        if _streams.completed(work[key].event):
+            del work[key]
+
+
+def _own_event(entry: Work | None) -> Any:
+    if entry is not None and entry.own is not None:
+        return entry.own
+    return _streams.new_event()
 
 
 def queued(self: Buffer, stream: Any) -> None:
     """Device work on this buffer was just queued on ``stream`` (0: the default stream).
 
-    Records the buffer's own event there, which host waits and cross-stream ordering use;
-    the stream itself is kept only for same-stream comparisons. Call with the lock held.
+    Records the buffer's own event there, which host waits and cross-stream ordering use
+    (the stream object may be gone by then); replaces only that stream's entry. Call with
+    the lock held.
     """
     pending = _streams.pending(stream)
     device = _devices.current()
-    events = self.own_event
-    if events is None:
-        events = self.own_event = [None]
-    if device >= len(events):
-        events.extend([None] * (device + 1 - len(events)))
-    event = events[device]
-    if event is None:
-        event = events[device] = _streams.new_event()
+    key = key_of(pending, device)
+    work = self.work
+    old = work.get(key)
+    if old is not None and old.event is None:
+        return  # a stream waited for by its handle: that wait covers this work too
+    event = _own_event(old)
     event.record(_streams.native(pending))
-    self.stream = pending
-    self.done = event
-    self.done_for = pending
-    self.work_device = device
+    if old is not None and len(work) == 1:
+        old.stream, old.event, old.own = pending, event, event  # (in place: no allocation)
+        return
+    _set(self, key, Work(pending, event, event, device, _thread_of(key)))
 
 
-def kernel_queued(self: Buffer, pending: Any, event: Any) -> None:
+def kernel_queued(self: Buffer, pending: Any, key: Hashable, event: Any) -> None:
     """A kernel using this buffer was just queued on ``pending`` (see
-    :func:`smartarray._memory.streams.pending`), and ``event`` recorded there after it: the
-    launch's own event (see :class:`smartarray._engine.launch.Launch`), never recorded again.
+    :func:`smartarray._memory.streams.pending`), whose entry key is ``key``, and ``event``
+    recorded there after it: the launch's own event (see
+    :class:`smartarray._engine.launch.Launch`), never recorded again. Replaces only that
+    stream's entry: work other threads queued meanwhile on other streams stays recorded.
     Marks the device copy used now (LRU order). Call with the lock held.
     """
-    self.stream = pending
-    self.done = event
-    self.done_for = pending
-    if _devices.several:  # (0 otherwise, as it was made)
-        self.work_device = _devices.current()
+    work = self.work
+    entry = work.get(key)
+    if entry is not None and len(work) == 1:
+        # A loop of launches on one stream: the entry updated in place (no allocation).
+        entry.stream = pending
+        entry.event = event
+    else:
+        own = entry.own if entry is not None else None
+        _set(self, key, Work(pending, event, own, _devices.current(), _thread_of(key)))
     _residency.touch(self)
 
 
+def consumer_queued(self: Buffer, stream: Any) -> None:
+    """A consumer (a DLPack importer) works on this buffer on ``stream`` from now on, a stream
+    that is never destroyed (:data:`~smartarray._memory.streams.DEFAULT` or
+    :data:`~smartarray._memory.streams.LEGACY`): host access waits for that stream itself, not
+    for an event recorded now. Call with the lock held, after :func:`order_before` ordered
+    the other streams' work before ``stream``: its entry then stands for all of it."""
+    device = _devices.current()
+    key = key_of(stream, device)
+    old = self.work.get(key)
+    entry = Work(stream, None, old.own if old else None, device, _thread_of(key))
+    self.work.clear()
+    self.work[key] = entry
+    self.sole = key
+
+
 def works_on(self: Buffer, stream: Any) -> bool:
-    """Whether this buffer's latest device work is on ``stream`` (of the current device):
-    then work queued there next is ordered after it. With several devices the default
-    stream is each device's own."""
-    return (
-        self.stream != 0
-        and _streams.same(self.stream, stream)
-        and (not _devices.several or self.work_device == _devices.current())
-    )
+    """Whether all device work recorded on this buffer is on ``stream`` (of the current
+    device), and there is some: work queued there next is ordered after it."""
+    sole = self.sole
+    return sole is not None and sole == key_of(_streams.pending(stream), _devices.current())
+
+
+def _host_wait(entry: Work) -> None:
+    """Block until ``entry``'s work finished."""
+    if entry.event is not None:
+        entry.event.synchronize()  # the buffer's or a launch's event: its stream may be gone
+        return
+    with _devices.on(entry.device):
+        if entry.thread and entry.thread != _streams.this_thread():
+            # Another thread's per-thread default stream: no handle names it from here.
+            cuda.synchronize()
+        else:
+            _streams.synchronize(entry.stream)  # never destroyed: named by its handle
+
+
+def wait_for_device(self: Buffer) -> None:
+    """Block until every device work recorded on this buffer finished (whichever thread or
+    stream queued it); then nothing of it is recorded in flight."""
+    with self.lock:
+        work = self.work
+        if not work:
+            return
+        for entry in list(work.values()):
+            _host_wait(entry)
+        work.clear()
+        self.sole = None
 
 
 def order_before(self: Buffer, after: Any) -> None:
-    """Make work queued later on ``after`` wait for this buffer's queued device work.
+    """Make work queued later on ``after`` wait for this buffer's device work on every other
+    stream.
 
-    On the device, with an event (the host does not wait); with the buffer's own event
-    once recorded, so the stream of that work need not be alive any more.
+    On the device, with events (the host does not wait): the entry's event once recorded,
+    or an event recorded now on a stream that is never destroyed. Work on another device
+    without an event, or on another thread's per-thread default stream, is waited for on the
+    host (nothing on this device can name it).
     """
-    if self.done_for is self.stream:
-        self.done.wait(_streams.native(after))  # (any device's stream may wait for it)
-    elif _devices.several and self.work_device != _devices.current():
-        self.wait_for_device()  # an event recorded on that device's stream: not from here
-    else:
-        _streams.order(self.stream, after)
+    work = self.work
+    if not work:
+        return
+    after = _streams.pending(after)
+    device = _devices.current()
+    key = key_of(after, device)
+    native = _streams.native(after)
+    for k, entry in list(work.items()):
+        if k == key:
+            continue  # the same stream: ordered already
+        if entry.event is not None:
+            entry.event.wait(native)  # (any device's stream may wait for it)
+        elif (_devices.several and entry.device != device) or (
+            entry.thread and entry.thread != _streams.this_thread()
+        ):
+            _host_wait(entry)
+            del work[k]
+        else:
+            _streams.order(entry.stream, after)
+    self.sole = next(iter(work)) if len(work) == 1 else None
+
+
+def join(self: Buffer, stream: Any) -> None:
+    """Order every other stream's work on this buffer before work queued next on ``stream``,
+    and record that: ``stream``'s entry then stands for all of it (the set shrinks to one).
+    Call with the lock held."""
+    order_before(self, stream)
+    queued(self, stream)
+    pending = _streams.pending(stream)
+    key = key_of(pending, _devices.current())
+    entry = self.work[key]
+    self.work.clear()
+    self.work[key] = entry
+    self.sole = key
 
 
 def unnamed_stream(self: Buffer) -> Any:
-    """The stream for copies that name none, ordered after the buffer's device work.
+    """The stream for copies that name none, ordered after all of the buffer's device work.
 
-    The stream of that work while it is known alive (a launch being prepared on it);
-    once the buffer's event is recorded (that stream may be gone), smartarray's own copy
-    stream, made to wait for the event on the device (no host wait), which then holds
-    the buffer's latest work.
+    ``0`` (the default stream) when nothing is recorded in flight; the stream of the only
+    entry when it is waited for by its handle (never destroyed) or is the calling thread's
+    default stream; otherwise smartarray's own
+    copy stream, made to wait for every entry on the device (no host wait), which then stands
+    for them all (recorded without an event: waited for by its handle).
     """
-    if _devices.several and self.stream != 0 and self.work_device != _devices.current():
-        # Another device's stream: its copies and events are not this device's to queue.
-        self.wait_for_device()
+    work = self.work
+    if not work:
         return 0
-    if self.stream == 0 or self.done_for is not self.stream:
-        return self.stream
-    if self.stream is _streams.DEFAULT:
-        # The default stream is never destroyed; but with per-thread default streams it
-        # is the calling thread's own, and the work may be another thread's: this
-        # thread's default stream waits for the buffer's event first.
-        self.done.wait(0)
-        return _streams.DEFAULT
+    device = _devices.current()
+    if len(work) == 1:
+        entry = next(iter(work.values()))
+        if entry.device == device and (not entry.thread or entry.thread == _streams.this_thread()):
+            if entry.event is None:
+                return entry.stream  # never destroyed: named again
+            if entry.stream is _streams.DEFAULT:
+                # The default stream (this thread's, with per-thread default streams): never
+                # destroyed; made to wait for the event (the work may be another thread's).
+                entry.event.wait(0)
+                return _streams.DEFAULT
     stream = _streams.copy_stream()
-    self.done.wait(stream)
-    self.stream = stream  # never destroyed: waited on by its handle
-    self.done_for = None
+    order_before(self, stream)
+    key = key_of(stream, device)
+    work.clear()
+    work[key] = Work(stream, None, None, device, 0)
+    self.sole = key
     return stream
+
+
+def copied_on(self: Buffer, stream: Any) -> None:
+    """The host just waited for all work on ``stream`` (a download): its entry is done."""
+    key = key_of(_streams.pending(stream), _devices.current())
+    if self.work.pop(key, None) is not None:
+        self.sole = next(iter(self.work)) if len(self.work) == 1 else None
+
+
+# -- host writers ---------------------------------------------------------------------------
+
+# References to a view's njit host ndarray when no call holds it, as sys.getrefcount counts
+# them below: the view's slot and getrefcount's own argument. An njit call on the fast path
+# holds one more from reading ``_njit_fast`` until its cleanup (smartarray._numba.njit).
+_IDLE_REFS = 2
+_POLL_S = 1e-5  # first pause while waiting for a host writer (doubled up to 1 ms)
+
+
+def writing(view: Any) -> bool:
+    """Whether an njit fast-path call on ``view`` is still running (reads a reference count:
+    the call took its reference under the GIL, before any disarming could be seen)."""
+    return sys.getrefcount(view._njit_view) > _IDLE_REFS
+
+
+def wait_for_host_writers(self: Buffer, copies: Any) -> None:
+    """Wait for the host writers whose bytes one of ``copies`` (a plan's) reads or writes;
+    forget the writers found finished. The lock may stay held: the calls never take it."""
+    writers = self.host_writers
+    pause = _POLL_S
+    for view in list(writers):
+        lo, hi = view._lo, view._hi
+        if any(c.start < hi and lo < c.stop for c in copies):
+            while writing(view):
+                time.sleep(pause)  # (releases the GIL: the call's cleanup needs it)
+                pause = min(pause * 2, 1e-3)
+    self.host_writers = [view for view in writers if writing(view)]

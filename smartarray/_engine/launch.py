@@ -11,10 +11,12 @@ themselves to it. The launch object owns what a launch means to the engine:
   copies, and an eviction (another thread's allocation) leaves them alone (see
   :mod:`smartarray._engine.residency`);
 - the *post-launch record*, run once after the kernel was queued: one event recorded on the
-  launch's stream for every buffer (host reads and work on other streams wait for it: on a
-  GPU the launch's stream object may die first), the kernel's writes recorded (a buffer's
-  held host arrays refreshed once, after its last argument's write), the launch fast path
-  re-opened, the claims dropped;
+  launch's stream for every buffer, replacing that stream's entry in the buffer's work in
+  flight and no other (host reads and work on other streams wait for it: on a GPU the
+  launch's stream object may die first; another thread's launch on another stream, queued
+  between this launch's preparation and its kernel, stays recorded), the kernel's writes
+  recorded (a buffer's held host arrays refreshed once, after its last argument's write), the
+  launch fast path re-opened, the claims dropped;
 - the *failures*: a held host array whose refresh failed stays marked stale, the other
   arguments' writes are still recorded, and the error is raised last, after numba's own
   callbacks ran.
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._memory import streams as _streams
 from ..errors import TransferError
+from . import device_work as _device_work
 from . import residency as _residency
 from .buffer import IN
 
@@ -59,13 +62,16 @@ class Launch:
         Where in the launch's ``retr`` list this object is appended.
     """
 
-    __slots__ = ("stream", "pending", "slot", "entries", "state", "retr")
+    __slots__ = ("stream", "pending", "key", "slot", "entries", "state", "retr")
 
     PREPARING, QUEUED, DONE = 0, 1, 2
 
     def __init__(self, stream: Any, retr: list[Any]) -> None:
         self.stream = stream
         self.pending = _streams.pending(stream)  # what buffers record (see _streams.pending)
+        # The stream's entry key in its buffers' work (its identity in this thread, and device):
+        # computed once; the launch fast path compares it with a buffer's only entry.
+        self.key = _device_work.key_of(self.pending)
         self.slot = len(retr)
         # (buffer, view, intent, fast) per argument, in order; ``fast``: prepared by the
         # fast path (the view was current on the device only, or, for ``In``, current there).
@@ -126,7 +132,7 @@ class Launch:
         errors: list[TransferError] = []
         for buf, views in writers.items():
             with buf.lock:
-                buf.kernel_queued(pending, event)
+                buf.kernel_queued(pending, self.key, event)  # replaces this stream's entry only
             if views:
                 writes = LaunchWrites(len(views))
                 for view in views:

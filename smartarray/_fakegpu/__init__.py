@@ -21,7 +21,7 @@ import sys
 __all__ = ["current", "enable", "enabled_from_environment"]
 
 _DRIVER = None
-_RESOLVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)
+_RESOLVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64)
 _keep: list[object] = []
 
 

@@ -13,11 +13,12 @@ adversarial choice CUDA permits. The seed is ``SMARTARRAY_FAKE_GPU_SEED`` (defau
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from ._errors import CUDA_ERROR_INVALID_HANDLE, CudaError
 
@@ -91,6 +92,8 @@ class Queue:
         self.ops: list[Op] = []  # queued, not yet run
         self.ran: list[str] = []  # labels of ops, in the order they ran (for tests)
         self._running = threading.local()
+        self._ptds = threading.local()  # .on: handle 0 is the thread's own stream (see stream)
+        self._thread_numbers = itertools.count(1)
 
     # streams and events -------------------------------------------------------------------
     @property
@@ -105,12 +108,31 @@ class Queue:
             found = self._legacy[device] = Stream(LEGACY, 0, legacy=True, device=device)
         return found
 
+    @contextlib.contextmanager
+    def per_thread_default_stream(self) -> Iterator[None]:
+        """Within: handle 0 names the calling thread's per-thread default stream (an entry
+        point resolved with ``CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`` runs in it)."""
+        local = self._ptds
+        before = getattr(local, "on", False)
+        local.on = True
+        try:
+            yield
+        finally:
+            local.on = before
+
     def stream(self, handle: int | None) -> Stream:
         handle = handle or 0
+        if handle == 0 and getattr(self._ptds, "on", False):
+            handle = PER_THREAD
         if handle in (0, LEGACY):
             return self.legacy
         if handle == PER_THREAD:
-            key = (threading.get_ident(), self._device())
+            # One stream per host thread, never handed to a later thread (thread idents are
+            # reused once a thread ended; a new thread's stream is a new stream).
+            number = getattr(self._ptds, "number", None)
+            if number is None:
+                number = self._ptds.number = next(self._thread_numbers)
+            key = (number, self._device())
             if key not in self._per_thread:
                 self._per_thread[key] = Stream(self._handles(), 0, device=key[1])
             return self._per_thread[key]

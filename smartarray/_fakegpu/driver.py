@@ -40,6 +40,7 @@ from ._signatures import prototype
 __all__ = ["FakeDriver"]
 
 DRIVER_VERSION = 13000
+_PER_THREAD_DEFAULT_STREAM = 2  # CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
 _ATTRIBUTES = {  # CUdevice_attribute values of an H100-like device (others read 0)
     1: 1024,
     2: 1024,
@@ -170,8 +171,14 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         self.lock = threading.RLock()
 
     # plumbing ---------------------------------------------------------------------------------
-    def resolve(self, name: bytes) -> int:
-        """Address of the callback for entry ``name``, or 0 when the fake does not provide it."""
+    def resolve(self, name: bytes, flags: int = 0) -> int:
+        """Address of the callback for entry ``name``, or 0 when the fake does not provide it.
+
+        ``flags``: cuGetProcAddress's. With ``CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM``
+        the entry is its per-thread default stream variant (a driver's ``_ptds``/``_ptsz``):
+        stream handle 0 there names the calling thread's per-thread default stream, not the
+        legacy one (``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1``).
+        """
         text = name.decode()
         impl = getattr(self, text, None) if text.startswith("cu") else None
         proto = prototype(text) if impl is not None else None
@@ -179,18 +186,27 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
             if self._log:
                 print(f"fakegpu: absent {text}", file=sys.stderr)
             return 0
-        if text not in self._callbacks:
-            callback = proto(self._wrap(text, impl))
+        per_thread = bool(flags & _PER_THREAD_DEFAULT_STREAM)
+        slot = f"{text}_ptds" if per_thread else text
+        if slot not in self._callbacks:
+            callback = proto(self._wrap(text, impl, per_thread))
             # The bindings keep the address for the life of the process, past interpreter
             # teardown: the callback must never be freed.
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(callback))
-            self._callbacks[text] = callback
-        return ctypes.cast(self._callbacks[text], ctypes.c_void_p).value or 0
+            self._callbacks[slot] = callback
+        return ctypes.cast(self._callbacks[slot], ctypes.c_void_p).value or 0
 
-    def _wrap(self, name: str, impl: Callable[..., None]) -> Callable[..., int]:
+    def _wrap(
+        self, name: str, impl: Callable[..., None], per_thread: bool = False
+    ) -> Callable[..., int]:
+        queue = self.queue
+
         def entry(*args: object) -> int:
             start = time.thread_time_ns()
             try:
+                if per_thread:
+                    with queue.per_thread_default_stream():
+                        return run(*args)
                 return run(*args)
             finally:
                 self.thread_time_ns += time.thread_time_ns() - start

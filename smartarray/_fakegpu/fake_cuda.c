@@ -12,7 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef void *(*fakecuda_resolver_t)(const char *symbol);
+/* The resolver gets cuGetProcAddress's flags: with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+ * (what cuda-bindings asks for under CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1) it answers the
+ * per-thread default stream variants (_ptds / _ptsz), in which handle 0 is the calling thread's
+ * own stream. */
+typedef void *(*fakecuda_resolver_t)(const char *symbol, uint64_t flags);
 
 static fakecuda_resolver_t resolver = NULL;
 
@@ -69,9 +73,8 @@ int fakecuda_is_fake(void) { return 1; }
 int cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, uint64_t flags,
                         int *symbolStatus) {
     (void)cudaVersion;
-    (void)flags;
     if (!alive) return CUDA_ERROR_DEINITIALIZED;
-    void *found = (resolver != NULL && symbol != NULL) ? guarded(resolver(symbol)) : NULL;
+    void *found = (resolver != NULL && symbol != NULL) ? guarded(resolver(symbol, flags)) : NULL;
     if (pfn != NULL) *pfn = found;
     if (symbolStatus != NULL)
         *symbolStatus = found ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -86,11 +89,11 @@ typedef int (*int_out_fn)(int *);
 typedef int (*flags_fn)(unsigned int);
 
 int cuDriverGetVersion(int *version) {
-    int_out_fn fn = (resolver && alive) ? (int_out_fn)resolver("cuDriverGetVersion") : NULL;
+    int_out_fn fn = (resolver && alive) ? (int_out_fn)resolver("cuDriverGetVersion", 0) : NULL;
     return fn ? fn(version) : CUDA_ERROR_NOT_INITIALIZED;
 }
 
 int cuInit(unsigned int flags) {
-    flags_fn fn = (resolver && alive) ? (flags_fn)resolver("cuInit") : NULL;
+    flags_fn fn = (resolver && alive) ? (flags_fn)resolver("cuInit", 0) : NULL;
     return fn ? fn(flags) : CUDA_ERROR_NOT_INITIALIZED;
 }

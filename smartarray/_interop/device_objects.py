@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .. import memory
-from .._memory import streams as _streams
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -49,6 +48,4 @@ def order_before_default(a: SmartArray) -> None:
     another stream. An event does, without a host wait.
     """
     with a._buf.lock:
-        pending = a._buf.stream  # the stream of the latest device work (0: nothing queued)
-        if pending != 0 and pending is not _streams.DEFAULT:
-            a._buf.order_before(0)
+        a._buf.order_before(0)  # (work on the default stream itself is ordered already)

@@ -316,15 +316,16 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
             buf.sync(here, a._lo, a._hi, "dlpack export")
         else:
             target = _streams.pending(consumer)
-            if buf.stream != 0 and not buf.works_on(target):
-                # Pending device work on this buffer goes before the consumer's: an event, the
-                # device orders the two, the host does not wait.
-                buf.order_before(consumer)
+            # Pending device work on this buffer goes before the consumer's: events, the device
+            # orders them, the host does not wait.
+            buf.order_before(consumer)
             buf.sync(here, a._lo, a._hi, "dlpack export", stream=consumer)  # stale bytes go up
             if value == LEGACY_DEFAULT or target is _streams.DEFAULT:
                 # The consumer works there, later: host access waits for that stream (which
-                # is never destroyed), not for an event recorded now.
-                buf.consumer_queued(target)
+                # is never destroyed), not for an event recorded now. Stream 1 is the legacy
+                # default stream by name: with per-thread default streams, the default stream
+                # (handle 0) is the calling thread's own, not the one the consumer named.
+                buf.consumer_queued(_streams.LEGACY if value == LEGACY_DEFAULT else target)
             else:
                 _streams.order(consumer, 0)  # what went up there, before the default stream
                 buf.queued(0)

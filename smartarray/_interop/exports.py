@@ -33,6 +33,7 @@ from .. import memory
 from .._engine import residency as _residency
 from .._engine.buffer import HOST, INOUT
 from .._memory import devices as _devices
+from .._memory import streams as _streams
 from .._numba.kernels import ArrayArgument
 from . import dlpack as _dlpack
 from .device_objects import device_pointer
@@ -58,11 +59,6 @@ _INTENTS = ("in", "inout")
 # -- engine facts ---------------------------------------------------------------------------
 
 
-def _pending_stream(a: SmartArray) -> Any:
-    """The stream of the latest device work on ``a``'s buffer (0: nothing queued)."""
-    return a._buf.stream
-
-
 def _wait_for_device(a: SmartArray) -> None:
     """Block until the device work queued on ``a``'s buffer finished."""
     a._buf.wait_for_device()
@@ -82,33 +78,20 @@ def _adopt_device_bytes(a: SmartArray, raw: Any) -> str:
 
 def _interface_stream(a: SmartArray) -> int | None:
     """The ``stream`` entry: where a consumer must order its work after ours (None: nowhere)."""
-    pending = _pending_stream(a)
-    if pending == 0 and pending.__class__ is int:
+    buf = a._buf
+    if not buf.work:  # (nothing queued on the device)
         return None
     if memory.SIMULATOR:
         # The simulator's streams have no handle a consumer could wait for: wait here.
         _wait_for_device(a)
         return None
-    buf = a._buf
-    if buf.done_for is pending:
-        # Never a handle nothing vouches for (the launch's stream may be destroyed by now, and
-        # with per-thread default streams "the default stream" is the launching thread's):
-        # the legacy default stream, made to wait for the buffer's own event (no host wait).
-        from numba import cuda
-
-        buf.done.wait(cuda.legacy_default_stream())
-        return 1  # the legacy default stream, as the interface spells it
-    handle = getattr(pending, "handle", None)
-    handle = getattr(handle, "value", handle)  # numba's ctypes handle
-    try:
-        value = int(handle) if handle is not None else 0
-    except (TypeError, ValueError):
-        value = 0
-    if value == 0:
-        # No handle we can name (0 is not allowed in the interface): wait here instead.
-        _wait_for_device(a)
-        return None
-    return value
+    # Never a handle nothing vouches for (a launch's stream may be destroyed by now, work may
+    # be on several streams, and with per-thread default streams "the default stream" is
+    # each thread's own): the legacy default stream, made to wait for all of the buffer's
+    # work in flight (events; no host wait).
+    with buf.lock:
+        buf.order_before(_streams.LEGACY)
+    return 1  # the legacy default stream, as the interface spells it
 
 
 def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any]:

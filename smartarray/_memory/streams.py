@@ -1,7 +1,7 @@
 """Streams as the engine sees them: identity, host waits, and ordering across streams.
 
-A base buffer records the stream of its latest device work (``_engine.Buffer.stream``; ``0`` when
-nothing of it is queued). These helpers take any stream object that reaches smartarray:
+A base buffer records its device work still in flight per stream (``_engine.Buffer.work``, keyed
+by :func:`identity`). These helpers take any stream object that reaches smartarray:
 
 - ``0``: the default stream, as users and the simulator pass it;
 - numba.cuda's ``Stream`` (``cuda.stream()``, ``default_stream()``, ``per_thread_default_stream()``,
@@ -15,12 +15,23 @@ nothing of it is queued). These helpers take any stream object that reaches smar
 Nothing here assumes the legacy default stream's implicit ordering: with per-thread default
 streams, and for non-blocking streams (CuPy's, PyTorch's), work on the default stream is not
 ordered before work on another stream unless an event says so.
+
+One rule for a stream's identity (:func:`identity`): the handle, except for the handles that
+name a different stream in each thread. Handle 2 (``CU_STREAM_PER_THREAD``,
+``cuda.per_thread_default_stream()``) always names the calling thread's per-thread default
+stream, and so does handle 0 when cuda-bindings resolved the driver with per-thread default
+streams (``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1``, or a strict session made with
+``per_thread=True``); otherwise handle 0 is the legacy default stream, handle 1. Two threads'
+per-thread default streams are two streams: an identity says which thread's it is.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import sys
 import threading
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -32,15 +43,24 @@ from . import devices as _devices
 
 __all__ = [
     "DEFAULT",
+    "LEGACY",
+    "completed",
     "copy_stream",
+    "identity",
     "launch_event",
     "native",
     "new_event",
     "order",
     "pending",
+    "per_thread_default_streams",
     "same",
     "synchronize",
+    "this_thread",
 ]
+
+#: The handles CUDA reserves for default streams (``CU_STREAM_LEGACY``, ``CU_STREAM_PER_THREAD``).
+LEGACY_HANDLE = 1
+PER_THREAD_HANDLE = 2
 
 
 class _DefaultStream:
@@ -64,6 +84,76 @@ class _DefaultStream:
 DEFAULT = _DefaultStream()
 
 
+class _LegacyStream:
+    """The legacy default stream (handle 1), named as such: with per-thread default streams
+    ``cuda.default_stream()`` is the calling thread's, not this one."""
+
+    __slots__ = ()
+
+    def synchronize(self) -> None:
+        """Block until the legacy default stream's work finished."""
+        cuda.legacy_default_stream().synchronize()
+
+    def __repr__(self) -> str:
+        return "<legacy default stream>"
+
+
+#: Pending work on the legacy default stream, named by handle 1 (a DLPack consumer's stream 1).
+LEGACY = _LegacyStream()
+
+
+def _ptds_from_environment() -> bool:
+    # cuda-bindings reads the switch once, when it resolves the driver's entry points.
+    return os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0").strip() not in (
+        "",
+        "0",
+    )
+
+
+# The answer of per_thread_default_streams, derived again when a session starts or ends
+# (None: not derived yet): every launch asks.
+_per_thread_mode: list[bool | None] = [None]
+# The identity of :data:`DEFAULT` while it is the same in every thread (the legacy default
+# stream's), else None: what a launch on stream 0 asks.
+_default_identity: list[int | None] = [None]
+
+
+def _session_changed() -> None:
+    _per_thread_mode[0] = _default_identity[0] = None
+
+
+_sessions.on_change.append(_session_changed)
+
+
+def per_thread_default_streams() -> bool:
+    """Whether handle 0 names the calling thread's own stream (per-thread default streams):
+    a strict session's choice while one is on, else cuda-bindings' (its environment switch,
+    read once)."""
+    mode = _per_thread_mode[0]
+    if mode is None:
+        session = _sessions.current()
+        if session is not None:
+            mode = bool(session.per_thread_default_streams)
+        else:
+            mode = _ptds_from_environment()
+        _per_thread_mode[0] = mode
+        _default_identity[0] = None if mode else LEGACY_HANDLE
+    return mode
+
+
+_threads = threading.local()
+_thread_numbers = itertools.count(1)
+
+
+def this_thread() -> int:
+    """A number for the calling thread, never reused (thread idents are, once a thread ended):
+    what tells two threads' per-thread default streams apart."""
+    number = getattr(_threads, "number", None)
+    if number is None:
+        number = _threads.number = next(_thread_numbers)
+    return number
+
+
 def _is_zero(stream: Any) -> bool:
     return stream is None or stream.__class__ is int or isinstance(stream, np.integer)
 
@@ -81,8 +171,13 @@ def pending(stream: Any) -> Any:
 
 
 def native(stream: Any) -> Any:
-    """The stream numba's copies and events accept: ``0`` for :data:`DEFAULT`."""
-    return 0 if stream is DEFAULT else stream
+    """The stream numba's copies and events accept: ``0`` for :data:`DEFAULT`, the legacy
+    default stream for :data:`LEGACY`."""
+    if stream is DEFAULT:
+        return 0
+    if stream is LEGACY:
+        return cuda.legacy_default_stream()
+    return stream
 
 
 # cuda.core's Stream class, learned from the first one seen (cuda.core is not imported here:
@@ -105,6 +200,8 @@ def _is_core_stream(cls: type) -> bool:
 def _key(stream: Any) -> Any:
     if stream is DEFAULT or _is_zero(stream):
         return 0
+    if stream is LEGACY:
+        return LEGACY_HANDLE
     if _is_core_stream(stream.__class__):
         return stream.__cuda_stream__()[1]  # (protocol version, the CUstream's address)
     handle = getattr(stream, "handle", None)
@@ -116,14 +213,52 @@ def _key(stream: Any) -> Any:
         return stream
 
 
+def identity(stream: Any) -> Hashable:
+    """The identity of ``stream`` as the calling thread names it (see the module's docstring).
+
+    Handles 0, 1 and 2 resolved to the stream they name: ``1`` for the legacy default stream,
+    ``("per-thread", n)`` for thread ``n``'s per-thread default stream (:func:`this_thread`);
+    other handles as they are; a stream without a handle (the simulator's, stand-ins) itself.
+    Computed by the thread that queues work: recorded with the work, it stays that thread's.
+    """
+    if stream is DEFAULT:
+        key = _default_identity[0]
+        if key is not None:
+            return key  # (the legacy default stream: the same in every thread)
+        key = 0
+    else:
+        key = _key(stream)
+    if key.__class__ is int and key <= PER_THREAD_HANDLE:
+        if key == 0:
+            mode = _per_thread_mode[0]
+            if mode is None:
+                mode = per_thread_default_streams()
+            key = PER_THREAD_HANDLE if mode else LEGACY_HANDLE
+        if key == PER_THREAD_HANDLE:
+            return ("per-thread", this_thread())
+    return key
+
+
 def same(a: Any, b: Any) -> bool:
-    """Whether ``a`` and ``b`` are the same CUDA stream (wrappers of one handle are the same)."""
+    """Whether ``a`` and ``b`` name the same CUDA stream in the calling thread (wrappers of one
+    handle are the same; see :func:`identity`)."""
     if a is b:
         return True
     cls = a.__class__
-    if cls is b.__class__ and _core_stream and cls is _core_stream[0]:
-        return a == b  # two launch configurations' wrappers: compared by handle, in C
-    return _key(a) == _key(b)
+    if cls is b.__class__ and _core_stream and cls is _core_stream[0] and a == b:
+        return True  # two launch configurations' wrappers of one handle, compared in C
+    return identity(a) == identity(b)
+
+
+def completed(event: Any) -> bool:
+    """Whether the work ``event`` captured has finished (a query: the host does not wait).
+
+    The plain simulator's events have no ``query``: its work completes when queued.
+    """
+    query = getattr(event, "query", None)
+    if query is None:
+        return _sim.SIMULATOR
+    return bool(query())
 
 
 def synchronize(stream: Any) -> None:

@@ -23,7 +23,10 @@ Unboxing (:func:`_unbox_smartarray`):
 
 - fast path: ``obj._njit_fast`` is the cached host ndarray while the array's bytes are current
   on the host and nowhere else. A host write changes nothing in that state, so the call needs
-  no Python hook at all: one attribute read, as for any non-ndarray argument;
+  no Python hook at all: one attribute read, as for any non-ndarray argument. The reference
+  that read returns is released by the cleanup, after the call: a call still running (with
+  ``nogil=True``, while another thread disarms the fast path) shows in the ndarray's
+  reference count, which the engine reads to wait for it before copying its bytes;
 - slow path: ``obj._njit_enter()`` makes the host copy current and returns the ndarray; the
   ``NativeValue`` cleanup calls ``obj._njit_exit()`` after the call, which records the write;
 - a plain ndarray reaching a SmartArray version (numba reuses compiled versions through safe
@@ -257,6 +260,9 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
         builder.store(native.is_error, error_ptr)
 
     fast_ptr = cgutils.alloca_once_value(builder, cgutils.get_null_value(pyapi.pyobj))
+    # The fast path's ndarray, whose reference is kept until the cleanup: while it is held,
+    # the engine sees a host writer in flight (smartarray._engine.device_work.writing).
+    held_ptr = cgutils.alloca_once_value(builder, cgutils.get_null_value(pyapi.pyobj))
     name = _attribute_name(c, "_njit_fast")
     with builder.if_then(cgutils.is_not_null(builder, name), likely=True):
         builder.store(pyapi.object_getattr(obj, name), fast_ptr)
@@ -267,13 +273,14 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
             with builder.if_else(is_fast, likely=True) as (coherent, hooked):
                 with coherent:
                     unbox_ndarray(fast)
+                    builder.store(fast, held_ptr)  # released by the cleanup, after the call
                 with hooked:
                     host = pyapi.call_method(obj, "_njit_enter")
                     with builder.if_then(cgutils.is_not_null(builder, host), likely=True):
                         builder.store(cgutils.true_bit, hooked_ptr)
                         unbox_ndarray(host)
                         pyapi.decref(host)
-            pyapi.decref(fast)
+                    pyapi.decref(fast)  # (None)
         with ndarray:
             # No such attribute: an ndarray reaching a SmartArray version (numba's unboxer
             # raises its TypeError for anything else).
@@ -289,6 +296,9 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
                 pyapi.decref(done)
 
     def cleanup() -> None:
+        held = builder.load(held_ptr)
+        with builder.if_then(cgutils.is_not_null(builder, held), likely=True):
+            pyapi.decref(held)  # the fast-path call is over: no host writer in flight
         with builder.if_then(builder.load(hooked_ptr), likely=False):
             # A Python error pending here means the call did not complete normally: a later
             # argument failed to unbox (the function never ran). ``_njit_abort`` records

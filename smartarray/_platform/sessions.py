@@ -2,16 +2,19 @@
 
 Strict mode (``smartarray/_strict/``, turned on by :func:`smartarray.testing.strict`) runs
 one session at a time and announces it here, from its side, so that code below never imports
-the test double (``tests/test_layers.py`` checks it). Production code asks two things:
+the test double (``tests/test_layers.py`` checks it). Production code asks three things:
 
 - the session itself, for identity: streams and events made in one session belong to its
   scheduler, not to the next session's (``smartarray/_memory/streams.py``);
 - whether a host array lies in page-locked memory, which only the session knows of the
-  memory it page-locked (:meth:`Session.is_page_locked`, ``smartarray/jit.py``).
+  memory it page-locked (:meth:`Session.is_page_locked`, ``smartarray/jit.py``);
+- whether handle 0 names each thread's own stream (per-thread default streams) in it
+  (``smartarray/_memory/streams.py``).
 
 State derived from whether a session is on subscribes to :data:`on_change` and is derived
-again on each announcement, in one place (``smartarray/_engine/residency.py``: whether launches
-claim their arguments).
+again on each announcement, each in one place (``smartarray/_engine/residency.py``: whether
+launches claim their arguments; ``smartarray/_memory/streams.py``: whether handle 0 names each
+thread's own stream).
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ class Session(Protocol):
 
     def is_page_locked(self, ary: Any) -> bool:
         """Whether the host array ``ary`` lies in page-locked memory of this session."""
+        ...
+
+    @property
+    def per_thread_default_streams(self) -> bool:
+        """Whether stream handle 0 names the calling thread's own stream in this session."""
         ...
 
 

@@ -56,6 +56,11 @@ class StrictState:
         """Labels of the device work run so far, in the order it ran."""
         return self.scheduler.log
 
+    @property
+    def per_thread_default_streams(self) -> bool:
+        """Whether handle 0 names the calling thread's own stream in this session."""
+        return self.scheduler.per_thread
+
     def is_page_locked(self, ary: Any) -> bool:
         """Whether the host array ``ary`` lies in page-locked (pinned or mapped) memory."""
         from .ranges import byte_extent
