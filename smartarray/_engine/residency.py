@@ -32,6 +32,7 @@ one tick for all of them.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -156,8 +157,9 @@ _derive_claiming()
 
 
 _local = threading.local()
-# Thread ident -> its latest launch (a smartarray._engine.launch.Launch: its ``claimed_buffers()``).
-_launches: dict[int, Any] = {}
+# Thread ident -> its latest launch (a weak reference to a smartarray._engine.launch.Launch:
+# its ``claimed_buffers(stack)``).
+_launches: dict[int, weakref.ref[Any]] = {}
 # Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
 _skipped: dict[int, str] = {}
 _HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # handed_out's why
@@ -183,8 +185,9 @@ def touch(buf: Buffer) -> None:
 
 def started(launch: Any) -> None:
     """``launch`` (a :class:`smartarray._engine.launch.Launch`) is this thread's latest: its
-    arguments are claimed while it is prepared or queued (see :func:`_claimed`)."""
-    _launches[threading.get_ident()] = launch
+    arguments are claimed while it is prepared or queued (see :func:`_claimed`). Kept by a weak
+    reference: a launch that raised, or whose thread ended, keeps nothing alive from here."""
+    _launches[threading.get_ident()] = weakref.ref(launch)
 
 
 def cache_view(buf: Buffer, view: CachingView) -> None:
@@ -308,16 +311,34 @@ def preparing(launch: Any) -> None:
 
 def _claimed() -> set[Residency]:
     """The records claimed by launches being prepared or run: the latest launch of every other
-    live thread, and this thread's while it prepares that launch."""
+    live thread while that thread is inside it (a launch that raised is not: see
+    ``Launch.claimed_buffers``), and this thread's while it prepares that launch."""
     claimed: set[Residency] = set()
     me = threading.get_ident()
-    current = getattr(_local, "preparing", None)
+    current: Any = getattr(_local, "preparing", None)
     alive = {t.ident for t in threading.enumerate()}
-    for ident, launch in list(_launches.items()):
-        if (launch is current) if ident == me else (ident in alive):
-            for buf in launch.claimed_buffers():
-                if buf.residency is not None:
-                    claimed.add(buf.residency)
+    stacks: dict[int, Any] | None = None
+    for ident, ref in list(_launches.items()):
+        launch = ref()
+        if launch is None or ident not in alive:  # (a weak reference: left, a few bytes)
+            continue
+        if ident == me:
+            if launch is not current:
+                continue
+            buffers = launch.claimed_buffers()
+        else:
+            if stacks is None:
+                stacks = sys._current_frames()
+                # Not this thread's own frame: this frame would hold itself (a cycle keeping
+                # every local of the stack alive, a device array handed out among them).
+                stacks.pop(me, None)
+            stack = stacks.get(ident)
+            if stack is None:  # (it ended meanwhile)
+                continue
+            buffers = launch.claimed_buffers(stack)
+        for buf in buffers:
+            if buf.residency is not None:
+                claimed.add(buf.residency)
     return claimed
 
 
