@@ -117,6 +117,40 @@ print(json.dumps({"moved": moved(t), "new_peer": new_peer,
     assert out["staged"] == ["gpu"]  # device 1 wrote: the host copy is stale again
 
 
+@pytest.mark.parametrize("refused", ["h2d", "d2h"])
+def test_a_guard_refusing_the_copies_through_the_host_refuses_before_anything_moves(
+    refused: str,
+) -> None:
+    """Without peer access a device reads another's bytes through the host copy: a transfer
+    guard that refuses the download or the upload raises before the first copy, and the
+    copies and their validity are as they were."""
+    out = _run(
+        f"""
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)  # current on device 0 only
+before = a.valid_at
+error = None
+with sa.trace() as t, cuda.gpus[1]:
+    try:
+        with sa.transfer_guard("disallow", {refused!r}):
+            add_one[1, 64](a)
+    except sa.TransferGuardError as exc:
+        error = str(exc)
+after = a.valid_at
+with cuda.gpus[1]:
+    add_one[1, 64](a)  # allowed now: the bytes come through the host copy
+print(json.dumps({{"moved": moved(t), "error": error, "before": before, "after": after,
+                  "values": np.asarray(a).tolist()}}))
+""",
+        peer="0",
+    )
+    assert out["error"] is not None and refused in out["error"]
+    assert out["moved"] == []
+    assert out["before"] == out["after"] == ["gpu"]  # (device 0, the current one)
+    assert out["values"] == [2.0] * 64
+
+
 def test_only_the_bytes_a_device_wrote_move_to_the_next_device() -> None:
     out = _run(
         """
