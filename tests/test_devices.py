@@ -302,6 +302,37 @@ def test_device_budget_refuses_a_device_the_process_does_not_see() -> None:
         sa.device_budget(7)
 
 
+@pytest.mark.parametrize("device", [True, False, np.True_, 1.5, 0.0, "0", None.__class__])
+def test_device_budget_refuses_what_is_not_a_device_number_naming_the_argument(device) -> None:
+    with pytest.raises(TypeError, match=r"device must be an int \(a CUDA device\) or None"):
+        sa.device_budget(device)
+    with pytest.raises(TypeError, match="device must be an int"):
+        sa.device_budget(device=device)
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu:\u00b2", "gpu:00", "gpu:01", "gpu:\uff10", "gpu:-0", "gpu: 0", "gpu:0 ", "gpu:"]
+)
+@pytest.mark.parametrize("use", ["get", "is_valid", "mark_changed", "construct"])
+def test_device_names_take_ascii_digits_without_leading_zeros(name: str, use: str) -> None:
+    """'gpu:N' takes N in ASCII decimal digits without leading zeros: a superscript or
+    full-width digit, a leading zero or a space is refused, showing the accepted form, before
+    anything moves."""
+    a = sa.SmartArray(np.arange(4.0))
+    accepted = r"'gpu:N' with N a device number in ASCII decimal digits without leading zeros"
+    with sa.trace() as t, pytest.raises(ValueError, match=accepted + r" \('gpu:0' to"):
+        if use == "get":
+            a.get(name)
+        elif use == "is_valid":
+            a.is_valid(name)
+        elif use == "mark_changed":
+            a.mark_changed(name)
+        else:
+            sa.SmartArray(np.arange(4.0), where=name)
+    assert t.events == []
+    assert a.valid_at == ("host",)
+
+
 # -- one device: the names it accepts --------------------------------------------------------
 
 

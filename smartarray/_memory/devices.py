@@ -131,7 +131,17 @@ def resolve(where: object, argument: str = "where") -> str:
     if isinstance(where, str) and where.startswith("gpu:"):
         n = count()
         digits = where[4:]
-        if digits.isdigit() and int(digits) < n:
+        # A device number in ASCII decimal digits, without leading zeros: str.isdigit alone
+        # takes '²' (which int() refuses) and full-width digits (which int() reads). (A
+        # negative number is well formed: no such device, said below.)
+        plain = digits[1:] if digits.startswith("-") else digits
+        if not (plain.isascii() and plain.isdecimal() and (digits == "0" or plain[0] != "0")):
+            raise ValueError(
+                f"{argument} must be 'host', 'gpu' (the current device) or 'gpu:N' with N a "
+                f"device number in ASCII decimal digits without leading zeros ('gpu:0' to "
+                f"'gpu:{n - 1}' here), got {where!r}"
+            )
+        if digits == plain and int(digits) < n:
             return location(int(digits))
         raise ValueError(
             f"{argument} names device {digits!r}, but this process sees {n} CUDA device(s): "
