@@ -36,7 +36,8 @@ def set_device_budget(nbytes: int | None) -> None:
     nbytes : int or None
         The budget in bytes (0 or more). ``None`` restores the default: on a GPU, the device
         memory free at the first allocation after this call, less a margin (a tenth of it, at
-        least 128 MiB); on the CUDA simulator, unlimited.
+        least 128 MiB on a device of 2 GiB or more, a sixteenth of a smaller device's memory,
+        never more than half of what is free); on the CUDA simulator, unlimited.
 
     Raises
     ------

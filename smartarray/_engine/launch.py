@@ -203,6 +203,6 @@ def current(retr: list[Any], stream: Any) -> Launch:
             return launch
         launch.failed()  # (if it is still being prepared: it raised before queuing)
     launch = Launch(stream, retr)
-    _local.launch = weakref.ref(launch)
-    _residency.started(launch)
+    _local.launch = ref = weakref.ref(launch)
+    _residency.started(ref)
     return launch

@@ -59,9 +59,17 @@ __all__ = [
     "set_budget",
 ]
 
-#: The margin left free below a GPU's free memory by the default budget: a tenth of it, at
-#: least this much (kernels' local memory, other libraries, numba's own allocations).
+#: The margin left free below a GPU's free memory by the default budget (kernels' local
+#: memory, other libraries, numba's own allocations): a tenth of the free memory, at least this
+#: much on a device of 2 GiB or more (a sixteenth of a smaller device's memory), and never more
+#: than half of what is free (see :func:`default_margin`).
 DEFAULT_MARGIN = 128 << 20
+
+
+def default_margin(free: int, total: int) -> int:
+    """The bytes the default budget leaves free on a device with ``free`` of ``total`` bytes
+    free: it scales with the device, and a device with free memory never gets a budget of 0."""
+    return min(max(free // 10, min(DEFAULT_MARGIN, total // 16)), free // 2)
 
 
 class CachingView(Protocol):
@@ -183,11 +191,12 @@ def touch(buf: Buffer) -> None:
         rec.tick = next(_ticks)
 
 
-def started(launch: Any) -> None:
-    """``launch`` (a :class:`smartarray._engine.launch.Launch`) is this thread's latest: its
-    arguments are claimed while it is prepared or queued (see :func:`_claimed`). Kept by a weak
-    reference: a launch that raised, or whose thread ended, keeps nothing alive from here."""
-    _launches[threading.get_ident()] = weakref.ref(launch)
+def started(launch: weakref.ref[Any]) -> None:
+    """``launch`` (a weak reference to a :class:`smartarray._engine.launch.Launch`) is this
+    thread's latest: its arguments are claimed while it is prepared or queued (see
+    :func:`_claimed`). Weak: a launch that raised, or whose thread ended, keeps nothing alive
+    from here."""
+    _launches[threading.get_ident()] = launch
 
 
 def cache_view(buf: Buffer, view: CachingView) -> None:
@@ -254,11 +263,12 @@ def _effective_budget(device: int = 0) -> int | None:
         return _budget
     if device not in _default:
         with _devices.on(device):
-            free = _sim.free_device_memory()
+            memory_info = _sim.device_memory()
         budget = None
-        if free is not None:
+        if memory_info is not None:
+            free, total = memory_info
             # What SmartArrays hold now is part of what they may use.
-            budget = max(0, free + _used.get(device, 0) - max(free // 10, DEFAULT_MARGIN))
+            budget = free + _used.get(device, 0) - default_margin(free, total)
         _default[device] = budget
     return _default[device]
 
