@@ -998,6 +998,8 @@ def test_a_state_follows_the_process_wide_cost_unless_given_its_own():
         (TransferCost(10e-6, -1.0), ValueError),
         (TransferCost(float("nan"), 50e9), ValueError),
         (TransferCost(10e-6, float("inf")), ValueError),
+        (TransferCost(1e200, 1e200), ValueError),  # each finite, their product not
+        (TransferCost(2.0, 1.7e308), ValueError),
     ],
 )
 def test_a_bad_cost_is_refused_and_changes_nothing(bad, error):

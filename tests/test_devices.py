@@ -117,6 +117,40 @@ print(json.dumps({"moved": moved(t), "new_peer": new_peer,
     assert out["staged"] == ["gpu"]  # device 1 wrote: the host copy is stale again
 
 
+@pytest.mark.parametrize("refused", ["h2d", "d2h"])
+def test_a_guard_refusing_the_copies_through_the_host_refuses_before_anything_moves(
+    refused: str,
+) -> None:
+    """Without peer access a device reads another's bytes through the host copy: a transfer
+    guard that refuses the download or the upload raises before the first copy, and the
+    copies and their validity are as they were."""
+    out = _run(
+        f"""
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)  # current on device 0 only
+before = a.valid_at
+error = None
+with sa.trace() as t, cuda.gpus[1]:
+    try:
+        with sa.transfer_guard("disallow", {refused!r}):
+            add_one[1, 64](a)
+    except sa.TransferGuardError as exc:
+        error = str(exc)
+after = a.valid_at
+with cuda.gpus[1]:
+    add_one[1, 64](a)  # allowed now: the bytes come through the host copy
+print(json.dumps({{"moved": moved(t), "error": error, "before": before, "after": after,
+                  "values": np.asarray(a).tolist()}}))
+""",
+        peer="0",
+    )
+    assert out["error"] is not None and refused in out["error"]
+    assert out["moved"] == []
+    assert out["before"] == out["after"] == ["gpu"]  # (device 0, the current one)
+    assert out["values"] == [2.0] * 64
+
+
 def test_only_the_bytes_a_device_wrote_move_to_the_next_device() -> None:
     out = _run(
         """
@@ -266,6 +300,113 @@ print(json.dumps({
 def test_device_budget_refuses_a_device_the_process_does_not_see() -> None:
     with pytest.raises(ValueError, match="CUDA device"):
         sa.device_budget(7)
+
+
+@pytest.mark.parametrize("device", [True, False, np.True_, 1.5, 0.0, "0", None.__class__])
+def test_device_budget_refuses_what_is_not_a_device_number_naming_the_argument(device) -> None:
+    with pytest.raises(TypeError, match=r"device must be an int \(a CUDA device\) or None"):
+        sa.device_budget(device)
+    with pytest.raises(TypeError, match="device must be an int"):
+        sa.device_budget(device=device)
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu:\u00b2", "gpu:00", "gpu:01", "gpu:\uff10", "gpu:-0", "gpu: 0", "gpu:0 ", "gpu:"]
+)
+@pytest.mark.parametrize("use", ["get", "is_valid", "mark_changed", "construct"])
+def test_device_names_take_ascii_digits_without_leading_zeros(name: str, use: str) -> None:
+    """'gpu:N' takes N in ASCII decimal digits without leading zeros: a superscript or
+    full-width digit, a leading zero or a space is refused, showing the accepted form, before
+    anything moves."""
+    a = sa.SmartArray(np.arange(4.0))
+    accepted = r"'gpu:N' with N a device number in ASCII decimal digits without leading zeros"
+    with sa.trace() as t, pytest.raises(ValueError, match=accepted + r" \('gpu:0' to"):
+        if use == "get":
+            a.get(name)
+        elif use == "is_valid":
+            a.is_valid(name)
+        elif use == "mark_changed":
+            a.mark_changed(name)
+        else:
+            sa.SmartArray(np.arange(4.0), where=name)
+    assert t.events == []
+    assert a.valid_at == ("host",)
+
+
+THREADS_FIRST_TOUCH = """
+import threading
+arrays = [sa.SmartArray(np.arange(8.0)) for _ in range(4)]
+barrier = threading.Barrier(4)
+errors = []
+
+def run(k):
+    try:
+        barrier.wait()
+        arrays[k].gpu(device=k)  # smartarray's first touch of the driver, in 4 threads at once
+        with cuda.gpus[k]:
+            add_one[1, 8](arrays[k])
+    except Exception as exc:
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"errors": errors, "values": [np.asarray(a).tolist() for a in arrays],
+                  "valid": [a.valid_at for a in arrays]}))
+"""
+
+
+def test_threads_that_first_touch_the_driver_at_once_see_every_device_quietly() -> None:
+    """Four threads whose first smartarray call touches the driver at the same time: each
+    sees the four devices, its kernel runs, and the process ends with nothing on stderr."""
+    out = _run(THREADS_FIRST_TOUCH, devices=4)
+    assert out["errors"] == []
+    assert out["values"] == [(np.arange(8.0) + 1).tolist()] * 4
+    assert out["_stderr"] == ""
+
+
+@pytest.mark.parametrize("memory", ["8M", "64M", "100M"])
+def test_the_default_budget_of_a_small_device_leaves_room_to_work(memory: str) -> None:
+    """A device with less than 128 MiB free still gets a budget (a margin that scales with
+    the device): arrays are used on it, on each of several devices."""
+    env = {"SMARTARRAY_FAKE_GPU_DEVICES": "2", "SMARTARRAY_FAKE_GPU_MEMORY": memory}
+    out = run_fake(
+        PRELUDE
+        + """
+a = sa.SmartArray(np.arange(1024.0))
+for dev in range(2):
+    with cuda.gpus[dev]:
+        add_one[1, 1024](a)
+info = [sa.device_budget(dev) for dev in range(2)]
+free = []
+for dev in range(2):
+    with cuda.gpus[dev]:
+        free.append(cuda.current_context().get_memory_info().free)
+print(json.dumps({"values": np.asarray(a)[:3].tolist(), "budgets": [b.budget for b in info],
+                  "used": [b.used for b in info], "free": free}))
+""",
+        env=env,
+    )
+    assert out["values"] == [2.0, 3.0, 4.0]
+    assert all(0 < b for b in out["budgets"])
+    assert out["used"] == [8192, 8192]
+
+
+@pytest.mark.parametrize("total", [1 << 20, 8 << 20, 100 << 20, 1 << 30, 2 << 30, 80 << 30])
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.01, 1e-6])
+def test_the_default_margin_scales_with_the_device_and_leaves_a_budget(
+    total: int, share: float
+) -> None:
+    from smartarray._engine.residency import DEFAULT_MARGIN, default_margin
+
+    free = max(1, int(total * share))
+    margin = default_margin(free, total)
+    assert 0 <= margin <= free // 2  # free memory: never a budget of 0
+    assert margin >= free // 10  # at least a tenth of what is free
+    if total >= 2 << 30 and free >= 2 * DEFAULT_MARGIN:
+        assert margin >= DEFAULT_MARGIN  # a large device keeps the 128 MiB floor
 
 
 # -- one device: the names it accepts --------------------------------------------------------

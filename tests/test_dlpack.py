@@ -411,6 +411,10 @@ def test_bad_arguments_are_refused_before_anything_moves():
         (BufferError, "device 0, not 3", {"dl_device": (2, 3)}),
         (BufferError, "not 7", {"dl_device": (7, 0)}),
         (ValueError, "dl_device", {"dl_device": "cuda"}),
+        (ValueError, "dl_device", {"dl_device": (2, True)}),  # True is not device 1
+        (ValueError, "dl_device", {"dl_device": (2, np.True_)}),
+        (ValueError, "dl_device", {"dl_device": (True, 0)}),
+        (ValueError, "dl_device", {"dl_device": (2, 0.5)}),
     ]
     for exc, match, kwargs in cases:
         with pytest.raises(exc, match=match):

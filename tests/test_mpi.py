@@ -44,17 +44,31 @@ class World:
         return [FakeComm(self, r) for r in range(self.size)]
 
 
+class Status:
+    """mpi4py's ``MPI.Status`` as far as :mod:`smartarray.mpi` reads it (found beside
+    :class:`FakeComm`, as ``MPI.Status`` is beside mpi4py's communicators)."""
+
+    def __init__(self) -> None:
+        self.source, self.nbytes = None, None
+
+    def Get_source(self) -> int:  # noqa: N802 - mpi4py's name
+        return self.source
+
+    def Get_count(self, datatype=None) -> int:  # noqa: N802 - mpi4py's name (bytes)
+        return self.nbytes
+
+
 class FakeRequest:
     def __init__(self, complete, ready) -> None:
         self.complete, self.ready, self.waited = complete, ready, False
 
     def Wait(self, status=None) -> None:  # noqa: N802 - mpi4py's name
-        self.complete()
+        self.complete(status)
         self.waited = True
 
     def Test(self, status=None) -> bool:  # noqa: N802 - mpi4py's name
         if self.ready():
-            self.Wait()
+            self.Wait(status)
         return self.waited
 
 
@@ -86,41 +100,47 @@ class FakeComm:
                 self.world.cond.notify_all()
         return mv.nbytes
 
-    def _take(self, buf, source: int, tag: int, block: bool = True) -> bool:
+    def _take(self, buf, source: int, tag: int, status=None) -> None:
         mv = memoryview(buf)
         assert mv.c_contiguous and not mv.readonly, "MPI receive buffers are writable"
-        if source == self.PROC_NULL:
-            return True
+        if source == self.PROC_NULL:  # MPI: returns at once, the buffer not modified
+            if status is not None:
+                status.source, status.nbytes = self.PROC_NULL, 0
+            return
         key = (source, self.rank, tag)
         with self.world.cond:
-            if not block and not self.world.boxes[key]:
-                return False
             assert self.world.cond.wait_for(lambda: self.world.boxes[key], timeout=10)
             data = self.world.boxes[key].popleft()
-        assert len(data) == mv.nbytes, "message and receive buffer sizes differ"
-        mv.cast("B")[:] = data
-        return True
+        # A shorter message is legal (it fills the buffer's first bytes); a longer one is
+        # MPI_ERR_TRUNCATE.
+        assert len(data) <= mv.nbytes, "the message is longer than the receive buffer"
+        mv.cast("B")[: len(data)] = data
+        if status is not None:
+            status.source, status.nbytes = source, len(data)
 
     def Send(self, buf, dest, tag=0):  # noqa: N802
         self.calls.append(("Send", dest, self._put(buf, dest, tag)))
 
     def Recv(self, buf, source, tag=0, status=None):  # noqa: N802
-        self._take(buf, source, tag)
+        self._take(buf, source, tag, status)
         self.calls.append(("Recv", source, memoryview(buf).nbytes))
 
     def Sendrecv(  # noqa: N802
         self, sendbuf, dest, sendtag=0, recvbuf=None, source=0, recvtag=0, status=None
     ):
         self.Send(sendbuf, dest, sendtag)
-        self.Recv(recvbuf, source, recvtag)
+        self.Recv(recvbuf, source, recvtag, status)
 
     def Isend(self, buf, dest, tag=0):  # noqa: N802
         self.Send(buf, dest, tag)  # buffered: done at once
-        return FakeRequest(lambda: None, lambda: True)
+        return FakeRequest(lambda status: None, lambda: True)
 
     def Irecv(self, buf, source, tag=0):  # noqa: N802
         key = (source, self.rank, tag)
-        return FakeRequest(lambda: self.Recv(buf, source, tag), lambda: bool(self.world.boxes[key]))
+        return FakeRequest(
+            lambda status: self.Recv(buf, source, tag, status),
+            lambda: source == self.PROC_NULL or bool(self.world.boxes[key]),
+        )
 
 
 def block(rows: int, start: float = 0.0) -> sa.SmartArray:
@@ -194,6 +214,63 @@ def test_plain_buffers_pass_through():
     out = np.zeros(3)
     sampi.recv(c1, out, 0)
     np.testing.assert_array_equal(out, np.arange(3.0))
+
+
+def _receive(how: str, comm, view, source: int) -> None:
+    """Receive into ``view`` from ``source`` with one of smartarray.mpi's receives."""
+    if how == "recv":
+        sampi.recv(comm, view, source, tag=2)
+    elif how == "sendrecv":
+        sampi.sendrecv(comm, np.zeros(1), comm.PROC_NULL, view, source, sendtag=2)
+    else:
+        req = sampi.irecv(comm, view, source, tag=2)
+        assert req.test() if how == "irecv-test" else (req.wait() is None)
+        assert req.done
+
+
+RECEIVES = ["recv", "sendrecv", "irecv-wait", "irecv-test"]
+
+
+@pytest.mark.parametrize("how", RECEIVES)
+def test_a_receive_from_proc_null_leaves_the_view_untouched(how):
+    """MPI: a receive from PROC_NULL "does not modify the receive buffer": the view keeps its
+    values and its validity (it is current on the device only here), nothing moves."""
+    c0, _ = World(2).comms()
+    a = block(3)
+    with sa.trace() as t:
+        _receive(how, c0, a[1, :], c0.PROC_NULL)
+    assert t.stats.h2d_bytes == t.stats.d2h_bytes == 0
+    assert a.valid_at == ("gpu",) and not a[1].is_valid("host")
+    np.testing.assert_array_equal(np.asarray(a), np.arange(18.0).reshape(3, 6))
+
+
+@pytest.mark.parametrize("how", RECEIVES)
+@pytest.mark.parametrize("arrived", [0, 1, 5, 7, 10])
+def test_a_message_shorter_than_the_view_lands_only_what_arrived(how, arrived):
+    """A message shorter than the receive buffer is legal in MPI: its elements land in the
+    view's first elements in C order; the rest of the view keeps its values and validity."""
+    c0, c1 = World(2).comms()
+    a = block(4)  # current on the device only
+    view = a[1:3, 1:]  # 2 x 5, strided
+    message = -1.0 - np.arange(arrived)
+    c1.Send(message, dest=0, tag=2)
+    with sa.trace() as t:
+        _receive(how, c0, view, 1)
+    assert t.stats.h2d_bytes == 0
+    # What did not arrive is still current on the device only (its host bytes are stale);
+    # what arrived is a host write.
+    elements = [(r, c) for r in (1, 2) for c in range(1, 6)]
+    for k, (r, c) in enumerate(elements):
+        element = a[r, c : c + 1]
+        if k < arrived:
+            assert element.valid_at == ("host",), (r, c)
+        else:
+            assert element.valid_at == ("gpu",), (r, c)
+    expect = np.arange(24.0).reshape(4, 6)
+    flat = expect[1:3, 1:].reshape(-1)  # (a copy: written back below)
+    flat[:arrived] = message
+    expect[1:3, 1:] = flat.reshape(2, 5)
+    np.testing.assert_array_equal(np.asarray(a), expect)
 
 
 # -- non-blocking ----------------------------------------------------------------------------
@@ -602,6 +679,48 @@ def test_mpi4py_takes_a_smartarray_through_dlpack_coherently():
         "add_one[1, 32](b)  # the received values go up\n"
         "assert np.array_equal(np.asarray(b), np.arange(4.0) + 2)\n"
         "assert np.array_equal(np.asarray(a), np.arange(4.0) + 1)\n"
+        "print('ok')\n"
+    )
+    assert "ok" in _run(["-c", script], None)
+
+
+@needs_mpi
+def test_receives_from_proc_null_and_short_messages_with_mpi4py():
+    # mpi4py's own Status (found beside its communicators) says what arrived.
+    script = (
+        "import numpy as np\n"
+        "from mpi4py import MPI\n"
+        "import smartarray as sa, smartarray.mpi as sampi\n"
+        "comm = MPI.COMM_SELF\n"
+        "def fresh():\n"
+        "    a = sa.SmartArray(np.arange(12.0).reshape(3, 4))\n"
+        "    a.get('gpu'); a.mark_changed('gpu')\n"
+        "    return a\n"
+        "for how in ('recv', 'sendrecv', 'irecv'):\n"
+        "    a = fresh()\n"
+        "    if how == 'recv':\n"
+        "        sampi.recv(comm, a[1, :], MPI.PROC_NULL)\n"
+        "    elif how == 'sendrecv':\n"
+        "        sampi.sendrecv(comm, a[0, :], MPI.PROC_NULL, a[1, :], MPI.PROC_NULL)\n"
+        "    else:\n"
+        "        sampi.irecv(comm, a[1, :], MPI.PROC_NULL).wait()\n"
+        "    assert a.valid_at == ('gpu',), (how, a.valid_at)\n"
+        "    assert np.array_equal(np.asarray(a), np.arange(12.0).reshape(3, 4)), how\n"
+        "    a = fresh()\n"
+        "    r = comm.Isend(np.array([-1.0, -2.0, -3.0, -4.0, -5.0]), dest=0, tag=7)\n"
+        "    st = MPI.Status()\n"
+        "    if how == 'recv':\n"
+        "        sampi.recv(comm, a[1:, :], 0, tag=7, status=st)\n"
+        "    elif how == 'sendrecv':\n"
+        "        sampi.sendrecv(comm, a[0, :], MPI.PROC_NULL, a[1:, :], 0, recvtag=7)\n"
+        "    else:\n"
+        "        sampi.irecv(comm, a[1:, :], 0, tag=7).wait()\n"
+        "    r.Wait()\n"
+        "    assert a[2, 1:].valid_at == ('gpu',), (how, a[2, 1:].valid_at)\n"
+        "    expect = np.arange(12.0).reshape(3, 4)\n"
+        "    expect[1] = [-1.0, -2.0, -3.0, -4.0]\n"
+        "    expect[2, 0] = -5.0\n"
+        "    assert np.array_equal(np.asarray(a), expect), (how, np.asarray(a))\n"
         "print('ok')\n"
     )
     assert "ok" in _run(["-c", script], None)

@@ -4,11 +4,13 @@ several arrays under a small budget against a NumPy model."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import subprocess
 import sys
 import threading
+import weakref
 
 import numba
 import numpy as np
@@ -433,6 +435,161 @@ def test_a_failed_launch_does_not_keep_its_arguments_claimed(budget):
     x.host()  # (x is current wherever the failed kernel could not write)
     y.gpu()
     assert resident_names() == {"u1"}
+
+
+@cuda.jit(debug=True, opt=False)  # a GPU reports kernel exceptions with debug only
+def k_out_of_bounds_first(x, y):
+    x[x.size + 1000] = 1.0
+
+
+class FailingArgument(cuda.args.ArgHint):
+    """A kernel argument that is not a SmartArray and whose preparation fails (typed as its
+    value, a float64 vector)."""
+
+    def to_device(self, retr, stream=0):
+        raise RuntimeError("this argument cannot be prepared")
+
+
+FAILED_LAUNCHES = ["budget", "refused-view", "other-argument", "kernel-refused"]
+
+
+def fail_a_launch(how, x, second):
+    """Launch with ``x`` (prepared first) and a second argument, in a way that raises after
+    ``x`` was prepared and before any post-launch callback."""
+    with pytest.raises(Exception) as info:  # noqa: B017 - each way has its own error
+        if how == "budget":  # second is larger than the budget
+            launch(k_add_one_first, x, second)
+        elif how == "refused-view":  # negative strides: refused before anything moves
+            launch(k_add_one_first, x, second[::-1])
+        elif how == "other-argument":
+            launch(k_add_one_first, x, FailingArgument(np.zeros(1)))
+        elif memory.SIMULATOR:  # raises the kernel's out-of-bounds error at the launch
+            k_out_of_bounds_first[1, 1](x, second)
+        else:  # more threads per block than any GPU has: the driver refuses the launch
+            k_add_one_first[1, 4096](x, second)
+    expected = {
+        "budget": sa.DeviceMemoryError,
+        "refused-view": ValueError,
+        "other-argument": RuntimeError,
+    }
+    if how in expected:
+        assert isinstance(info.value, expected[how])
+
+
+@pytest.mark.parametrize("how", FAILED_LAUNCHES)
+def test_a_failed_launch_in_a_live_thread_lets_other_threads_evict_its_arguments(budget, how):
+    """A launch that raised runs no callback: its thread lives on, doing something else, and
+    another thread's allocation must evict the failed launch's arguments as usual (not fail
+    with "a launch being prepared or run uses it")."""
+    x, y, z = arrays(3, prefix="v")
+    big = sa.SmartArray(np.ones(4 * N), name="v-big")
+    second = big if how == "budget" else y
+    budget(2 * NB)
+    failed, finish = threading.Event(), threading.Event()
+    errors: list = []
+
+    def worker():
+        try:
+            fail_a_launch(how, x, second)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        failed.set()
+        finish.wait(30)  # alive, doing something else
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        assert failed.wait(30)
+        assert not errors, errors
+        assert [r.kept for r in sa.device_budget().resident] == [""] * len(
+            sa.device_budget().resident
+        )
+        with sa.trace() as t:
+            launch(k_add_one_first, y, z)  # room for y and z: x (and y's copy) must go
+        assert "v0" in [e.array for e in t.evictions]
+    finally:
+        finish.set()
+        thread.join(30)
+    x_expected = np.arange(N, dtype=np.float64)
+    if how == "kernel-refused" and memory.SIMULATOR:
+        np.testing.assert_array_equal(np.asarray(x)[:4], x_expected[:4])  # (ran, then failed)
+    else:
+        np.testing.assert_array_equal(np.asarray(x), x_expected)  # the kernel never ran
+    np.testing.assert_array_equal(np.asarray(y), np.arange(N) + 100 + 1)
+    np.testing.assert_array_equal(np.asarray(z), np.arange(N) + 200)
+    np.testing.assert_array_equal(np.asarray(big), np.ones(4 * N))
+
+
+@pytest.mark.parametrize("how", FAILED_LAUNCHES)
+def test_a_failed_launch_keeps_nothing_alive_after_its_thread_ended(budget, how):
+    """Once the thread whose launch raised has ended, nothing of smartarray's keeps that
+    launch's arguments alive."""
+    x, y = arrays(2, prefix="w")
+    big = sa.SmartArray(np.ones(4 * N), name="w-big")
+    budget(2 * NB)
+
+    def worker(first, second):
+        with contextlib.suppress(BaseException):  # (checked by the test above)
+            fail_a_launch(how, first, second)
+
+    thread = threading.Thread(target=worker, args=(x, big if how == "budget" else y))
+    thread.start()
+    thread.join(30)
+    refs = [weakref.ref(x), weakref.ref(y), weakref.ref(big)]
+    del x, y, big
+    gc.collect()
+    assert [ref() is None for ref in refs] == [True, True, True]
+
+
+@pytest.mark.parametrize("how", FAILED_LAUNCHES)
+def test_a_failed_launch_drops_its_claims_in_its_own_thread(budget, how):
+    """The thread whose launch raised launches again: the failed launch's arguments may be
+    evicted to make room for the new one's."""
+    x, y, z = arrays(3, prefix="q")
+    big = sa.SmartArray(np.ones(4 * N), name="q-big")
+    budget(2 * NB)
+    fail_a_launch(how, x, big if how == "budget" else y)
+    with sa.trace() as t:
+        launch(k_add_one_first, y, z)  # room for y and z: x must go
+    assert "q0" in [e.array for e in t.evictions]
+    np.testing.assert_array_equal(np.asarray(y), np.arange(N) + 101)
+    np.testing.assert_array_equal(np.asarray(z), np.arange(N) + 200)
+
+
+def test_a_launch_still_being_prepared_in_another_thread_keeps_its_claims(budget):
+    """While another thread is still preparing its launch (between two arguments, inside the
+    dispatcher), its prepared arguments stay claimed: an allocation here cannot evict them."""
+    a, b = arrays(2, prefix="p")
+    budget(NB)
+    started, go = threading.Event(), threading.Event()
+
+    class Blocker(cuda.args.ArgHint):  # (typed as its value, a float64 vector)
+        def to_device(self, retr, stream=0):
+            started.set()
+            go.wait(30)
+            return cuda.In(cuda.to_device(self.value)).to_device(retr, stream)
+
+    errors = []
+
+    def worker():
+        try:
+            launch(k_add_one_first, a, Blocker(np.zeros(1)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        assert started.wait(30)
+        with pytest.raises(sa.DeviceMemoryError, match="p0 .*a launch being prepared or run"):
+            b.gpu()  # would have to evict a
+    finally:
+        go.set()
+        thread.join(30)
+    assert not errors
+    np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1)
+    b.gpu()  # the launch ran: a may go now
+    np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 100)
 
 
 def test_a_launch_that_cannot_fit_its_arguments_fails_cleanly(budget):

@@ -7,9 +7,12 @@ bookkeeping is tested without an MPI library. It uses SmartArray's public API on
 
 - a send reads the view on the host (``np.asarray(view)``): only the view's bytes that are
   stale on the host are downloaded, and nothing else of the array;
-- a receive lands in a staging ndarray and is then assigned to the view (``view[...] =
-  staged``): a host write of exactly the view's bytes, which uploads nothing now and makes
-  only those bytes stale on the device (the next kernel uploads them).
+- a receive lands in a staging ndarray and what arrived is then assigned to the view
+  (``view[...] = staged``): a host write of exactly those bytes, which uploads nothing now and
+  makes only those bytes stale on the device (the next kernel uploads them). What arrived is
+  what the receive's status counts (``Get_count``): nothing from ``MPI.PROC_NULL``, the first
+  elements in C order of a message shorter than the view; the rest of the view keeps its
+  values and their validity, as MPI leaves the rest of a receive buffer.
 
 The staging buffers cost one host copy of the message (a halo row), never a transfer between
 host and device; they are what makes non-blocking operations safe (see :class:`Request`).
@@ -17,6 +20,7 @@ host and device; they are what makes non-blocking operations safe (see :class:`R
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -81,10 +85,47 @@ def _staging(buf: Any, name: str) -> np.ndarray | None:
     return None
 
 
-def _land(target: SmartArray, staged: np.ndarray) -> None:
-    # A host write of exactly the view's bytes: nothing moves now; those bytes (only) become
-    # stale on the device and go up with the next kernel that reads them.
-    target[...] = staged
+def _status(comm: Any, status: Any) -> Any:
+    """``status``, or a new status of ``comm``'s MPI module (mpi4py's ``MPI.Status``) to learn
+    what a receive delivered; None where there is none (every element is then taken as
+    received)."""
+    if status is not None:
+        return status
+    make = getattr(sys.modules.get(type(comm).__module__), "Status", None)
+    return make() if callable(make) else None
+
+
+def _received(status: Any, staged: np.ndarray) -> int:
+    """How many elements of ``staged`` (in C order) the receive wrote: ``Get_count`` in
+    bytes, whole elements only (MPI's ``PROC_NULL`` delivers none; a shorter message than the
+    buffer is legal)."""
+    if status is None:
+        return staged.size
+    nbytes = int(status.Get_count())  # (mpi4py's default datatype: bytes)
+    return min(staged.size, max(nbytes, 0) // max(staged.itemsize, 1))
+
+
+def _land(target: SmartArray, staged: np.ndarray, count: int) -> None:
+    """Write the first ``count`` elements (C order) of ``staged`` into ``target``.
+
+    Host writes of exactly those elements: nothing moves now; those bytes (only) become stale
+    on the device and go up with the next kernel that reads them. The rest of the view keeps
+    its values and its validity (MPI leaves the rest of a receive buffer alone).
+    """
+    if count >= staged.size:
+        target[...] = staged
+        return
+    # The first count elements in C order: whole slabs along the first axis, then the
+    # first elements of the next slab, recursively (at most one write per axis).
+    while count > 0:
+        inner = staged[0].size if staged.ndim > 1 else 1
+        whole = count // inner
+        if whole:
+            target[:whole] = staged[:whole]
+        count -= whole * inner
+        if count == 0:
+            return
+        target, staged = target[whole], staged[whole]
 
 
 def send(comm: Any, buf: Any, dest: int, tag: int = 0) -> None:
@@ -124,7 +165,8 @@ def recv(comm: Any, buf: Any, source: int, tag: int = 0, status: Any = None) -> 
     comm : mpi4py.MPI.Comm
         The communicator.
     buf : SmartArray or buffer
-        Where the message goes; its size must match the message (as MPI requires).
+        Where the message goes. A shorter message (legal in MPI) lands in the view's first
+        elements in C order; from ``MPI.PROC_NULL`` nothing lands and the view is untouched.
     source : int
         The sending rank (``MPI.ANY_SOURCE``, ``MPI.PROC_NULL`` as in MPI).
     tag : int, optional
@@ -140,9 +182,12 @@ def recv(comm: Any, buf: Any, source: int, tag: int = 0, status: Any = None) -> 
     _check_comm(comm, "Recv")
     source, tag = _check_rank(source, "source"), _check_tag(tag, "tag")
     staged = _staging(buf, "buf")
-    comm.Recv(buf if staged is None else staged, source=source, tag=tag, status=status)
-    if staged is not None:
-        _land(buf, staged)
+    if staged is None:
+        comm.Recv(buf, source=source, tag=tag, status=status)
+        return
+    status = _status(comm, status)
+    comm.Recv(staged, source=source, tag=tag, status=status)
+    _land(buf, staged, _received(status, staged))
 
 
 def sendrecv(
@@ -186,6 +231,8 @@ def sendrecv(
     sendtag = _check_tag(sendtag, "sendtag")
     recvtag = sendtag if recvtag is None else _check_tag(recvtag, "recvtag")
     staged = _staging(recvbuf, "recvbuf")
+    if staged is not None:
+        status = _status(comm, status)
     comm.Sendrecv(
         _outgoing(sendbuf, copy=False),
         dest=dest,
@@ -196,7 +243,7 @@ def sendrecv(
         status=status,
     )
     if staged is not None:
-        _land(recvbuf, staged)
+        _land(recvbuf, staged, _received(status, staged))
 
 
 class Request:
@@ -217,28 +264,35 @@ class Request:
     :class:`~smartarray.SmartArrayWarning` says so.
     """
 
-    __slots__ = ("request", "_target", "_staged", "_done")
+    __slots__ = ("request", "_target", "_staged", "_done", "_comm")
 
-    def __init__(self, request: Any, target: SmartArray | None, staged: Any) -> None:
+    def __init__(
+        self, request: Any, target: SmartArray | None, staged: Any, comm: Any = None
+    ) -> None:
         self.request = request
         self._target = target
         self._staged = staged  # the staging (receive) or private copy (send): kept alive
         self._done = False
+        self._comm = comm  # (a receive: where a status comes from, see _status)
 
     @property
     def done(self) -> bool:
         """bool: whether the request completed (and a received message landed)."""
         return self._done
 
-    def _complete(self) -> None:
+    def _status(self, status: Any) -> Any:
+        return status if self._target is None else _status(self._comm, status)
+
+    def _complete(self, status: Any) -> None:
         self._done = True
         target, staged = self._target, self._staged
-        self._target = self._staged = None
+        self._target = self._staged = self._comm = None
         if target is not None:
-            _land(target, staged)
+            _land(target, staged, _received(status, staged))
 
     def wait(self, status: Any = None) -> None:
-        """Block until the operation completes; a received message then lands in the array.
+        """Block until the operation completes; a received message then lands in the array
+        (what arrived: nothing from ``MPI.PROC_NULL``, the first elements of a shorter message).
 
         Parameters
         ----------
@@ -247,8 +301,9 @@ class Request:
         """
         if self._done:
             return
+        status = self._status(status)
         self.request.Wait(status)
-        self._complete()
+        self._complete(status)
 
     def test(self, status: Any = None) -> bool:
         """Return whether the operation completed, landing a received message if it did.
@@ -258,8 +313,10 @@ class Request:
         status : mpi4py.MPI.Status, optional
             Filled as by ``request.Test``.
         """
-        if not self._done and self.request.Test(status):
-            self._complete()
+        if not self._done:
+            status = self._status(status)
+            if self.request.Test(status):
+                self._complete(status)
         return self._done
 
     def __del__(self) -> None:
@@ -331,7 +388,7 @@ def irecv(comm: Any, buf: Any, source: int, tag: int = 0) -> Request:
     staged = _staging(buf, "buf")
     if staged is None:
         return Request(comm.Irecv(buf, source=source, tag=tag), None, buf)
-    return Request(comm.Irecv(staged, source=source, tag=tag), buf, staged)
+    return Request(comm.Irecv(staged, source=source, tag=tag), buf, staged, comm)
 
 
 def waitall(requests: Iterable[Request]) -> None:

@@ -143,7 +143,13 @@ def _prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str)
         if self._device_view is devary and version in (self._gpu_only_at, self._device_at):
             return self._device_arg
         launch.entries.pop()  # evicted meanwhile: the slow path prepares it again
-    return _prepare_launch_slow(self, launch, stream, intent)
+    try:
+        return _prepare_launch_slow(self, launch, stream, intent)
+    except BaseException:
+        # The error leaves the dispatcher: the launch failed, no callback will run. Its
+        # claims and arguments go now, not at this thread's next launch.
+        launch.failed()
+        raise
 
 
 def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, intent: str) -> Any:

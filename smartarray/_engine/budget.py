@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from operator import index
 from typing import Any
 
+import numpy as np
+
 from .._memory import devices as _devices
 from .._numba.kernels import ArrayArgument
 from . import residency as _residency
@@ -34,7 +36,8 @@ def set_device_budget(nbytes: int | None) -> None:
     nbytes : int or None
         The budget in bytes (0 or more). ``None`` restores the default: on a GPU, the device
         memory free at the first allocation after this call, less a margin (a tenth of it, at
-        least 128 MiB); on the CUDA simulator, unlimited.
+        least 128 MiB on a device of 2 GiB or more, a sixteenth of a smaller device's memory,
+        never more than half of what is free); on the CUDA simulator, unlimited.
 
     Raises
     ------
@@ -90,6 +93,8 @@ def device_budget(device: int | None = None) -> DeviceBudget:
 
     Raises
     ------
+    TypeError
+        ``device`` is not an int (a bool is not a device).
     ValueError
         ``device`` is not a device this process sees.
 
@@ -104,7 +109,15 @@ def device_budget(device: int | None = None) -> DeviceBudget:
     if device is None:
         device = _devices.current()
     else:
-        device = _devices.ordinal(_devices.resolve(f"gpu:{index(device)}", "device"))
+        number = None
+        if not isinstance(device, (bool, np.bool_)):  # (True is not device 1)
+            try:
+                number = index(device)
+            except TypeError:
+                pass
+        if number is None:
+            raise TypeError(f"device must be an int (a CUDA device) or None, got {device!r}")
+        device = _devices.ordinal(_devices.resolve(f"gpu:{number}", "device"))
     return _residency.budget_of(device)
 
 

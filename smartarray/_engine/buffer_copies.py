@@ -256,7 +256,8 @@ def plan_read(self: Buffer, where: str, lo: int, hi: int, reason: str) -> Plan:
     With several devices, bytes current only on devices that cannot reach ``where``'s
     memory peer to peer are first downloaded to the host copy (which then holds them
     too), so the plan copies them from there: every device-to-device copy it holds is a
-    peer copy.
+    peer copy. A transfer guard that refuses that download or the upload after it raises
+    :class:`~smartarray.TransferGuardError` before anything moves.
     """
     state = self.state
     plan = state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
@@ -271,6 +272,13 @@ def plan_read(self: Buffer, where: str, lo: int, hi: int, reason: str) -> Plan:
         ]
         if not far:
             break
+        if guard.armed():
+            # Staged bytes go down now and up in the plan: a guard that refuses either way
+            # refuses before the staging moves anything (the plan's own check comes later).
+            for c in far:
+                for way in ("d2h", "h2d"):
+                    if guard.refuses(way, reason):
+                        guard.check(way, c.stop - c.start, reason, self.name)
         for c in far:
             self.sync(HOST, c.start, c.stop, reason)
         # (a pair found unreachable since the preferences were derived: derive them again)

@@ -25,6 +25,8 @@ themselves to it. The launch object owns what a launch means to the engine:
 from __future__ import annotations
 
 import threading
+import weakref
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .._memory import streams as _streams
@@ -62,7 +64,7 @@ class Launch:
         Where in the launch's ``retr`` list this object is appended.
     """
 
-    __slots__ = ("stream", "pending", "key", "slot", "entries", "state", "retr")
+    __slots__ = ("stream", "pending", "key", "slot", "entries", "state", "retr", "__weakref__")
 
     PREPARING, QUEUED, DONE = 0, 1, 2
 
@@ -92,11 +94,40 @@ class Launch:
         self.state = Launch.DONE
         self.entries = []
 
-    def claimed_buffers(self) -> list[Buffer]:
-        """The buffers this launch keeps from eviction (none once its callback ran)."""
+    def failed(self) -> None:
+        """The launch raised before its callback (an argument's preparation, the driver's
+        refusal): no callback will run. Its claims and arguments are let go, and its reference
+        to ``retr`` (which holds it: a cycle) is dropped."""
+        if self.state == Launch.PREPARING:
+            self.retr = None
+            self._done()
+
+    def claimed_buffers(self, stack: FrameType | None = None) -> list[Buffer]:
+        """The buffers this launch keeps from eviction (none once its callback ran).
+
+        ``stack``: the innermost frame of the thread that launches, when that is another
+        thread. A launch being prepared is in flight only while a frame of that thread holds
+        its ``retr`` (the dispatcher's own frame does, until the launch returns or raises).
+        A launch that raised is found so, whatever failed (a later argument that is not a
+        SmartArray, the driver refusing the kernel): its claims are dropped then.
+        """
         if self.state == Launch.DONE:
             return []
+        if stack is not None and self.state == Launch.PREPARING and not self._running(stack):
+            self.failed()
+            return []
         return [entry[0] for entry in list(self.entries)]  # (a snapshot: another thread adds)
+
+    def _running(self, frame: FrameType | None) -> bool:
+        """Whether a frame of this stack holds this launch's ``retr``."""
+        retr = self.retr
+        if retr is None:
+            return False
+        while frame is not None:
+            if any(value is retr for value in frame.f_locals.values()):
+                return True
+            frame = frame.f_back
+        return False
 
     def __call__(self) -> None:
         """The post-launch record (numba-cuda runs it right after queuing the kernel)."""
@@ -165,17 +196,19 @@ _local = threading.local()
 
 def current(retr: list[Any], stream: Any) -> Launch:
     """The launch whose callbacks are ``retr``: the thread's latest one if ``retr`` holds it
-    at its slot, else a new one (appended to ``retr``)."""
-    launch = getattr(_local, "launch", None)
+    at its slot, else a new one (appended to ``retr``).
+
+    The thread keeps its latest launch by a weak reference: ``retr`` (the dispatcher's list)
+    is what keeps a launch alive, so a launch that raised is let go with that list.
+    """
+    ref = getattr(_local, "launch", None)
+    launch = None if ref is None else ref()
     if launch is not None:
         slot = launch.slot
         if slot < len(retr) and retr[slot] is launch:
             return launch
-        if launch.state == Launch.PREPARING:
-            # Its launch failed before queuing (no callback will run): drop its reference
-            # to that ``retr``, which holds it (a cycle), and its claims.
-            launch.retr = None
-            launch._done()
-    launch = _local.launch = Launch(stream, retr)
-    _residency.started(launch)
+        launch.failed()  # (if it is still being prepared: it raised before queuing)
+    launch = Launch(stream, retr)
+    _local.launch = ref = weakref.ref(launch)
+    _residency.started(ref)
     return launch

@@ -32,6 +32,7 @@ one tick for all of them.
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -58,9 +59,17 @@ __all__ = [
     "set_budget",
 ]
 
-#: The margin left free below a GPU's free memory by the default budget: a tenth of it, at
-#: least this much (kernels' local memory, other libraries, numba's own allocations).
+#: The margin left free below a GPU's free memory by the default budget (kernels' local
+#: memory, other libraries, numba's own allocations): a tenth of the free memory, at least this
+#: much on a device of 2 GiB or more (a sixteenth of a smaller device's memory), and never more
+#: than half of what is free (see :func:`default_margin`).
 DEFAULT_MARGIN = 128 << 20
+
+
+def default_margin(free: int, total: int) -> int:
+    """The bytes the default budget leaves free on a device with ``free`` of ``total`` bytes
+    free: it scales with the device, and a device with free memory never gets a budget of 0."""
+    return min(max(free // 10, min(DEFAULT_MARGIN, total // 16)), free // 2)
 
 
 class CachingView(Protocol):
@@ -156,8 +165,9 @@ _derive_claiming()
 
 
 _local = threading.local()
-# Thread ident -> its latest launch (a smartarray._engine.launch.Launch: its ``claimed_buffers()``).
-_launches: dict[int, Any] = {}
+# Thread ident -> its latest launch (a weak reference to a smartarray._engine.launch.Launch:
+# its ``claimed_buffers(stack)``).
+_launches: dict[int, weakref.ref[Any]] = {}
 # Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
 _skipped: dict[int, str] = {}
 _HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # handed_out's why
@@ -181,9 +191,11 @@ def touch(buf: Buffer) -> None:
         rec.tick = next(_ticks)
 
 
-def started(launch: Any) -> None:
-    """``launch`` (a :class:`smartarray._engine.launch.Launch`) is this thread's latest: its
-    arguments are claimed while it is prepared or queued (see :func:`_claimed`)."""
+def started(launch: weakref.ref[Any]) -> None:
+    """``launch`` (a weak reference to a :class:`smartarray._engine.launch.Launch`) is this
+    thread's latest: its arguments are claimed while it is prepared or queued (see
+    :func:`_claimed`). Weak: a launch that raised, or whose thread ended, keeps nothing alive
+    from here."""
     _launches[threading.get_ident()] = launch
 
 
@@ -251,11 +263,12 @@ def _effective_budget(device: int = 0) -> int | None:
         return _budget
     if device not in _default:
         with _devices.on(device):
-            free = _sim.free_device_memory()
+            memory_info = _sim.device_memory()
         budget = None
-        if free is not None:
+        if memory_info is not None:
+            free, total = memory_info
             # What SmartArrays hold now is part of what they may use.
-            budget = max(0, free + _used.get(device, 0) - max(free // 10, DEFAULT_MARGIN))
+            budget = free + _used.get(device, 0) - default_margin(free, total)
         _default[device] = budget
     return _default[device]
 
@@ -308,16 +321,34 @@ def preparing(launch: Any) -> None:
 
 def _claimed() -> set[Residency]:
     """The records claimed by launches being prepared or run: the latest launch of every other
-    live thread, and this thread's while it prepares that launch."""
+    live thread while that thread is inside it (a launch that raised is not: see
+    ``Launch.claimed_buffers``), and this thread's while it prepares that launch."""
     claimed: set[Residency] = set()
     me = threading.get_ident()
-    current = getattr(_local, "preparing", None)
+    current: Any = getattr(_local, "preparing", None)
     alive = {t.ident for t in threading.enumerate()}
-    for ident, launch in list(_launches.items()):
-        if (launch is current) if ident == me else (ident in alive):
-            for buf in launch.claimed_buffers():
-                if buf.residency is not None:
-                    claimed.add(buf.residency)
+    stacks: dict[int, Any] | None = None
+    for ident, ref in list(_launches.items()):
+        launch = ref()
+        if launch is None or ident not in alive:  # (a weak reference: left, a few bytes)
+            continue
+        if ident == me:
+            if launch is not current:
+                continue
+            buffers = launch.claimed_buffers()
+        else:
+            if stacks is None:
+                stacks = sys._current_frames()
+                # Not this thread's own frame: this frame would hold itself (a cycle keeping
+                # every local of the stack alive, a device array handed out among them).
+                stacks.pop(me, None)
+            stack = stacks.get(ident)
+            if stack is None:  # (it ended meanwhile)
+                continue
+            buffers = launch.claimed_buffers(stack)
+        for buf in buffers:
+            if buf.residency is not None:
+                claimed.add(buf.residency)
     return claimed
 
 

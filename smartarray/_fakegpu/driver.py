@@ -37,6 +37,9 @@ from ._peer import PeerEntries, allowed_pairs
 from ._queue import Queue
 from ._signatures import prototype
 
+#: How long the first cuInit takes (outside the driver's lock), as a GPU's does.
+CU_INIT_SECONDS = 0.02
+
 __all__ = ["FakeDriver"]
 
 DRIVER_VERSION = 13000
@@ -202,6 +205,10 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         queue = self.queue
 
         def entry(*args: object) -> int:
+            if name == "cuInit" and not self.initialized:
+                # A GPU's cuInit takes a while (tens of milliseconds to seconds): other
+                # threads' driver calls run meanwhile, and fail until it returned.
+                time.sleep(CU_INIT_SECONDS)
             start = time.thread_time_ns()
             try:
                 if per_thread:

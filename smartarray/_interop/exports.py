@@ -25,6 +25,7 @@ Import (device objects of other libraries, ``copy``, numba.cuda's primitives):
 
 from __future__ import annotations
 
+import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -207,10 +208,12 @@ def _check_dl_device(dl_device: Any) -> tuple[int, int] | None:
         return None
     try:
         kind, number = dl_device
-        kind, number = int(kind), int(number)
+        if any(isinstance(v, (bool, np.bool_)) for v in (kind, number)):
+            raise TypeError  # (True is not device 1)
+        kind, number = operator.index(kind), operator.index(number)
     except (TypeError, ValueError):
         raise ValueError(
-            f"dl_device must be None or a (device_type, device_id) pair, got {dl_device!r}"
+            f"dl_device must be None or a (device_type, device_id) pair of ints, got {dl_device!r}"
         ) from None
     if kind not in (KDL_CPU, KDL_CUDA):
         raise BufferError(

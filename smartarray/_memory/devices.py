@@ -23,6 +23,7 @@ Copies between devices go peer to peer where the target device can access the so
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Final
 
 from numba import cuda
@@ -51,23 +52,32 @@ GPU: Final = "gpu"  # device 0's location (and, as a user writes it, the current
 #: Whether more than one device is visible: the per-call device checks run only then.
 several = False
 _count: int | None = None
+_first_touch = threading.Lock()  # (see count)
 _peer: dict[tuple[int, int], bool] = {}
 _names: dict[int, str] = {0: GPU}
 _ordinals: dict[str, int] = {GPU: 0}
 
 
 def count() -> int:
-    """How many CUDA devices this process sees (1 on the simulator, or without a driver)."""
+    """How many CUDA devices this process sees (1 on the simulator, or without a driver).
+
+    smartarray's first touch of the driver, made once, under a lock, whichever thread comes
+    first: numba-cuda's lazy driver initialisation is not safe from two threads at once (it
+    marks the driver initialised before ``cuInit`` returned, so a second thread's call fails
+    with ``CUDA_ERROR_NOT_INITIALIZED``, and this count would be taken for 1).
+    """
     global _count, several
     if _count is None:
-        n = 1
-        if not _sim.SIMULATOR:
-            try:
-                n = max(1, len(cuda.gpus))
-            except Exception:  # no driver: device work fails later, with its own message
+        with _first_touch:
+            if _count is None:
                 n = 1
-        _count = n
-        several = n > 1
+                if not _sim.SIMULATOR:
+                    try:
+                        n = max(1, len(cuda.gpus))
+                    except Exception:  # no driver: device work fails later, with its message
+                        n = 1
+                several = n > 1  # (before _count: who sees the count sees this too)
+                _count = n
     return _count
 
 
@@ -87,7 +97,9 @@ def ordinal(where: str) -> int:
 
 def current() -> int:
     """The device current in the calling thread (0 when only one is visible)."""
-    if not several and (_count is not None or count() == 1):
+    if _count is None:
+        count()  # (the first touch of the driver)
+    if not several:
         return 0
     return int(cuda.current_context().device.id)
 
@@ -107,6 +119,8 @@ def ensure_context() -> None:
         return
     from numba.cuda.cudadrv.driver import driver
 
+    if _count is None:
+        count()  # (the first touch of the driver)
     if not int(driver.cuCtxGetCurrent()):
         cuda.current_context()
 
@@ -131,7 +145,17 @@ def resolve(where: object, argument: str = "where") -> str:
     if isinstance(where, str) and where.startswith("gpu:"):
         n = count()
         digits = where[4:]
-        if digits.isdigit() and int(digits) < n:
+        # A device number in ASCII decimal digits, without leading zeros: str.isdigit alone
+        # takes '²' (which int() refuses) and full-width digits (which int() reads). (A
+        # negative number is well formed: no such device, said below.)
+        plain = digits[1:] if digits.startswith("-") else digits
+        if not (plain.isascii() and plain.isdecimal() and (digits == "0" or plain[0] != "0")):
+            raise ValueError(
+                f"{argument} must be 'host', 'gpu' (the current device) or 'gpu:N' with N a "
+                f"device number in ASCII decimal digits without leading zeros ('gpu:0' to "
+                f"'gpu:{n - 1}' here), got {where!r}"
+            )
+        if digits == plain and int(digits) < n:
             return location(int(digits))
         raise ValueError(
             f"{argument} names device {digits!r}, but this process sees {n} CUDA device(s): "

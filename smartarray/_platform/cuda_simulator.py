@@ -305,6 +305,15 @@ def free_device_memory() -> int | None:
     return int(cuda.current_context().get_memory_info().free)
 
 
+def device_memory() -> tuple[int, int] | None:
+    """Bytes of device memory free now and in all, or None where it is unlimited (the same
+    gap as :func:`free_device_memory`)."""
+    if SIMULATOR:
+        return None
+    info = cuda.current_context().get_memory_info()
+    return int(info.free), int(info.total)
+
+
 def give_back_freed() -> None:
     """Free device memory whose last reference is gone now, not later.
 

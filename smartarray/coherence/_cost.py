@@ -105,6 +105,12 @@ def _checked(cost: object) -> TransferCost:
             raise TypeError(f"TransferCost.{name} must be a number, got {value!r}")
         if not (math.isfinite(value) and value > 0):
             raise ValueError(f"TransferCost.{name} must be finite and > 0, got {value!r}")
+    product = cost.latency_s * cost.bandwidth_Bps
+    if not math.isfinite(product):
+        raise ValueError(
+            "TransferCost's break-even bytes (latency_s * bandwidth_Bps) must be finite, got "
+            f"{cost.latency_s!r} * {cost.bandwidth_Bps!r} = {product!r}"
+        )
     return cost
 
 
@@ -155,7 +161,8 @@ def set_transfer_cost(cost: TransferCost | None) -> TransferCost:
     TypeError
         If ``cost`` is not a :class:`TransferCost` (or None), or a field is not a number.
     ValueError
-        If a field is not finite and positive. Nothing changes.
+        If a field is not finite and positive, or their product (the break-even bytes) is
+        not finite. Nothing changes.
     """
     new = DEFAULT_TRANSFER_COST if cost is None else _checked(cost)
     previous = _current[0]
