@@ -37,6 +37,7 @@ from .._observe import performance as _perf
 from ..coherence import BufferState, IntervalSet, Plan
 from . import buffer_copies as _buffer_copies
 from . import device_work as _device_work
+from . import prefetch as _prefetch
 from . import residency as _residency
 from .held import HeldHostArrays
 
@@ -103,6 +104,7 @@ class Buffer:
         "perf",
         "residency",
         "held_stale",
+        "arriving",
         "__weakref__",
     )
 
@@ -154,6 +156,9 @@ class Buffer:
         # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
         # refreshed at the next host access, once the consumer is done writing.
         self.held_stale = False
+        # The event after a download prefetch() queued to the host copy (None: none in
+        # flight): host accesses wait for it first (smartarray._engine.prefetch.arrive).
+        self.arriving: Any = None
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -360,6 +365,7 @@ class Buffer:
             launch needs no post-launch record unless the state moves meanwhile).
         """
         if where == HOST:
+            _prefetch.arrive(self)
             if self.held_stale:
                 self.refresh_held()
             if intent == OUT and covers:
