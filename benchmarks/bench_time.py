@@ -64,7 +64,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +81,19 @@ PRESET = "pcie5"
 
 @dataclass(frozen=True)
 class Params:
-    """Sizes of the streamed batch."""
+    """Sizes (float32 elements) and counts of the workloads."""
 
-    chunks: int
-    n: int  # float32 elements per input chunk (a multiple of 4)
+    chunks: int  # streamed batch: chunks
+    n: int  # streamed batch: elements per input chunk (a multiple of 4)
+    field: int  # stencil: grid points
+    k: int  # stencil: steps between host checks
+    checks: int  # stencil: host checks
+    vector: int  # solver: unknowns
+    iterations: int  # solver: sweeps (each reads its residual)
 
 
-QUICK = Params(chunks=4, n=1024)
-FULL = Params(chunks=16, n=4096)
+QUICK = Params(chunks=4, n=1024, field=1024, k=4, checks=2, vector=1024, iterations=3)
+FULL = Params(chunks=16, n=4096, field=4096, k=10, checks=6, vector=4096, iterations=40)
 
 
 class Timer:
@@ -248,45 +253,453 @@ def batch_smartarray_options(inputs: list[np.ndarray], timer: Timer) -> list[np.
     return results
 
 
-BATCH: dict[str, Callable[[list[np.ndarray], Timer], list[np.ndarray]]] = {
+BATCH: dict[str, Callable[[Any, Timer], Any]] = {
     "numba_auto": batch_numba_auto,
     "hand_sync": batch_hand_sync,
     "hand_async": batch_hand_async,
     "smartarray": batch_smartarray,
     "smartarray_options": batch_smartarray_options,
 }
-WORKLOADS = {"streamed_batch": BATCH}
 
 
-def _configure(timer: Timer, p: Params) -> None:
-    """Scale the preset to model 16 MiB chunks; set the kernel-duration rule."""
+# -- the time-stepping stencil ---------------------------------------------------------------
+
+_STENCIL: list[Any] = []
+
+
+def _stencil_kernels() -> tuple[Any, Any]:
+    """``heat(u, v)``: one explicit step of the 1-D heat equation (ends fixed); ``snap(src,
+    dst)``: a device-side copy (the snapshot a check downloads while the steps go on)."""
+    if not _STENCIL:
+        from numba import cuda
+
+        @cuda.jit
+        def heat(u, v):  # noqa: ANN001, ANN202
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            n = u.size
+            for i in range(start, n, stride):
+                if i == 0 or i == n - 1:
+                    v[i] = u[i]
+                else:
+                    v[i] = 0.25 * u[i - 1] + 0.5 * u[i] + 0.25 * u[i + 1]
+
+        @cuda.jit
+        def snap(src, dst):  # noqa: ANN001, ANN202
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            for i in range(start, src.size, stride):
+                dst[i] = src[i]
+
+        _STENCIL.extend((heat, snap))
+    return _STENCIL[0], _STENCIL[1]
+
+
+def stencil_inputs(p: Params) -> np.ndarray:
+    u = np.zeros(p.field, np.float32)
+    u[p.field // 2 - 8 : p.field // 2 + 8] = 100.0
+    return u
+
+
+def stencil_expected(u0: np.ndarray, p: Params) -> tuple[np.ndarray, list[float]]:
+    u = u0.copy()
+    checks = []
+    for step in range(1, p.k * p.checks + 1):
+        v = u.copy()
+        v[1:-1] = (0.25 * u[:-2] + 0.5 * u[1:-1] + 0.25 * u[2:]).astype(np.float32)
+        u = v
+        if step % p.k == 0:
+            checks.append(float(u.max()))
+    return u, checks
+
+
+def stencil_numba_auto(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    heat, _ = _stencil_kernels()
+    u, v = u0.copy(), np.empty_like(u0)
+    checks = []
+    timer.start()
+    for step in range(1, p.k * p.checks + 1):
+        heat[_grid(u.size)](u, v)
+        u, v = v, u
+        if step % p.k == 0:
+            checks.append(float(u.max()))
+    return u, checks
+
+
+def stencil_hand_sync(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    from numba import cuda
+
+    heat, _ = _stencil_kernels()
+    host = u0.copy()
+    d_u, d_v = cuda.device_array_like(u0), cuda.device_array_like(u0)
+    checks = []
+    timer.start()
+    d_u.copy_to_device(host)
+    for step in range(1, p.k * p.checks + 1):
+        heat[_grid(host.size)](d_u, d_v)
+        d_u, d_v = d_v, d_u
+        if step % p.k == 0:
+            d_u.copy_to_host(host)
+            checks.append(float(host.max()))
+    return host, checks
+
+
+def stencil_hand_async(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    """Steps on a compute stream; at a check, a device snapshot and its download on a copy
+    stream (page-locked, two in turn); the host checks a snapshot at the next check."""
+    from numba import cuda
+
+    heat, _ = _stencil_kernels()
+    compute, copies = cuda.stream(), cuda.stream()
+    start = cuda.pinned_array(u0.size, np.float32)
+    start[:] = u0  # (the program produces its data into page-locked memory)
+    d_u, d_v = cuda.device_array_like(u0), cuda.device_array_like(u0)
+    snaps_d = [cuda.device_array_like(u0) for _ in range(2)]
+    snaps_h = [cuda.pinned_array(u0.size, np.float32) for _ in range(2)]
+    landed = [cuda.event(), cuda.event()]
+    taken, freed = cuda.event(), [cuda.event(), cuda.event()]
+    checks: list[float] = []
+    waiting: list[int] = []
+    cuda.synchronize()
+    timer.start()
+    d_u.copy_to_device(start, stream=compute)
+    for step in range(1, p.k * p.checks + 1):
+        heat[(*_grid(u0.size), compute)](d_u, d_v)
+        d_u, d_v = d_v, d_u
+        if step % p.k == 0:
+            j = (step // p.k) % 2
+            if len(waiting) == 2:  # the snapshot two checks ago: checked by now
+                freed[j].wait(compute)
+            snaps_d[j].copy_to_device(d_u, stream=compute)
+            taken.record(compute)
+            taken.wait(copies)
+            snaps_d[j].copy_to_host(snaps_h[j], stream=copies)
+            landed[j].record(copies)
+            freed[j].record(copies)
+            if waiting:  # the previous check's snapshot, while this one downloads
+                landed[waiting[-1]].synchronize()
+                checks.append(float(snaps_h[waiting[-1]].max()))
+            waiting.append(j)
+    landed[waiting[-1]].synchronize()
+    checks.append(float(snaps_h[waiting[-1]].max()))
+    d_u.copy_to_host(start, stream=compute)
+    compute.synchronize()
+    return start, checks
+
+
+def stencil_smartarray(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    import smartarray as sa
+
+    heat, _ = _stencil_kernels()
+    u, v = sa.SmartArray(u0), sa.SmartArray(shape=u0.size, dtype=np.float32)
+    checks = []
+    timer.start()
+    for step in range(1, p.k * p.checks + 1):
+        timer.smartarray_calls()
+        heat[_grid(u0.size)](u, v)
+        u, v = v, u
+        if step % p.k == 0:
+            timer.smartarray_calls()
+            checks.append(float(u.host().max()))  # (not held: refreshed by no later step)
+    timer.smartarray_calls()
+    return u.host(), checks
+
+
+def stencil_smartarray_options(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    """Pinned host copies, steps on a stream, ``sa.In``/``sa.Out``; at a check a snapshot
+    kernel writes a pinned SmartArray and ``prefetch('host', stream=)`` starts its download;
+    the host reads it at the next check."""
+    import smartarray as sa
+
+    heat, snap = _stencil_kernels()
+    compute, copies = sa.stream(), sa.stream()
+    u = sa.SmartArray(u0, pinned=True)
+    v = sa.SmartArray(np.empty_like(u0), pinned=True)
+    snaps = [sa.SmartArray(np.empty_like(u0), pinned=True) for _ in range(2)]
+    checks: list[float] = []
+    waiting: list[Any] = []
+    timer.start()
+    for step in range(1, p.k * p.checks + 1):
+        timer.smartarray_calls()
+        heat[(*_grid(u0.size), compute)](sa.In(u), sa.Out(v))
+        u, v = v, u
+        if step % p.k == 0:
+            s = snaps[(step // p.k) % 2]
+            timer.smartarray_calls(2)
+            snap[(*_grid(u0.size), compute)](sa.In(u), sa.Out(s))
+            s.prefetch("host", stream=copies)
+            if waiting:
+                timer.smartarray_calls()
+                checks.append(float(waiting[-1].copy_to_host().max()))
+            waiting.append(s)
+    timer.smartarray_calls(2)
+    checks.append(float(waiting[-1].copy_to_host().max()))
+    return u.copy_to_host(), checks
+
+
+STENCIL: dict[str, Callable[..., Any]] = {
+    "numba_auto": stencil_numba_auto,
+    "hand_sync": stencil_hand_sync,
+    "hand_async": stencil_hand_async,
+    "smartarray": stencil_smartarray,
+    "smartarray_options": stencil_smartarray_options,
+}
+
+
+# -- the iterative solver ------------------------------------------------------------------
+
+_SOLVER: list[Any] = []
+
+
+def _solver_kernels() -> tuple[Any, Any]:
+    """``relax(x, y, b, res)``: one damped Jacobi-like sweep ``y = (x + b) / 2`` (``res[0]``
+    zeroed); ``residual(x, y, res)``: ``res[0] = sum |y - x|``."""
+    if not _SOLVER:
+        from numba import cuda
+
+        @cuda.jit
+        def relax(x, y, b, res):  # noqa: ANN001, ANN202
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            if start == 0:
+                res[0] = 0.0
+            for i in range(start, x.size, stride):
+                y[i] = 0.5 * (x[i] + b[i])
+
+        @cuda.jit
+        def residual(x, y, res):  # noqa: ANN001, ANN202
+            start = cuda.grid(1)
+            stride = cuda.gridsize(1)
+            total = 0.0
+            for i in range(start, x.size, stride):
+                total += abs(y[i] - x[i])
+            cuda.atomic.add(res, 0, total)
+
+        _SOLVER.extend((relax, residual))
+    return _SOLVER[0], _SOLVER[1]
+
+
+def solver_inputs(p: Params) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(11)
+    return np.zeros(p.vector, np.float32), rng.random(p.vector, dtype=np.float32)
+
+
+def solver_expected(inputs: tuple[np.ndarray, np.ndarray], p: Params) -> tuple[np.ndarray, list]:
+    x, b = inputs[0].copy(), inputs[1]
+    residuals = []
+    for _ in range(p.iterations):
+        y = (0.5 * (x + b)).astype(np.float32)
+        residuals.append(float(np.abs(y - x).sum()))
+        x = y
+    return x, residuals
+
+
+def solver_numba_auto(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    relax, residual = _solver_kernels()
+    x, b = inputs[0].copy(), inputs[1]
+    y, res = np.empty_like(x), np.zeros(1, np.float32)
+    residuals = []
+    timer.start()
+    for _ in range(p.iterations):
+        relax[_grid(x.size)](x, y, b, res)
+        residual[_grid(x.size)](x, y, res)
+        residuals.append(float(res[0]))
+        x, y = y, x
+    return x, residuals
+
+
+def solver_hand_sync(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    from numba import cuda
+
+    relax, residual = _solver_kernels()
+    d_x, d_b = cuda.device_array_like(inputs[0]), cuda.device_array_like(inputs[1])
+    d_y, d_res = cuda.device_array_like(inputs[0]), cuda.device_array(1, np.float32)
+    res = np.zeros(1, np.float32)
+    residuals = []
+    n = inputs[0].size
+    timer.start()
+    d_x.copy_to_device(inputs[0])
+    d_b.copy_to_device(inputs[1])
+    for _ in range(p.iterations):
+        relax[_grid(n)](d_x, d_y, d_b, d_res)
+        residual[_grid(n)](d_x, d_y, d_res)
+        d_res.copy_to_host(res)
+        residuals.append(float(res[0]))
+        d_x, d_y = d_y, d_x
+    return d_x.copy_to_host(), residuals
+
+
+def solver_hand_async(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    """Iteration ``i + 1`` is queued before the host waits for residual ``i``: the residual's
+    download goes right after its kernel into one of two page-locked slots, on the compute
+    stream; the host reads it one iteration late (a converged solver runs one sweep more)."""
+    from numba import cuda
+
+    relax, residual = _solver_kernels()
+    s = cuda.stream()
+    n = inputs[0].size
+    h_x, h_b = cuda.pinned_array(n, np.float32), cuda.pinned_array(n, np.float32)
+    h_x[:], h_b[:] = inputs  # (the program produces its data into page-locked memory)
+    d_x, d_b = cuda.device_array_like(inputs[0]), cuda.device_array_like(inputs[1])
+    d_y = cuda.device_array_like(inputs[0])
+    d_res = [cuda.device_array(1, np.float32) for _ in range(2)]
+    h_res = [cuda.pinned_array(1, np.float32) for _ in range(2)]
+    landed = [cuda.event(), cuda.event()]
+    residuals: list[float] = []
+    cuda.synchronize()
+    timer.start()
+    d_x.copy_to_device(h_x, stream=s)
+    d_b.copy_to_device(h_b, stream=s)
+    for i in range(p.iterations):
+        j = i % 2
+        relax[(*_grid(n), s)](d_x, d_y, d_b, d_res[j])
+        residual[(*_grid(n), s)](d_x, d_y, d_res[j])
+        d_res[j].copy_to_host(h_res[j], stream=s)
+        landed[j].record(s)
+        d_x, d_y = d_y, d_x
+        if i:
+            landed[1 - j].synchronize()
+            residuals.append(float(h_res[1 - j][0]))
+    landed[(p.iterations - 1) % 2].synchronize()
+    residuals.append(float(h_res[(p.iterations - 1) % 2][0]))
+    d_x.copy_to_host(h_x, stream=s)
+    s.synchronize()
+    return h_x, residuals
+
+
+def solver_smartarray(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    import smartarray as sa
+
+    relax, residual = _solver_kernels()
+    x, b = sa.SmartArray(inputs[0]), sa.SmartArray(inputs[1])
+    y = sa.SmartArray(shape=inputs[0].size, dtype=np.float32)
+    res = sa.SmartArray(shape=1, dtype=np.float32)
+    residuals = []
+    n = inputs[0].size
+    timer.start()
+    for _ in range(p.iterations):
+        timer.smartarray_calls(3)
+        relax[_grid(n)](x, y, b, res)
+        residual[_grid(n)](x, y, res)
+        residuals.append(float(res.host()[0]))
+        x, y = y, x
+    timer.smartarray_calls()
+    return x.host(), residuals
+
+
+def solver_smartarray_options(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
+    """Two pinned residual SmartArrays in turn, each ``prefetch('host')``-ed as soon as its
+    kernel is queued; the host reads the previous one after queueing the next sweep."""
+    import smartarray as sa
+
+    relax, residual = _solver_kernels()
+    s = sa.stream()
+    x, b = sa.SmartArray(inputs[0], pinned=True), sa.SmartArray(inputs[1], pinned=True)
+    y = sa.SmartArray(np.empty_like(inputs[0]), pinned=True)
+    res = [sa.SmartArray(np.zeros(1, np.float32), pinned=True) for _ in range(2)]
+    residuals: list[float] = []
+    n = inputs[0].size
+    timer.start()
+    for i in range(p.iterations):
+        r = res[i % 2]
+        timer.smartarray_calls(3)
+        relax[(*_grid(n), s)](sa.In(x), sa.Out(y), sa.In(b), sa.Out(r))
+        residual[(*_grid(n), s)](sa.In(x), sa.In(y), r)
+        r.prefetch("host", stream=s)
+        x, y = y, x
+        if i:
+            timer.smartarray_calls()
+            residuals.append(float(res[1 - i % 2].copy_to_host()[0]))
+    timer.smartarray_calls(2)
+    residuals.append(float(res[(p.iterations - 1) % 2].copy_to_host()[0]))
+    return x.copy_to_host(), residuals
+
+
+SOLVER: dict[str, Callable[..., Any]] = {
+    "numba_auto": solver_numba_auto,
+    "hand_sync": solver_hand_sync,
+    "hand_async": solver_hand_async,
+    "smartarray": solver_smartarray,
+    "smartarray_options": solver_smartarray_options,
+}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One workload: its variants, inputs, reference result, and how it is modelled."""
+
+    variants: dict[str, Callable[..., Any]]
+    inputs: Callable[[Params], Any]
+    expected: Callable[[Any, Params], Any]
+    modelled_bytes: int  # what the real arrays' bytes stand for
+    real_bytes: Callable[[Params], int]
+
+
+def _batch_run(fn: Callable[..., Any]) -> Callable[..., Any]:
+    return lambda inputs, p, timer: fn(inputs, timer)
+
+
+WORKLOADS: dict[str, Workload] = {
+    "streamed_batch": Workload(
+        {k: _batch_run(f) for k, f in BATCH.items()},
+        batch_inputs,
+        lambda inputs, p: [a.reshape(-1, 4).sum(axis=1, dtype=np.float32) for a in inputs],
+        MODELLED_CHUNK_BYTES,
+        lambda p: 4 * p.n,
+    ),
+    "stencil": Workload(STENCIL, stencil_inputs, stencil_expected, 64 << 20, lambda p: 4 * p.field),
+    "solver": Workload(SOLVER, solver_inputs, solver_expected, 4 << 20, lambda p: 4 * p.vector),
+}
+
+
+def modelled_sizes(p: Params) -> Params:
+    """``p`` with every array as large as the model makes it (what a GPU runs)."""
+    return replace(
+        p,
+        n=WORKLOADS["streamed_batch"].modelled_bytes // 4,
+        field=WORKLOADS["stencil"].modelled_bytes // 4,
+        vector=WORKLOADS["solver"].modelled_bytes // 4,
+    )
+
+
+def _configure(timer: Timer, w: Workload, p: Params) -> None:
+    """Scale the preset so that the arrays model ``w.modelled_bytes``; the kernel rules."""
     from smartarray._fakegpu._clock import PRESETS
 
     if timer.clock is None:
         return
-    preset = PRESETS[PRESET].scaled(MODELLED_CHUNK_BYTES / (4 * p.n))
+    preset = PRESETS[PRESET].scaled(w.modelled_bytes / w.real_bytes(p))
     timer.clock.set_preset(preset)
+    # The streamed batch's kernel keeps pace with the link (a quarter of a chunk's upload);
+    # every other kernel takes the default rule (its arrays' bytes over memory bandwidth).
     timer.clock.set_kernel_seconds("reduce4", 4 * p.n / preset.h2d_Bps / 4)
+
+
+def _agree(result: Any, expected: Any) -> bool:
+    if isinstance(expected, (list, tuple)):
+        return len(result) == len(expected) and all(
+            _agree(r, e) for r, e in zip(result, expected, strict=True)
+        )
+    return bool(np.allclose(result, expected, rtol=1e-4, atol=1e-6))
 
 
 def measure(p: Params) -> dict[str, Any]:
     """Every workload under every variant, in this process: seconds, busiest engine."""
     timer = Timer()
-    _configure(timer, p)
-    inputs = batch_inputs(p)
-    expected = [a.reshape(-1, 4).sum(axis=1, dtype=np.float32) for a in inputs]
     rows: dict[str, Any] = {}
-    for name, variants in WORKLOADS.items():
+    warm = Params(chunks=1, n=32, field=32, k=1, checks=2, vector=32, iterations=2)
+    for name, w in WORKLOADS.items():
+        _configure(timer, w, p)
+        inputs = w.inputs(p)
+        expected = w.expected(inputs, p)
         figures: dict[str, Any] = {}
         agree = True
-        for variant, fn in variants.items():
-            fn([a[:8].copy() for a in inputs[:1]], timer)  # compile outside the timed region
+        for variant, fn in w.variants.items():
+            fn(w.inputs(warm), warm, timer)  # compile outside the timed region
             spans = len(timer.clock.spans) if timer.clock is not None else 0
-            results = fn(inputs, timer)
+            results = fn(inputs, p, timer)
             seconds = timer.stop()
-            agree = agree and all(
-                np.allclose(r, e, rtol=1e-5) for r, e in zip(results, expected, strict=True)
-            )
+            agree = agree and _agree(results, expected)
             figure: dict[str, Any] = {"seconds": seconds}
             if timer.clock is not None:
                 busy: dict[str, float] = {}
@@ -297,11 +710,15 @@ def measure(p: Params) -> dict[str, Any]:
                 engine = max(busy, key=busy.__getitem__)
                 figure.update(busiest_engine=engine, busiest_seconds=busy[engine])
             figures[variant] = figure
-        rows[name] = {"results_agree": agree, "variants": figures}
+        rows[name] = {
+            "results_agree": agree,
+            "modelled_bytes": w.modelled_bytes,
+            "variants": figures,
+        }
     return {
         "params": asdict(p),
         "modelled": timer.modelled,
-        "preset": timer.clock.preset.name if timer.clock is not None else None,
+        "preset": PRESET if timer.modelled else None,
         "workloads": rows,
     }
 
@@ -319,11 +736,12 @@ def targets(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "options_over_async": sec["smartarray_options"] / sec["hand_async"],
         }
         t["ok"] = {
-            "async >= 1.3x sync": t["sync_over_async"] >= 1.3,
-            "async within 5% of bound": t["async_over_bound"] <= 1.05,
             "default <= sync": t["default_over_sync"] <= 1.0,
             "options within 1.1x async": t["options_over_async"] <= 1.1,
         }
+        if name == "streamed_batch":  # the issue's targets of the hand-written pipeline
+            t["ok"]["async >= 1.3x sync"] = t["sync_over_async"] >= 1.3
+            t["ok"]["async within 5% of bound"] = t["async_over_bound"] <= 1.05
         out[name] = t
     return out
 
@@ -364,8 +782,7 @@ def run(quick: bool = False, measured: bool = False) -> dict[str, Any]:
         out["targets"] = targets(model["workloads"])
     if measured:
         p = QUICK if quick else FULL
-        scale = MODELLED_CHUNK_BYTES // (4 * p.n)
-        out["measured"] = measure(Params(chunks=p.chunks, n=p.n * scale))
+        out["measured"] = measure(modelled_sizes(p))
     return out
 
 
