@@ -180,3 +180,17 @@ def test_without_a_preset_the_fake_driver_keeps_no_time() -> None:
         env={"SMARTARRAY_FAKE_GPU_TIMING": ""},
     )
     assert out == {"clock": True, "ms": 0.0, "_stderr": out["_stderr"], "_returncode": 0}
+
+
+def test_the_timeline_plot_draws_one_lane_per_engine() -> None:
+    pytest.importorskip("matplotlib")
+    queue, clock = _setup()
+    s1, s2 = queue.create_stream(1), queue.create_stream(1)
+    _copy(queue, clock, s1, N, None, 0)
+    _copy(queue, clock, s2, N, 0, None)
+    queue.synchronize_all()
+    figure = clock.plot()
+    (axes,) = [a for a in figure.axes if a.get_title()]
+    lanes = [t.get_text() for t in axes.get_yticklabels()]
+    assert lanes == ["gpu0.d2h", "gpu0.h2d", "host"]
+    assert "gpu0.h2d:" in clock.timeline()

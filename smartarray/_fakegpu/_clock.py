@@ -45,7 +45,7 @@ import bisect
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..coherence._cost import NVLINK_C2C, PCIE4_X16, PCIE5_X16
 
@@ -188,6 +188,17 @@ class Span(NamedTuple):
     label: str
     start: float
     end: float
+
+
+class _PlotSpan(NamedTuple):
+    """A span as smartarray's timeline plot draws events (``array``, ``reason``, times)."""
+
+    array: str
+    reason: str
+    time_ns: int
+    duration_ns: int
+    lane: str
+    direction: str = ""
 
 
 class _Engine:
@@ -389,6 +400,25 @@ class Clock:
             if s.label != "wait":
                 out[s.engine] = out.get(s.engine, 0.0) + (s.end - s.start)
         return out
+
+    def plot(self, path: Any = None, since: float = 0.0, title: str = "modelled time") -> Any:
+        """Draw the spans since ``since`` with smartarray's timeline plot, one lane per engine
+        (matplotlib needed); ``path``: where to save the picture. Returns the figure."""
+        from .._observe.plot import plot_timelines
+
+        events = []
+        for s in self.spans:
+            if s.end < since:
+                continue
+            label = s.label.split(" ")[0]
+            if s.engine == "host" and label.startswith("cu"):
+                label = "driver calls"
+            events.append(
+                _PlotSpan(
+                    label, "modelled", int(s.start * 1e9), int((s.end - s.start) * 1e9), s.engine
+                )
+            )
+        return plot_timelines({title: events}, path)
 
     def timeline(self, since: float = 0.0) -> str:
         """The spans since ``since`` as text, one engine per line group (for a reader)."""
