@@ -792,13 +792,13 @@ def format_figures(figures: dict[str, Any]) -> str:
     if "error" in model:
         return f"modelled time: not measured ({model['error']})"
     lines = [
-        f"modelled time on the fake driver's clock (preset {model['preset']}; "
-        f"{model['params']['chunks']} chunks modelled as 16 MiB each):"
+        f"modelled time on the fake driver's clock (preset {model['preset']}; each array "
+        "stands for one of the modelled size, the rates scaled to keep the regime):"
     ]
     measured = (figures.get("measured") or {}).get("workloads", {})
     for name, w in model["workloads"].items():
         agree = "" if w["results_agree"] else "  (RESULTS DIFFER)"
-        lines.append(f"  {name}{agree}")
+        lines.append(f"  {name} (arrays modelled as {w['modelled_bytes'] >> 20} MiB){agree}")
         for variant, f in w["variants"].items():
             gpu = measured.get(name, {}).get("variants", {}).get(variant)
             extra = f"   measured {gpu['seconds'] * 1e3:9.3f} ms" if gpu else ""
