@@ -153,11 +153,17 @@ before = clock.host
 dev.copy_to_device(pageable, stream=stream)
 out["pageable_host_s"] = clock.host - before
 out["pageable_s"] = p.copy_latency_s + n / p.pageable_Bps
+before = clock.host
+cuda.pinned_array(n, np.uint8)
+out["pin_host_s"] = clock.host - before
+out["pin_s"] = p.pin_latency_s + n / p.pin_Bps
 print(json.dumps(out))
 """
 
 
-def test_on_the_fake_driver_events_time_a_copy_and_a_pageable_copy_blocks_the_host() -> None:
+def test_on_the_fake_driver_events_time_a_copy_pageable_copies_and_page_locking_cost_the_host() -> (
+    None
+):
     out = run_fake(CHILD, env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"})
     # The events bracket the copy and the host's API calls that issued it.
     assert out["copy_ms"] < out["elapsed_ms"] <= out["copy_ms"] + out["issued_s"] * 1e3 + 1e-6
@@ -165,6 +171,8 @@ def test_on_the_fake_driver_events_time_a_copy_and_a_pageable_copy_blocks_the_ho
     assert out["issued_s"] < out["copy_ms"] / 1e3  # the host returned before the copy ended
     # The host waited for the whole pageable copy, at the staged rate.
     assert out["pageable_host_s"] >= out["pageable_s"]
+    # Page-locking n bytes (cuMemHostAlloc) cost the host its latency and bytes.
+    assert out["pin_host_s"] >= out["pin_s"]
 
 
 def test_without_a_preset_the_fake_driver_keeps_no_time() -> None:
