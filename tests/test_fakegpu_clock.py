@@ -161,9 +161,7 @@ print(json.dumps(out))
 """
 
 
-def test_on_the_fake_driver_events_time_a_copy_pageable_copies_and_page_locking_cost_the_host() -> (
-    None
-):
+def test_on_the_fake_driver_events_copies_and_page_locking_take_modelled_time() -> None:
     out = run_fake(CHILD, env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"})
     # The events bracket the copy and the host's API calls that issued it.
     assert out["copy_ms"] < out["elapsed_ms"] <= out["copy_ms"] + out["issued_s"] * 1e3 + 1e-6
