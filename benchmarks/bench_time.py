@@ -37,9 +37,10 @@ Variants: what code each may use (written down before building them)
 Every variant charges the host clock smartarray's own per-call overhead
 (:attr:`~smartarray._fakegpu._clock.Preset.smartarray_call_s`) for each SmartArray launch
 and host read: the smartarray variants only, so the comparison is against numba's own cost.
-Host arrays: the smartarray variants hold the host arrays ``.host()`` returned (a held array
-is refreshed as soon as the device copy changes: the streamed batch writes each output once,
-so holding costs nothing there).
+Host arrays: the streamed batch's smartarray variants hold the outputs ``.host()`` returned
+(each is written once, so holding costs nothing); the other workloads hold none across device
+writes (a held array is refreshed as soon as the device copy changes): they read through
+``host()`` or ``copy_to_host()`` and drop the result.
 
 Workloads and regimes
 ---------------------
@@ -50,9 +51,31 @@ Workloads and regimes
     latencies), so every rate is divided by ``16 MiB / chunk bytes``
     (:meth:`~smartarray._fakegpu._clock.Preset.scaled`).
 
-The kernel-duration rule, one for every variant: a kernel takes a quarter of its chunk's
-page-locked upload time (a kernel that keeps pace with the link: the pipeline's busiest
-engine is the upload's).
+``stencil``
+    Steps of the 1-D heat equation on a field modelled as 64 MiB, the host checking the field
+    (its maximum) every ``k`` steps; the asynchronous variants copy a device snapshot, download
+    it on a second stream into page-locked memory and check it at the next check while the
+    steps go on (smartarray: a snapshot kernel into a pinned SmartArray, then
+    ``prefetch('host', stream=)``). Bandwidth-bound (a 64 MiB download against 40 us steps).
+``solver``
+    Sweeps of a relaxation on vectors modelled as 4 MiB, two small kernels and a 4-byte
+    residual read per sweep: latency-bound (microseconds of launches and copy calls). The
+    asynchronous variants queue sweep ``i + 1`` before reading residual ``i`` (two residual
+    slots in turn; smartarray: ``prefetch('host')`` of the residual right after its kernel).
+``halo``
+    Diffusion steps of a 2-D grid modelled as 64 MiB, one row block per device on two devices,
+    one halo row exchanged each step device to device. Kernels bandwidth-bound, halo copies
+    latency-bound (the link keeps its real rate: a real row is as small). hand_sync waits for
+    both devices each step before the exchange (a copy on one device's default stream does not
+    wait for the other device's kernel); hand_async orders it with events; smartarray uses
+    ``sa.decompose``. It runs in a child of its own with two fake devices.
+
+Kernel durations, one rule per workload for every variant: the streamed batch's kernel takes a
+quarter of its chunk's page-locked upload time (a kernel that keeps pace with the link: the
+pipeline's busiest engine is the upload's); every other kernel takes the clock's default rule
+(the bytes of its array arguments over the device's memory bandwidth). The host's NumPy work
+(a check, a residual comparison) is not modelled: it costs every variant alike and would only
+widen the asynchronous variants' lead, which overlap it with device work.
 """
 
 from __future__ import annotations
@@ -90,10 +113,26 @@ class Params:
     checks: int  # stencil: host checks
     vector: int  # solver: unknowns
     iterations: int  # solver: sweeps (each reads its residual)
+    rows: int = 16  # halo step: grid rows (two blocks, one per device)
+    cols: int = 32  # halo step: grid columns
+    halo_steps: int = 4  # halo step: steps
 
 
-QUICK = Params(chunks=4, n=1024, field=1024, k=4, checks=2, vector=1024, iterations=3)
-FULL = Params(chunks=16, n=4096, field=4096, k=10, checks=6, vector=4096, iterations=40)
+QUICK = Params(
+    chunks=4, n=1024, field=1024, k=4, checks=2, vector=1024, iterations=3, rows=16, cols=32
+)
+FULL = Params(
+    chunks=16,
+    n=4096,
+    field=4096,
+    k=10,
+    checks=6,
+    vector=4096,
+    iterations=40,
+    rows=32,
+    cols=64,
+    halo_steps=10,
+)
 
 
 class Timer:
@@ -624,6 +663,243 @@ SOLVER: dict[str, Callable[..., Any]] = {
 }
 
 
+# -- the halo step on two devices --------------------------------------------------------------
+
+_HALO: list[Any] = []
+ALPHA = 0.2
+
+
+def _halo_kernel() -> Any:
+    """``step(u, v, first, offset, total_rows, alpha)``: one 2-D diffusion step of a row block
+    (the kernel of ``examples/heat_devices.py``: ``u`` with its halo rows, ``v`` the owned rows,
+    ``u[offset + i]`` is ``v[i]``'s row; the grid's boundary is held fixed)."""
+    if not _HALO:
+        from numba import cuda
+
+        @cuda.jit
+        def halo_step(u, v, first, offset, total_rows, alpha):  # noqa: ANN001, ANN202
+            i0, j0 = cuda.grid(2)
+            si, sj = cuda.gridsize(2)
+            rows, cols = v.shape
+            for i in range(i0, rows, si):
+                g = first + i
+                k = offset + i
+                for j in range(j0, cols, sj):
+                    if g == 0 or g == total_rows - 1 or j == 0 or j == cols - 1:
+                        v[i, j] = u[k, j]
+                    else:
+                        lap = u[k - 1, j] + u[k + 1, j] + u[k, j - 1] + u[k, j + 1] - 4.0 * u[k, j]
+                        v[i, j] = u[k, j] + alpha * lap
+
+        _HALO.append(halo_step)
+    return _HALO[0]
+
+
+def _grid2(rows: int, cols: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    from smartarray import _fakegpu, memory
+
+    if memory.SIMULATOR or _fakegpu.current() is not None:
+        return (1, 1), (4, 8)
+    return ((rows + 15) // 16, (cols + 15) // 16), (16, 16)
+
+
+def halo_inputs(p: Params) -> np.ndarray:
+    u = np.zeros((p.rows, p.cols))
+    u[0, :] = 100.0
+    u[p.rows // 2, p.cols // 3] = 500.0
+    return u
+
+
+def halo_expected(u0: np.ndarray, p: Params) -> np.ndarray:
+    u = u0.copy()
+    for _ in range(p.halo_steps):
+        v = u.copy()
+        lap = u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - 4.0 * u[1:-1, 1:-1]
+        v[1:-1, 1:-1] = u[1:-1, 1:-1] + ALPHA * lap
+        u = v
+    return u
+
+
+def _blocks(p: Params) -> list[tuple[int, int, int, int]]:
+    """Per device: (first owned row, owned rows, first row with halos, offset)."""
+    half = p.rows // 2
+    return [(0, half, 0, 0), (half, p.rows - half, half - 1, 1)]
+
+
+def _block_rows(b: tuple[int, int, int, int], p: Params) -> tuple[int, int]:
+    first, rows, lo, offset = b
+    return lo, min(first + rows + 1, p.rows)
+
+
+def halo_numba_auto(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
+    """Each device's block with its halos as a NumPy array, passed to the kernel (numba copies
+    it up and down); the halo rows are exchanged on the host."""
+    from numba import cuda
+
+    k = _halo_kernel()
+    blocks = _blocks(p)
+    u = [u0[slice(*_block_rows(b, p))].copy() for b in blocks]
+    v = [a.copy() for a in u]
+    grid, threads = _grid2(p.rows // 2, p.cols)
+    timer.start()
+    for _ in range(p.halo_steps):
+        for d, (first, rows, _, offset) in enumerate(blocks):
+            with cuda.gpus[d]:
+                k[grid, threads](u[d], v[d][offset : offset + rows], first, offset, p.rows, ALPHA)
+        v[1][0] = v[0][blocks[0][1] - 1]
+        v[0][-1] = v[1][1]
+        u, v = v, u
+    return np.concatenate([u[0][:-1], u[1][1:]])
+
+
+def halo_hand_sync(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
+    """Device arrays per device; after each step the host waits for both devices, then the
+    halo rows go device to device (``copy_to_device`` between the devices' arrays: a copy on
+    one device's default stream does not wait for the other device's kernel)."""
+    from numba import cuda
+
+    k = _halo_kernel()
+    blocks = _blocks(p)
+    d_u, d_v = [], []
+    for d, b in enumerate(blocks):
+        with cuda.gpus[d]:
+            shape = (_block_rows(b, p)[1] - _block_rows(b, p)[0], p.cols)
+            d_u.append(cuda.device_array(shape))
+            d_v.append(cuda.device_array(shape))
+    grid, threads = _grid2(p.rows // 2, p.cols)
+    timer.start()
+    for d, b in enumerate(blocks):
+        with cuda.gpus[d]:
+            d_u[d].copy_to_device(u0[slice(*_block_rows(b, p))])
+    for _ in range(p.halo_steps):
+        for d, (first, rows, _, offset) in enumerate(blocks):
+            with cuda.gpus[d]:
+                k[grid, threads](
+                    d_u[d], d_v[d][offset : offset + rows], first, offset, p.rows, ALPHA
+                )
+        for d in range(2):
+            with cuda.gpus[d]:
+                cuda.synchronize()
+        last0 = blocks[0][1]
+        with cuda.gpus[1]:
+            d_v[1][0:1].copy_to_device(d_v[0][last0 - 1 : last0])
+        with cuda.gpus[0]:
+            d_v[0][last0 : last0 + 1].copy_to_device(d_v[1][1:2])
+        d_u, d_v = d_v, d_u
+    out = []
+    for d, a in enumerate(d_u):
+        with cuda.gpus[d]:
+            out.append(a.copy_to_host())
+    return np.concatenate([out[0][:-1], out[1][1:]])
+
+
+def halo_hand_async(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
+    """A stream per device; after both kernels, each stream waits for the other's kernel (an
+    event) and copies its halo row in from the other device; page-locked host blocks."""
+    from numba import cuda
+
+    k = _halo_kernel()
+    blocks = _blocks(p)
+    streams, d_u, d_v, hosts, done = [], [], [], [], []
+    for d, b in enumerate(blocks):
+        with cuda.gpus[d]:
+            lo, hi = _block_rows(b, p)
+            host = cuda.pinned_array((hi - lo, p.cols), np.float64)
+            host[:] = u0[lo:hi]
+            hosts.append(host)
+            streams.append(cuda.stream())
+            d_u.append(cuda.device_array(host.shape))
+            d_v.append(cuda.device_array(host.shape))
+            done.append(cuda.event())
+    grid, threads = _grid2(p.rows // 2, p.cols)
+    last0 = blocks[0][1]
+    timer.start()
+    for d in range(2):
+        with cuda.gpus[d]:
+            d_u[d].copy_to_device(hosts[d], stream=streams[d])
+    for _ in range(p.halo_steps):
+        for d, (first, rows, _, offset) in enumerate(blocks):
+            with cuda.gpus[d]:
+                k[grid, threads, streams[d]](
+                    d_u[d], d_v[d][offset : offset + rows], first, offset, p.rows, ALPHA
+                )
+                done[d].record(streams[d])
+        with cuda.gpus[1]:
+            done[0].wait(streams[1])
+            d_v[1][0:1].copy_to_device(d_v[0][last0 - 1 : last0], stream=streams[1])
+        with cuda.gpus[0]:
+            done[1].wait(streams[0])
+            d_v[0][last0 : last0 + 1].copy_to_device(d_v[1][1:2], stream=streams[0])
+        d_u, d_v = d_v, d_u
+    for d in range(2):
+        with cuda.gpus[d]:
+            d_u[d].copy_to_host(hosts[d], stream=streams[d])
+    for d in range(2):
+        with cuda.gpus[d]:
+            streams[d].synchronize()
+    return np.concatenate([hosts[0][:-1], hosts[1][1:]])
+
+
+def _halo_smartarray(u0: np.ndarray, p: Params, timer: Timer, options: bool) -> np.ndarray:
+    from numba import cuda
+
+    import smartarray as sa
+
+    k = _halo_kernel()
+    u = sa.SmartArray(u0, pinned=options)
+    v = (
+        sa.SmartArray(np.zeros_like(u0), pinned=options)
+        if options
+        else sa.SmartArray(shape=u0.shape, dtype=np.float64)
+    )
+    pu = sa.decompose(u, 2, halo=1, devices=range(2))
+    pv = sa.decompose(v, 2, halo=1, devices=range(2))
+    streams = []
+    for b in pu:
+        with cuda.gpus[b.device]:
+            streams.append(sa.stream() if options else 0)
+    grid, threads = _grid2(p.rows // 2, p.cols)
+    read, write = pu, pv
+    timer.start()
+    for _ in range(p.halo_steps):
+        for bu, bv, s in zip(read, write, streams, strict=True):
+            timer.smartarray_calls()
+            with cuda.gpus[bu.device]:
+                if options:
+                    k[grid, threads, s](
+                        sa.In(bu.with_halos), sa.Out(bv.owned), bu.first, bu.offset, p.rows, ALPHA
+                    )
+                else:
+                    k[grid, threads](bu.with_halos, bv.owned, bu.first, bu.offset, p.rows, ALPHA)
+        read, write = write, read
+    if options:  # each device's rows start down at once, side by side
+        for b, s in zip(read, streams, strict=True):
+            timer.smartarray_calls()
+            with cuda.gpus[b.device]:
+                b.owned.prefetch("host", stream=s)
+    timer.smartarray_calls()
+    return np.array(u if read is pu else v)
+
+
+def halo_smartarray(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
+    """``sa.decompose`` into one row block per device with one halo row; bare blocks."""
+    return _halo_smartarray(u0, p, timer, options=False)
+
+
+def halo_smartarray_options(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
+    """As the default, with ``pinned=True``, a stream per device and ``sa.In``/``sa.Out``."""
+    return _halo_smartarray(u0, p, timer, options=True)
+
+
+HALO: dict[str, Callable[..., Any]] = {
+    "numba_auto": halo_numba_auto,
+    "hand_sync": halo_hand_sync,
+    "hand_async": halo_hand_async,
+    "smartarray": halo_smartarray,
+    "smartarray_options": halo_smartarray_options,
+}
+
+
 @dataclass(frozen=True)
 class Workload:
     """One workload: its variants, inputs, reference result, and how it is modelled."""
@@ -633,6 +909,7 @@ class Workload:
     expected: Callable[[Any, Params], Any]
     modelled_bytes: int  # what the real arrays' bytes stand for
     real_bytes: Callable[[Params], int]
+    devices: int = 1  # the devices it needs
 
 
 def _batch_run(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -649,6 +926,9 @@ WORKLOADS: dict[str, Workload] = {
     ),
     "stencil": Workload(STENCIL, stencil_inputs, stencil_expected, 64 << 20, lambda p: 4 * p.field),
     "solver": Workload(SOLVER, solver_inputs, solver_expected, 4 << 20, lambda p: 4 * p.vector),
+    "halo": Workload(
+        HALO, halo_inputs, halo_expected, 64 << 20, lambda p: 8 * p.rows * p.cols, devices=2
+    ),
 }
 
 
@@ -659,6 +939,8 @@ def modelled_sizes(p: Params) -> Params:
         n=WORKLOADS["streamed_batch"].modelled_bytes // 4,
         field=WORKLOADS["stencil"].modelled_bytes // 4,
         vector=WORKLOADS["solver"].modelled_bytes // 4,
+        rows=int((WORKLOADS["halo"].modelled_bytes // 8) ** 0.5),
+        cols=int((WORKLOADS["halo"].modelled_bytes // 8) ** 0.5),
     )
 
 
@@ -669,6 +951,10 @@ def _configure(timer: Timer, w: Workload, p: Params) -> None:
     if timer.clock is None:
         return
     preset = PRESETS[PRESET].scaled(w.modelled_bytes / w.real_bytes(p))
+    if w.devices > 1:
+        # Halo rows keep their real size: a row of a 2896-column float64 grid (23 KB) takes
+        # 0.5 us over the link against 2 us of latency, a latency-bound copy as a small one is.
+        preset = replace(preset, peer_Bps=PRESETS[PRESET].peer_Bps)
     timer.clock.set_preset(preset)
     # The streamed batch's kernel keeps pace with the link (a quarter of a chunk's upload);
     # every other kernel takes the default rule (its arrays' bytes over memory bandwidth).
@@ -683,12 +969,32 @@ def _agree(result: Any, expected: Any) -> bool:
     return bool(np.allclose(result, expected, rtol=1e-4, atol=1e-6))
 
 
-def measure(p: Params) -> dict[str, Any]:
-    """Every workload under every variant, in this process: seconds, busiest engine."""
+def measure(p: Params, names: list[str] | None = None) -> dict[str, Any]:
+    """Every workload (of ``names``) under every variant, in this process: seconds, busiest
+    engine."""
     timer = Timer()
     rows: dict[str, Any] = {}
-    warm = Params(chunks=1, n=32, field=32, k=1, checks=2, vector=32, iterations=2)
+    warm = Params(
+        chunks=1,
+        n=32,
+        field=32,
+        k=1,
+        checks=2,
+        vector=32,
+        iterations=2,
+        rows=8,
+        cols=8,
+        halo_steps=1,
+    )
+    from numba import cuda
+
+    visible = len(cuda.gpus)
     for name, w in WORKLOADS.items():
+        if names is not None and name not in names:
+            continue
+        if w.devices > visible:
+            rows[name] = {"not_measured": f"needs {w.devices} devices, {visible} visible"}
+            continue
         _configure(timer, w, p)
         inputs = w.inputs(p)
         expected = w.expected(inputs, p)
@@ -727,6 +1033,8 @@ def targets(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The issue's targets per workload: ratios and whether each holds."""
     out = {}
     for name, w in rows.items():
+        if "variants" not in w:
+            continue
         v = w["variants"]
         sec = {k: f["seconds"] for k, f in v.items()}
         t = {
@@ -746,17 +1054,21 @@ def targets(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _in_child(quick: bool) -> dict[str, Any]:
-    """The modelled figures, from a child process on the fake driver with the clock on."""
+def _in_child(quick: bool, devices: int, names: list[str]) -> dict[str, Any]:
+    """The modelled figures of workloads ``names``, from a child process on ``devices`` fake
+    devices with the clock on."""
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM",)}
     env.pop("SMARTARRAY_STRICT", None)
     env.update(
         SMARTARRAY_FAKE_GPU="1",
         SMARTARRAY_FAKE_GPU_TIMING=PRESET,
+        SMARTARRAY_FAKE_GPU_DEVICES=str(devices),
+        SMARTARRAY_FAKE_GPU_PEER="1",
         NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0",
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
-    argv = [sys.executable, __file__, "--json-figures"] + (["--quick"] if quick else [])
+    argv = [sys.executable, __file__, "--json-figures", "--workloads", ",".join(names)]
+    argv += ["--quick"] if quick else []
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -776,7 +1088,16 @@ def run(quick: bool = False, measured: bool = False) -> dict[str, Any]:
         "targets": {name: {...ratios, "ok": {target: bool}}}, "measured": same layout as
         "model" or None}``.
     """
-    model = _in_child(quick)
+    # One child per device count: a one-device workload runs as a one-device program.
+    model: dict[str, Any] = {}
+    for devices in sorted({w.devices for w in WORKLOADS.values()}):
+        names = [n for n, w in WORKLOADS.items() if w.devices == devices]
+        part = _in_child(quick, devices, names)
+        if "error" in part:
+            model = part
+            break
+        workloads = {**model.get("workloads", {}), **part["workloads"]}
+        model = {**part, "workloads": workloads}
     out: dict[str, Any] = {"model": model, "measured": None}
     if "workloads" in model:
         out["targets"] = targets(model["workloads"])
@@ -797,6 +1118,9 @@ def format_figures(figures: dict[str, Any]) -> str:
     ]
     measured = (figures.get("measured") or {}).get("workloads", {})
     for name, w in model["workloads"].items():
+        if "variants" not in w:
+            lines.append(f"  {name}: not measured ({w['not_measured']})")
+            continue
         agree = "" if w["results_agree"] else "  (RESULTS DIFFER)"
         lines.append(f"  {name} (arrays modelled as {w['modelled_bytes'] >> 20} MiB){agree}")
         for variant, f in w["variants"].items():
@@ -823,9 +1147,11 @@ def main(argv: list[str] | None = None) -> None:
         "--measured", action="store_true", help="also run the variants here (on a GPU)"
     )
     parser.add_argument("--json-figures", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--workloads", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.json_figures:  # in this process (a child of run(), on the fake driver's clock)
-        print(json.dumps(measure(QUICK if args.quick else FULL)))
+        names = args.workloads.split(",") if args.workloads else None
+        print(json.dumps(measure(QUICK if args.quick else FULL, names)))
         return
     figures = run(args.quick, args.measured)
     print(format_figures(figures))

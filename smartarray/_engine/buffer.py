@@ -156,9 +156,9 @@ class Buffer:
         # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
         # refreshed at the next host access, once the consumer is done writing.
         self.held_stale = False
-        # The event after a download prefetch() queued to the host copy (None: none in
-        # flight): host accesses wait for it first (smartarray._engine.prefetch.arrive).
-        self.arriving: Any = None
+        # The events after the downloads prefetch() queued to the host copy (None: none in
+        # flight): host accesses wait for them first (smartarray._engine.prefetch.arrive).
+        self.arriving: list[Any] | None = None
 
     # -- copies -----------------------------------------------------------------------------
 

@@ -4,9 +4,10 @@
 without waiting for them (from page-locked host memory; a copy from or to pageable memory is
 synchronous, as CUDA makes it). Work queued later on other streams is ordered after them (the
 buffer's event, as after a launch). A download to the host leaves an *arrival* event on the
-buffer: the next host access of the buffer waits for it (:func:`arrive`), so a host read waits
-only there, not when the download starts. A download to a host copy the user holds (an
-ndarray handed out, read without smartarray seeing it) is waited for at once.
+buffer, one per download in flight (downloads of different parts of one buffer may run side by
+side): the next host access of the buffer waits for them (:func:`arrive`), so a host read waits
+only there, not when the download starts. A download to a host copy the user holds (an ndarray
+handed out, read without smartarray seeing it) is waited for at once.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ def arrive(buf: Buffer) -> None:
     Called by every host access of the buffer (with its lock held) before it reads or writes
     the host copy.
     """
-    event = buf.arriving
-    if event is not None:
-        event.synchronize()
+    events = buf.arriving
+    if events:
+        for event in events:
+            event.synchronize()
         buf.arriving = None
 
 
@@ -44,8 +46,8 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
     smartarray's own copy stream), never the default stream unless the buffer's work is there.
     """
     with buf.lock:
-        if where == HOST:
-            arrive(buf)  # (an earlier prefetch's download: this one plans after it)
+        # (An earlier prefetch's download in flight: its bytes are current on the host in the
+        # state already, so this plan does not copy them again.)
         if where not in buf.state.locations:
             buf.locate(where)
         plan = buf._plan_read(where, lo, hi, _REASON)
@@ -66,4 +68,4 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
         if download and not buf.held:
             event = _streams.new_event()
             event.record(_streams.native(_streams.pending(stream)))
-            buf.arriving = event
+            buf.arriving = [*(buf.arriving or ()), event]
