@@ -547,10 +547,9 @@ def test_bench_time_runs_every_variant_on_the_fake_drivers_clock(bench):
     for name, w in figures["model"]["workloads"].items():
         assert w["results_agree"], name
         assert tuple(w["variants"]) == bench_time.VARIANTS
-        assert set(figures["targets"][name]["ok"]) == {
-            "async >= 1.3x sync",
-            "async within 5% of bound",
-            "default <= sync",
-            "options within 1.1x async",
-        }
+        expected = {"default <= sync", "options within 1.1x async"}
+        if name == "streamed_batch":  # the hand-written pipeline's own targets
+            expected |= {"async >= 1.3x sync", "async within 5% of bound"}
+        assert set(figures["targets"][name]["ok"]) == expected
+    assert set(figures["model"]["workloads"]) == set(bench_time.WORKLOADS)
     assert "modelled time on the fake driver's clock" in out.stdout
