@@ -33,7 +33,8 @@ JSON layout (:func:`run` returns it; other tools read it)::
                             "digest": str,
                             "per_device": [{"device": int,
                                             "moved" | "hand" | "per_step":
-                                                {"h2d" | "d2h" | "d2d_in" | "d2d_out": int}}]}]}
+                                                {"h2d" | "d2h" | "d2d_in" | "d2d_out": int}}]}]},
+      "time": {"model": {...}, "targets": {...}, "measured": {...} or null}  (bench_time.run)
     }
 
 Run it through ``python -m benchmarks [--quick] [--json PATH] [--markdown]`` (``__main__.py``),
@@ -52,6 +53,7 @@ import bench_devices
 import bench_fragmentation
 import bench_overhead
 import bench_strict
+import bench_time
 import numpy as np
 import workloads
 from strategies import STRATEGIES
@@ -141,6 +143,12 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     if progress:
         print("bench: partitioned heat steps on 1, 2 and 4 devices", file=sys.stderr, flush=True)
     devices = bench_devices.run(quick)
+    if progress:
+        print("bench: modelled time on the fake driver's clock", file=sys.stderr, flush=True)
+    from smartarray import _fakegpu
+
+    on_gpu = not memory.SIMULATOR and _fakegpu.current() is None
+    time_figures = bench_time.run(quick, measured=on_gpu)
     return {
         "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
         "simulator": memory.SIMULATOR,
@@ -152,6 +160,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
         "over_budget": over_budget,
         "fragmentation": fragmentation,
         "devices": devices,
+        "time": time_figures,
     }
 
 
@@ -320,6 +329,8 @@ def format_report(report: dict[str, Any]) -> str:
     out += ["", bench_budget.format_figures(report.get("over_budget"))]
     out += ["", bench_fragmentation.format_figures(report.get("fragmentation"))]
     out += ["", bench_devices.format_figures(report.get("devices"))]
+    if report.get("time"):
+        out += ["", bench_time.format_figures(report["time"])]
     return "\n".join(out)
 
 
@@ -443,6 +454,8 @@ def format_markdown(report: dict[str, Any]) -> str:
     devices = report.get("devices")
     if devices:
         out += [_devices_markdown(devices), ""]
+    if report.get("time"):
+        out += ["```text", bench_time.format_figures(report["time"]), "```", ""]
     out += [
         "<details><summary>overheads</summary>",
         "",

@@ -408,6 +408,7 @@ class SmartArray(ArrayArgument):
     # device-array copies and the interop protocols (smartarray._array.exchange)
     copy_to_host = _exchange.copy_to_host
     copy_to_device = _exchange.copy_to_device
+    prefetch = _exchange.prefetch
     __cuda_array_interface__ = property(_exchange.__cuda_array_interface__)
     cuda_view = _exchange.cuda_view
     __dlpack__ = _exchange.__dlpack__

@@ -533,3 +533,23 @@ def test_bench_scattered_reads_against_the_two_references(bench):
         assert first["smartarray"]["seconds"] <= 3 * best, row
         # tight: the pieces paid before the whole copy cost less than it, so under 2x
         assert first["smartarray"]["seconds"] < 2 * best, row
+
+
+def test_bench_time_runs_every_variant_on_the_fake_drivers_clock(bench):
+    """The modelled-time workloads run (``--quick``: it runs, the results agree, every
+    variant and target is reported); the figures themselves are not asserted."""
+    import bench_time
+
+    out, report = bench
+    figures = report["time"]
+    assert "error" not in figures["model"], figures["model"]
+    assert figures["model"]["modelled"] and figures["model"]["preset"].startswith("pcie5")
+    for name, w in figures["model"]["workloads"].items():
+        assert w["results_agree"], name
+        assert tuple(w["variants"]) == bench_time.VARIANTS
+        expected = {"default <= sync", "options within 1.1x async"}
+        if name == "streamed_batch":  # the hand-written pipeline's own targets
+            expected |= {"async >= 1.3x sync", "async within 5% of bound"}
+        assert set(figures["targets"][name]["ok"]) == expected
+    assert set(figures["model"]["workloads"]) == set(bench_time.WORKLOADS)
+    assert "modelled time on the fake driver's clock" in out.stdout

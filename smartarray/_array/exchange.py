@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import memory
+from .._engine import prefetch as _prefetch
 from .._interop import exports as _interop
 from .._interop import foreign as _foreign
 from .._memory import devices as _devices
@@ -27,6 +28,7 @@ from .._memory.checks import (
     _is_device_array,
     check_compatibility,
 )
+from .._memory.devices import HOST
 from ..errors import TransferError
 from .geometry import probe as _probe
 from .ndarray import copy as _host_copy
@@ -42,6 +44,7 @@ __all__ = [
     "copy_to_device",
     "copy_to_host",
     "cuda_view",
+    "prefetch",
 ]
 
 
@@ -194,3 +197,48 @@ def __dlpack_device__(self: SmartArray) -> tuple[int, int]:
 def copy(self: SmartArray, order: str = "C") -> SmartArray:
     """A new array with this one's data: device to device when current on the device only."""
     return _foreign.copy(self, _host_copy, order)
+
+
+def prefetch(self: SmartArray, where: str = "gpu", stream: Any = None) -> None:
+    """Start making this array's data current at ``where``; return without waiting for it.
+
+    The copies of the stale bytes are queued on ``stream`` and run while the host goes on
+    (from and to ``pinned=True`` host copies; CUDA copies from and to pageable host memory
+    synchronously, so then the call returns once they are done). Work queued later on any
+    stream that uses this array is ordered after them on the device, and a host access of it
+    waits for a download still in flight: start a download as soon as the kernel that writes
+    the data is queued, and the host waits only where it reads (a host array you hold, read
+    without smartarray seeing it, is waited for at once).
+
+    Parameters
+    ----------
+    where : {'gpu', 'gpu:N', 'host'}
+        Where the data is wanted next.
+    stream : stream, 0 or None
+        The stream the copies go on; ``None`` (default): the stream of this array's latest
+        device work, else smartarray's own copy stream (never the default stream, which would
+        wait for every other stream's work); ``0``: the default stream.
+
+    Raises
+    ------
+    ValueError, TypeError
+        For a bad ``where`` or ``stream``, before anything moves.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = sa.SmartArray(np.arange(4.0), pinned=True)
+    >>> a.prefetch("gpu")      # the upload runs while the host prepares the launch
+    >>> a.prefetch("host")     # the download runs; a.host() waits for it
+    >>> a.host()
+    array([0., 1., 2., 3.])
+    """
+    where = _devices.resolve(where)
+    if stream is not None:
+        stream = _check_stream(stream)
+    if where == HOST:
+        _prefetch.prefetch(self._buf, where, self._lo, self._hi, stream)
+        return
+    self._check_device_geometry()  # (refused before anything moves, as get('gpu'))
+    with _devices.at(where):
+        _prefetch.prefetch(self._buf, where, self._lo, self._hi, stream)

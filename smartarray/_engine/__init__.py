@@ -10,7 +10,9 @@ What the layers above may use (``__all__``):
 - :mod:`.residency`: the device-memory budget's bookkeeping and eviction, and the protocol of
   the per-view launch cache (``CachingView``) that SmartArray implements;
 - :mod:`.budget`: the budget as users set and see it;
-- :mod:`.array_classes`: where the array layer registers the classes the code below it makes.
+- :mod:`.array_classes`: where the array layer registers the classes the code below it makes;
+- :mod:`.prefetch`: copies started early on a stream (``SmartArray.prefetch``), and the wait
+  of host accesses for a download so started.
 
 The engine's own rooms, used by nothing above it: :mod:`.buffer_copies` (the copies that make
 bytes current), :mod:`.device_work` (which stream holds a buffer's work), :mod:`.held` (host
@@ -20,4 +22,4 @@ The engine never imports the array layer (it names SmartArray's base class, or t
 Imports nothing itself (``tests/test_layers.py`` checks the list and the layers).
 """
 
-__all__ = ["arguments", "array_classes", "budget", "buffer", "residency"]
+__all__ = ["arguments", "array_classes", "budget", "buffer", "prefetch", "residency"]

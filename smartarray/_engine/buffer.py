@@ -38,6 +38,7 @@ from .._observe import performance as _perf
 from ..coherence import BufferState, IntervalSet, Plan
 from . import buffer_copies as _buffer_copies
 from . import device_work as _device_work
+from . import prefetch as _prefetch
 from . import residency as _residency
 from .held import HeldHostArrays
 
@@ -104,6 +105,7 @@ class Buffer:
         "perf",
         "residency",
         "held_stale",
+        "arriving",
         "__weakref__",
     )
 
@@ -152,6 +154,9 @@ class Buffer:
         # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
         # refreshed at the next host access, once the consumer is done writing.
         self.held_stale = False
+        # The events after the downloads prefetch() queued to the host copy (None: none in
+        # flight): host accesses wait for them first (smartarray._engine.prefetch.arrive).
+        self.arriving: list[Any] | None = None
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -367,6 +372,7 @@ class Buffer:
             launch needs no post-launch record unless the state moves meanwhile).
         """
         if where == HOST:
+            _prefetch.arrive(self)
             if self.held_stale:
                 self.refresh_held()
             if intent == OUT and covers:

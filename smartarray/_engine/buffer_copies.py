@@ -23,6 +23,7 @@ from .._memory.devices import GPU, HOST
 from .._observe import performance as _perf
 from ..coherence import Plan
 from ..errors import TransferError
+from . import prefetch as _prefetch
 from . import residency as _residency
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -158,8 +159,11 @@ def ensure(self: Buffer, where: str) -> None:
         self.ensure_device(where)
 
 
-def copy(self: Buffer, plan: Plan, reason: str, stream: Any) -> None:
+def copy(self: Buffer, plan: Plan, reason: str, stream: Any, wait: bool = True) -> None:
     """Perform the copies of a plan on ``stream``; TransferError if one fails.
+
+    ``wait=False`` leaves downloads on a stream other than the default in flight (the caller
+    makes host accesses wait for them: smartarray._engine.prefetch).
 
     A copy between two devices goes peer to peer (counted ``d2d``); the plan has none
     between devices that cannot reach each other (see :meth:`_stage`).
@@ -209,7 +213,7 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any) -> None:
                     self.name,
                     (c.source, c.target),
                 )
-        if downloads and stream != 0:
+        if downloads and stream != 0 and wait:
             if native != 0:
                 _streams.synchronize(stream)  # the host reads these bytes next
             # (a synchronous download waited for the default stream's earlier work)
@@ -240,6 +244,8 @@ def sync(self: Buffer, where: str, lo: int, hi: int, reason: str, stream: Any = 
     they are ordered after it); a download is waited for before returning.
     """
     with self.lock:
+        if where == HOST:
+            _prefetch.arrive(self)  # a prefetched download in flight lands first
         if where not in self.state.locations:
             self.locate(where)  # this device's first use (its copy: on need)
         plan = self._plan_read(where, lo, hi, reason)

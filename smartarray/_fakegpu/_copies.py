@@ -97,6 +97,8 @@ class MemoryEntries(DriverState):
 
     def cuMemHostAlloc(self, p: int, nbytes: int, flags: int) -> None:
         _put(p, ctypes.c_void_p, self.host.allocate(nbytes))
+        if self.clock is not None:
+            self.clock.page_locked(nbytes)
 
     def cuMemAllocHost(self, p: int, nbytes: int) -> None:
         self.cuMemHostAlloc(p, nbytes, 0)
@@ -109,6 +111,8 @@ class MemoryEntries(DriverState):
         if not ptr or not nbytes:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister of nothing")
         self.host.register(ptr, nbytes)
+        if self.clock is not None:
+            self.clock.page_locked(nbytes)
 
     def cuMemHostUnregister(self, ptr: int) -> None:
         self._run(self.queue.synchronize_all)
@@ -198,6 +202,13 @@ class MemoryEntries(DriverState):
         keep_alive = [keep]  # a staging buffer lives until the copy ran
         self.count_copy(dst, src, n)
         op = self.queue.enqueue(stream, run, label, after=after)
+        if self.clock is not None:
+            ends = [self.heaps.device_of(src), self.heaps.device_of(dst)]
+            pageable = any(
+                device is None and not self.host.page_locked(ptr, n)
+                for device, ptr in zip(ends, (src, dst), strict=True)
+            )
+            self.clock.copy(op, n, ends[0], ends[1], pageable and any(e is not None for e in ends))
         if wait:
             self._run(lambda: self.queue.run_until([op]))
 
@@ -248,6 +259,8 @@ class MemoryEntries(DriverState):
             ctypes.memset(dst, value, n)
 
         op = self.queue.enqueue(stream, run, "memset")
+        if self.clock is not None:
+            self.clock.memset(op, n, self.heaps.device_of(dst) or 0)
         if wait:
             self._run(lambda: self.queue.run_until([op]))
 

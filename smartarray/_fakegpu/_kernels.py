@@ -35,7 +35,7 @@ from ._errors import (
 if TYPE_CHECKING:  # pragma: no cover
     from ._state import DriverState
 
-__all__ = ["prepare"]
+__all__ = ["footprint", "prepare"]
 
 _found: dict[str, object] = {}
 
@@ -262,6 +262,23 @@ def _python_intrinsics() -> dict[int, Callable[..., object]]:
     from numba.cuda.np.unsafe.ndarray import to_fixed_tuple  # type: ignore[import-not-found]
 
     return {id(to_fixed_tuple): lambda array, length: tuple(array[:length])}
+
+
+def footprint(name: str, params: int) -> tuple[str, int]:
+    """The Python ``__name__`` of kernel ``name`` and the bytes its array arguments span (what
+    the clock's default rule moves through device memory)."""
+    kernel = _kernel_object(name)
+    reader = _Params(params)
+    nbytes = 0
+    for ty in kernel.argument_types:
+        value = _decode(ty, reader)
+        if isinstance(value, tuple) and value and value[0] == "array":
+            _, _, _, shape, _, itemsize = value
+            count = 1
+            for n in shape:
+                count *= n
+            nbytes += count * itemsize
+    return kernel.py_func.__name__, nbytes
 
 
 def prepare(

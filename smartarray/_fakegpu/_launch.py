@@ -151,7 +151,11 @@ class ExecutionEntries(DriverState):
             e = self.queue.event(h or 0)
             if e.op is None or not e.op.done:
                 raise CudaError(CUDA_ERROR_NOT_READY, "event not completed")
-        _put(p, ctypes.c_float, 0.0)
+        first, last = self.queue.event(start or 0).op, self.queue.event(end or 0).op
+        elapsed = 0.0
+        if self.clock is not None and first is not None and last is not None:
+            elapsed = self.clock.elapsed_ms(first, last)
+        _put(p, ctypes.c_float, elapsed)
 
     # code: libraries, modules, kernels -------------------------------------------------------
     def _load(self, p: int, image: int) -> None:
@@ -303,7 +307,10 @@ class ExecutionEntries(DriverState):
         while frame is not None:
             self.launch_stack.append((frame.f_code.co_filename, frame.f_code.co_name))
             frame = frame.f_back
-        self.queue.enqueue(s, run, f"kernel {name}")
+        op = self.queue.enqueue(s, run, f"kernel {name}")
+        if self.clock is not None:
+            py_name, nbytes = _kernels.footprint(name, params)
+            self.clock.kernel(op, py_name, nbytes, device)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) -> None:  # noqa: ANN001
         self._launch(f, (gx, gy, gz), (bx, by, bz), smem, stream, params)

@@ -19,8 +19,12 @@ import os
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from ._errors import CUDA_ERROR_INVALID_HANDLE, CudaError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._clock import Clock
 
 __all__ = ["LEGACY", "PER_THREAD", "Event", "Op", "Queue", "Stream"]
 
@@ -32,7 +36,7 @@ CU_STREAM_NON_BLOCKING = 1
 class Op:
     """One piece of queued work."""
 
-    __slots__ = ("deps", "done", "fn", "label", "polled", "stream")
+    __slots__ = ("deps", "done", "end", "fn", "label", "polled", "stream")
 
     def __init__(self, fn: Callable[[], None], stream: Stream, label: str, deps: list[Op]):
         self.fn = fn
@@ -41,6 +45,7 @@ class Op:
         self.deps = deps
         self.done = False
         self.polled = False  # a query already answered "not ready" about it
+        self.end = 0.0  # modelled end, in seconds (the clock's, when one is on: ._clock)
 
     def __repr__(self) -> str:
         return f"<Op {self.label} done={self.done}>"
@@ -94,6 +99,7 @@ class Queue:
         self._running = threading.local()
         self._ptds = threading.local()  # .on: handle 0 is the thread's own stream (see stream)
         self._thread_numbers = itertools.count(1)
+        self.clock: Clock | None = None  # modelled time (SMARTARRAY_FAKE_GPU_TIMING)
 
     # streams and events -------------------------------------------------------------------
     @property
@@ -186,6 +192,8 @@ class Queue:
                 deps.append(legacy.last)
         deps += list(after)
         op = Op(fn, stream, label, [d for d in deps if not d.done])
+        if self.clock is not None:
+            self.clock.queued(op, deps)  # (done work too: it may end later in modelled time)
         stream.last = op
         self.ops.append(op)
         return op
@@ -200,6 +208,8 @@ class Queue:
         """Run the queued work ``targets`` need (and nothing else), in a seeded order."""
         if getattr(self._running, "active", False):
             return  # a host function waiting inside queued work: CUDA forbids it; do not recurse
+        if self.clock is not None:
+            self.clock.waited(targets)
         # Active from here: a wait started while this one chooses what to run (a finalizer
         # that frees memory, run by a collection in this thread) must not run that work.
         self._running.active = True
@@ -230,10 +240,14 @@ class Queue:
         self.run_until([stream.last])
 
     def synchronize_all(self) -> None:
+        if self.clock is not None:
+            self.clock.waited_all()
         self.run_until(list(self.ops))
 
     def synchronize_device(self, device: int) -> None:
         """Run ``device``'s queued work (and, of other devices' work, what it waits for)."""
+        if self.clock is not None:
+            self.clock.waited_all(device)
         self.run_until([op for op in self.ops if op.stream.device == device])
 
     def idle(self, stream: Stream) -> bool:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ._clock import Clock
     from ._memory import DeviceHeaps, HostRegistry
     from ._queue import Op, Queue, Stream
 
@@ -26,6 +27,7 @@ class DriverState:
     heaps: DeviceHeaps  # device memory, one heap per device
     host: HostRegistry  # page-locked and registered host memory
     queue: Queue  # streams, events and the queued work
+    clock: Clock | None  # modelled time (SMARTARRAY_FAKE_GPU_TIMING), or None
     contexts: dict[int, int]  # device -> its primary context's handle
     mempools: dict[int, int]  # device -> its memory pool's handle
     peer_allowed: frozenset[tuple[int, int]]  # (device, peer) pairs that may be enabled

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from . import _clock
 from ._copies import MemoryEntries
 from ._errors import (
     CUDA_ERROR_INVALID_CONTEXT,
@@ -151,6 +152,7 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         self.heaps = DeviceHeaps(device_sizes(self.device_count))
         self.host = HostRegistry()
         self.queue = Queue(lambda: next(self._handle_ids), self._queue_device)
+        self.clock = self.queue.clock = _clock.from_environment()  # None: no modelled time
         self.initialized = False
         self.contexts = {d: next(self._handle_ids) for d in range(self.device_count)}
         self._ctx_device = {c: d for d, c in self.contexts.items()}
@@ -225,6 +227,8 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
                     return CUDA_ERROR_NOT_INITIALIZED
                 if self.sticky is not None and name not in _UNAFFECTED_BY_FAULTS:
                     return self.sticky.code
+                if self.clock is not None:
+                    self.clock.call(name)  # the host pays the call's API cost
                 try:
                     impl(*args)
                 except CudaError as exc:

@@ -3,7 +3,8 @@
 Each panel has two lanes: **device** (copies that land in device memory: ``h2d`` and
 ``d2d``) and **host** (``d2h``). Each copy is a bar from the moment it was issued, as long as
 issuing it took (at least a sliver, so every copy shows); bars are coloured and labelled by
-array and reason.
+array and reason. Events that name their own ``lane`` (the spans of the fake driver's modelled
+clock, one lane per engine) are drawn in those lanes instead.
 """
 
 from __future__ import annotations
@@ -74,10 +75,22 @@ def _patch(colour: Any, label: str) -> Any:
     return Patch(color=colour, label=label)
 
 
+def _lane(event: Any) -> str:
+    """The lane of ``event``: its own ``lane`` when it names one, else by direction."""
+    return getattr(event, "lane", None) or lane_of(event.direction)
+
+
 def _panel(ax: Any, title: str, events: Sequence[Any], colours: dict) -> None:
     ax.set_title(title, fontsize="medium")
-    ax.set_yticks(range(len(LANES)), [f"{lane}" for lane in LANES])
-    ax.set_ylim(-0.6, len(LANES) - 0.4)
+    own = sorted({e.lane for e in events if getattr(e, "lane", None)})
+    lanes = LANES
+    if own:  # the lanes the events name, and the default ones still used
+        lanes = (
+            *own,
+            *(la for la in LANES if la not in own and any(_lane(e) == la for e in events)),
+        )
+    ax.set_yticks(range(len(lanes)), [f"{lane}" for lane in lanes])
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
     ax.set_xlabel("time (ms)")
     if not events:
         ax.text(0.5, 0.5, "no transfers", transform=ax.transAxes, ha="center", va="center")
@@ -90,7 +103,7 @@ def _panel(ax: Any, title: str, events: Sequence[Any], colours: dict) -> None:
     for e in events:
         left = (e.time_ns - t0) / 1e6
         width = max(e.duration_ns, sliver) / 1e6
-        y = LANES.index(lane_of(e.direction))
+        y = lanes.index(_lane(e))
         ax.barh(y, width, left=left, height=0.6, color=colours[(e.array, e.reason)])
         if label_bars:
             ax.text(left, y + 0.35, f"{e.array} {e.reason}", fontsize="x-small", va="bottom")

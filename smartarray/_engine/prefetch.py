@@ -1,0 +1,71 @@
+"""Copies started early: a buffer's bytes made current somewhere before they are needed.
+
+``prefetch`` queues the copies that make a range current at a location on a stream and returns
+without waiting for them (from page-locked host memory; a copy from or to pageable memory is
+synchronous, as CUDA makes it). Work queued later on other streams is ordered after them (the
+buffer's event, as after a launch). A download to the host leaves an *arrival* event on the
+buffer, one per download in flight (downloads of different parts of one buffer may run side by
+side): the next host access of the buffer waits for them (:func:`arrive`), so a host read waits
+only there, not when the download starts. A download to a host copy the user holds (an ndarray
+handed out, read without smartarray seeing it) is waited for at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .._memory import devices as _devices
+from .._memory import streams as _streams
+from .._memory.devices import HOST
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .buffer import Buffer
+
+__all__ = ["arrive", "prefetch"]
+
+_REASON = "prefetch"
+
+
+def arrive(buf: Buffer) -> None:
+    """Wait for a download :func:`prefetch` started to the host copy, if one is in flight.
+
+    Called by every host access of the buffer (with its lock held) before it reads or writes
+    the host copy.
+    """
+    events = buf.arriving
+    if events:
+        for event in events:
+            event.synchronize()
+        buf.arriving = None
+
+
+def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
+    """Queue the copies that make bytes ``[lo, hi)`` current at ``where`` on ``stream``.
+
+    ``stream`` ``None``: the buffer's unnamed stream (the stream of its latest device work, or
+    smartarray's own copy stream), never the default stream unless the buffer's work is there.
+    """
+    with buf.lock:
+        # (An earlier prefetch's download in flight: its bytes are current on the host in the
+        # state already, so this plan does not copy them again.)
+        if where not in buf.state.locations:
+            buf.locate(where)
+        plan = buf._plan_read(where, lo, hi, _REASON)
+        if not plan.copies:
+            return
+        _devices.ensure_context()
+        if stream is None:
+            stream = buf._unnamed_stream()
+            if stream == 0:
+                stream = _streams.copy_stream()
+        elif buf.stream != 0 and not buf.works_on(_streams.pending(stream)):
+            buf.order_before(stream)  # after the buffer's queued work, on the device
+        download = where == HOST
+        # A held host array is read without smartarray: its download is waited for now.
+        buf._copy(plan, _REASON, stream, wait=not download or bool(buf.held))
+        buf.state.apply(plan)
+        buf.queued(stream)  # later work on other streams (a kernel's write) orders after it
+        if download and not buf.held:
+            event = _streams.new_event()
+            event.record(_streams.native(_streams.pending(stream)))
+            buf.arriving = [*(buf.arriving or ()), event]

@@ -1,0 +1,95 @@
+"""``SmartArray.prefetch(where, stream=)``: copies started early, waited for only where needed.
+
+The values are checked in every mode; in strict mode and on the fake driver queued copies run
+lazily, in a seeded adversarial order, so a host access that did not wait for a prefetched
+download would read (or have its write overwritten by) bytes that land later.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import smartarray as sa
+
+
+@cuda.jit
+def add_one(x):  # noqa: ANN001, ANN201
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+def _moved(t: sa.Trace) -> list[tuple[str, int, str]]:
+    return [(e.direction, e.nbytes, e.reason) for e in t.events]
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_prefetch_to_the_device_uploads_once_and_the_launch_moves_nothing(pinned: bool) -> None:
+    a = sa.SmartArray(np.arange(8.0), pinned=pinned)
+    s = sa.stream()
+    with sa.trace() as t:
+        a.prefetch("gpu", stream=s)
+        add_one[1, 8, s](a)
+    assert _moved(t) == [("h2d", 64, "prefetch")]
+    np.testing.assert_array_equal(a.host(), np.arange(8.0) + 1)
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_prefetch_to_the_host_downloads_once_and_the_read_waits_for_it(pinned: bool) -> None:
+    a = sa.SmartArray(np.arange(8.0), pinned=pinned)
+    s = sa.stream()
+    add_one[1, 8, s](a)
+    with sa.trace() as t:
+        a.prefetch("host")
+        values = a.copy_to_host()  # a read-only access: it waits for the download only
+    assert _moved(t) == [("d2h", 64, "prefetch")]
+    np.testing.assert_array_equal(values, np.arange(8.0) + 1)
+
+
+def test_a_host_write_after_a_prefetched_download_is_not_overwritten_by_it() -> None:
+    a = sa.SmartArray(np.zeros(8), pinned=True)
+    s = sa.stream()
+    add_one[1, 8, s](a)
+    a.prefetch("host", stream=s)
+    a[0] = 5.0  # the download lands first, then this write
+    expected = np.ones(8)
+    expected[0] = 5.0
+    np.testing.assert_array_equal(a.host(), expected)
+
+
+def test_a_kernel_after_a_prefetched_download_runs_after_it() -> None:
+    a = sa.SmartArray(np.zeros(8), pinned=True)
+    s1, s2 = sa.stream(), sa.stream()
+    add_one[1, 8, s1](a)
+    a.prefetch("host", stream=s2)
+    first = a.copy_to_host()
+    add_one[1, 8, s1](a)  # ordered after the download on the device
+    np.testing.assert_array_equal(first, np.ones(8))
+    np.testing.assert_array_equal(a.copy_to_host(), np.full(8, 2.0))
+
+
+def test_prefetch_of_current_bytes_moves_nothing() -> None:
+    a = sa.SmartArray(np.arange(4.0))
+    with sa.trace() as t:
+        a.prefetch("host")
+    assert t.events == []
+
+
+@pytest.mark.parametrize(
+    "where, stream, error, match",
+    [
+        ("disk", None, ValueError, "where"),
+        ("gpu", 3, ValueError, "stream"),
+        ("gpu", "s", TypeError, "stream"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_moves(
+    where: object, stream: object, error: type, match: str
+) -> None:
+    a = sa.SmartArray(np.arange(4.0))
+    with sa.trace() as t, pytest.raises(error, match=match):
+        a.prefetch(where, stream=stream)  # type: ignore[arg-type]
+    assert t.events == []
+    assert a.valid_at == ("host",)
