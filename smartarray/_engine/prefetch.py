@@ -58,8 +58,8 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
             stream = buf._unnamed_stream()
             if stream == 0:
                 stream = _streams.copy_stream()
-        elif buf.stream != 0 and not buf.works_on(_streams.pending(stream)):
-            buf.order_before(stream)  # after the buffer's queued work, on the device
+        elif not buf.works_on(_streams.pending(stream)):
+            buf.order_before(stream)  # after the buffer's work on other streams, on the device
         download = where == HOST
         # A held host array is read without smartarray: its download is waited for now.
         buf._copy(plan, _REASON, stream, wait=not download or bool(buf.held))
