@@ -439,3 +439,58 @@ def test_a_smartarray_used_on_device_1_lives_there() -> None:
 def test_a_smartarray_launched_on_device_1_then_device_0() -> None:
     out = run_fake("MIXED = True\n" + SMARTARRAY_ON, env=_devices(2))
     assert out["mixed"] == [3.0] * 8
+
+
+# page-locked memory with several devices ------------------------------------------------------
+
+
+def test_deregistering_waits_for_a_copy_queued_on_another_device() -> None:
+    """``sa.deregister`` on device 0 of memory that device 1's stream still copies from: the
+    driver's wait at ``cuMemHostUnregister`` covers device 0 only, so smartarray must wait for
+    every device first (the copy faults on the fake driver when its memory was unpinned)."""
+    out = run_fake(
+        ADD_ONE
+        + """
+h = np.arange(4.0)
+with cuda.gpus[1]:
+    sa.register(h)  # page-locked by device 1's context
+    s1 = cuda.stream()
+    d = cuda.to_device(h, stream=s1)  # asynchronous: the DMA reads h when it runs
+with cuda.gpus[0]:
+    sa.deregister(h)
+    with cuda.gpus[1]:
+        try:
+            values = d.copy_to_host().tolist()
+        except CudaAPIError as exc:
+            values = int(exc.code)
+print(json.dumps({"values": values}))
+""",
+        env=_devices(2),
+    )
+    assert out["values"] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_registered_memory_is_page_locked_for_every_device() -> None:
+    """With several devices ``sa.register`` page-locks portably: without
+    ``CU_MEMHOSTREGISTER_PORTABLE`` another device's context treats the memory as pageable."""
+    out = run_fake(
+        ADD_ONE
+        + """
+h = np.arange(4.0)
+with cuda.gpus[0]:
+    sa.register(h)
+fake = _fakegpu.current()
+locked = [fake.host.page_locked(h.ctypes.data, h.nbytes, dev) for dev in range(2)]
+with cuda.gpus[1]:
+    s1 = cuda.stream()
+    d = cuda.to_device(h, stream=s1)
+    s1.synchronize()
+    values = d.copy_to_host().tolist()
+with cuda.gpus[0]:
+    sa.deregister(h)
+print(json.dumps({"locked": locked, "values": values}))
+""",
+        env=_devices(2),
+    )
+    assert out["locked"] == [True, True]
+    assert out["values"] == [0.0, 1.0, 2.0, 3.0]

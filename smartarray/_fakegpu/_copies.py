@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-from ._errors import CUDA_ERROR_INVALID_VALUE, CudaError
+from ._errors import CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE, CudaError
 from ._memory import DEVICEMAP
 from ._queue import Op, Stream
 from ._state import DriverState
@@ -214,10 +214,21 @@ class MemoryEntries(DriverState):
             if self.heaps.owns(ptr):
                 self.heaps.check(ptr, n, f"{label} {what}")
 
+        # Page-locked host ends the DMA reads or writes when it runs: unpinned before then
+        # (cuMemHostUnregister, cuMemFreeHost), the copy is undefined on a GPU; here it faults.
+        pins = [r for r in (self.host.range_of(dst), self.host.range_of(src)) if r is not None]
+
         def run() -> None:
             for ptr, what in ((dst, "destination"), (src, "source")):
                 if self.heaps.owns(ptr):
                     self.heaps.check(ptr, n, f"{label} {what} (when it ran)")
+            for pin in pins:
+                if not self.host.live(pin):
+                    raise CudaError(
+                        CUDA_ERROR_ILLEGAL_ADDRESS,
+                        f"{label}: the page-locked host memory at {pin.start:#x} was "
+                        "unregistered or freed before the copy ran",
+                    )
             ctypes.memmove(dst, src, n)
             del keep_alive[:]
 

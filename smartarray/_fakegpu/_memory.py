@@ -242,6 +242,10 @@ class HostRegistry:
             raise CudaError(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, f"{ptr:#x} is not registered")
         del self._ranges[ptr]
 
+    def live(self, entry: HostRange) -> bool:
+        """Whether ``entry`` is still page-locked (not unregistered or freed since)."""
+        return self._ranges.get(entry.start) is entry
+
     def range_of(self, ptr: int) -> HostRange | None:
         """The page-locked range holding ``ptr``, whichever context locked it."""
         for entry in self._ranges.values():
