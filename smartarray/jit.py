@@ -12,7 +12,9 @@ as read only:
   so the other copy stays current), with the array's own Numba type, so the same compiled
   version serves hinted and bare arguments;
 - a plain ``numpy.ndarray`` passed to a kernel as ``numba.cuda.In`` (numba copies it in, not
-  back out);
+  back out); on a stream other than the default one every bare ndarray is passed in
+  smartarray's ``In`` or ``InOut`` instead (numba-cuda 0.30 cannot move one there: NumPy's
+  ``__dlpack__`` refuses the stream), which moves it on that stream, counted;
 - an explicit ``In`` / ``Out`` / ``InOut`` (smartarray's or numba's), a device array, a scalar
   or anything else as it is: an explicit hint always wins.
 

@@ -15,6 +15,10 @@ import pytest
 import smartarray as sa
 from tests.test_fakegpu import run_fake
 
+# Outcomes depend on the fake driver's adversarial order: CI runs them over several seeds.
+pytestmark = pytest.mark.seeds
+
+
 PRELUDE = """
 import warnings
 from smartarray import _fakegpu

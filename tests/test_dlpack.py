@@ -381,6 +381,7 @@ def add_hundred(x):
         x[i] += 100
 
 
+@pytest.mark.seeds
 @pytest.mark.gpu
 def test_gpu_copy_true_is_not_reached_by_a_later_write_on_a_non_blocking_stream():
     """The fresh copy is made device to device on the legacy default stream, which may still

@@ -36,7 +36,7 @@ def _child(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[
 def run_fake(
     code: str,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     check: bool = True,
     simulator: bool = False,
     env: dict[str, str] | None = None,
@@ -44,7 +44,9 @@ def run_fake(
     """Run ``code`` in a child on the fake driver (or the simulator); it prints JSON last.
 
     ``env`` adds variables to the child's environment (the fake driver reads its settings,
-    such as ``SMARTARRAY_FAKE_GPU_DEVICES``, when it is loaded).
+    such as ``SMARTARRAY_FAKE_GPU_DEVICES``, when it is loaded). The child's adversarial order
+    is ``seed``'s, by default this session's ``SMARTARRAY_FAKE_GPU_SEED`` (0 when unset), so
+    that CI's seeded runs reach the children too.
     """
     extra = env
     env = real_target_env()
@@ -53,6 +55,8 @@ def run_fake(
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     else:
+        if seed is None:
+            seed = int(os.environ.get("SMARTARRAY_FAKE_GPU_SEED", "0"))
         env.update(SMARTARRAY_FAKE_GPU="1", SMARTARRAY_FAKE_GPU_SEED=str(seed))
     prelude = "import json, numpy as np, smartarray as sa\nfrom numba import cuda\n"
     done = _child(["-c", prelude + textwrap.dedent(code)], env)
@@ -381,12 +385,16 @@ def _queue(seed: int):
 
     from smartarray._fakegpu import _queue
 
+    session_seed = os.environ.get("SMARTARRAY_FAKE_GPU_SEED")  # (a seeded CI run's)
     os.environ["SMARTARRAY_FAKE_GPU_SEED"] = str(seed)
     try:
         ids = itertools.count(0x100, 0x10)
         return _queue.Queue(lambda: next(ids))
     finally:
-        del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+        if session_seed is None:
+            del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+        else:
+            os.environ["SMARTARRAY_FAKE_GPU_SEED"] = session_seed
 
 
 def test_queued_work_keeps_stream_and_event_order_in_every_seeded_order() -> None:
@@ -644,6 +652,7 @@ side = cuda.external_stream(int(handle))
 """
 
 
+@pytest.mark.seeds
 def test_synchronous_copies_and_memset_return_with_the_work_queued_on_the_legacy_stream() -> None:
     """CUDA's "API synchronization behavior": ``cuMemcpyDtoD`` and ``cuMemsetD8`` of device
     memory need no host-side wait, and ``cuMemcpyHtoD`` from pageable memory returns once the

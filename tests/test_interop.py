@@ -488,6 +488,7 @@ def test_foreign_stream_is_accepted_by_copies():
 # -- with a GPU: CuPy and PyTorch -------------------------------------------------------------
 
 
+@pytest.mark.seeds
 @pytest.mark.gpu
 def test_gpu_interface_stream_after_a_launch_on_a_stream_orders_the_consumer_after_it():
     """After a launch on a (non-blocking) stream of the user's, the interface names the legacy
@@ -783,6 +784,7 @@ def add_hundred(x):
         x[i] += 100
 
 
+@pytest.mark.seeds
 @pytest.mark.gpu
 def test_gpu_a_write_on_a_non_blocking_stream_does_not_reach_a_device_copy_made_before():
     """``a.copy()`` of data current on the device only copies device to device on the legacy
