@@ -791,3 +791,27 @@ print(json.dumps({
     assert out["unmapped"] == 1  # CUDA_ERROR_INVALID_VALUE: registered without DEVICEMAP
     assert out["mapped_here"] == 0 and out["mapped_there"] == 1
     assert out["portable_there"] == 0
+
+
+def test_a_kernel_writing_read_only_registered_memory_faults() -> None:
+    out = run_fake(
+        SYNC_CALLS
+        + """
+from numba.cuda.cudadrv.driver import CudaAPIError
+
+h = np.zeros(4)
+flags = drv.CU_MEMHOSTREGISTER_DEVICEMAP | drv.CU_MEMHOSTREGISTER_READ_ONLY
+drv.cuMemHostRegister(h.ctypes.data, h.nbytes, flags)
+desc = {"shape": (4,), "typestr": "<f8", "data": (h.ctypes.data, False), "version": 3}
+d = cuda.from_cuda_array_interface(desc, owner=h, sync=False)
+add_hundred[1, 32](d)
+try:
+    cuda.synchronize()
+    code = 0
+except CudaAPIError as exc:
+    code = int(exc.code)
+print(json.dumps({"code": code, "host": h.tolist()}))
+"""
+    )
+    assert out["code"] == 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    assert out["host"] == [0.0] * 4

@@ -354,6 +354,12 @@ def _run_blocks(
                     f"kernel {fn.__qualname__} ({name}): out-of-bounds access: {exc}",
                 ) from exc
             except Exception as exc:
+                if isinstance(exc, ValueError) and "read-only" in str(exc):
+                    raise CudaError(  # (the only read-only arrays here: READ_ONLY host memory)
+                        CUDA_ERROR_ILLEGAL_ADDRESS,
+                        f"kernel {fn.__qualname__} ({name}) wrote host memory registered "
+                        f"READ_ONLY: {exc}",
+                    ) from exc
                 if _beyond_the_interpreter(exc):
                     # The fake driver's own limit, not the kernel's fault: never silent.
                     raise CudaError(
