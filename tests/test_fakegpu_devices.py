@@ -243,6 +243,9 @@ def test_a_kernel_reads_another_devices_memory_only_with_peer_access() -> None:
 with cuda.gpus[1]:
     ctx1 = cuda.current_context()
     src = cuda.to_device(np.arange(8.0))
+    # The upload may still be queued on device 1's legacy stream (a pageable cuMemcpyHtoD
+    # returns once the bytes are staged): nothing orders device 0's kernel after it.
+    cuda.synchronize()
 with cuda.gpus[0]:
     dst = cuda.to_device(np.ones(8))
     drv.cuCtxEnablePeerAccess(ctx1.handle, 0)
@@ -335,6 +338,7 @@ with cuda.gpus[1]:
     e1 = cuda.event()
 with cuda.gpus[0]:
     d0 = cuda.to_device(np.zeros(4))
+    cuda.synchronize()  # (the upload may still be queued; device 1's stream is not after it)
     e0 = cuda.event()
     try:
         add_one[1, 4, s1](d0)
