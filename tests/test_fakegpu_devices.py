@@ -15,10 +15,6 @@ import pytest
 
 from tests.test_fakegpu import run_fake
 
-# Outcomes depend on the fake driver's adversarial order: CI runs them over several seeds.
-pytestmark = pytest.mark.seeds
-
-
 ADD_ONE = """
 from cuda.bindings import driver as drv
 from smartarray import _fakegpu
@@ -223,6 +219,7 @@ print(json.dumps(results))
 )
 
 
+@pytest.mark.seeds
 @pytest.mark.parametrize("peer", ["1", "0"])
 def test_copies_between_devices_are_allowed_with_or_without_peer_access(peer: str) -> None:
     out = run_fake(COPIES, env=_devices(2, SMARTARRAY_FAKE_GPU_PEER=peer))
@@ -236,6 +233,7 @@ def test_copies_between_devices_are_allowed_with_or_without_peer_access(peer: st
     assert out["calls"] == [2, 1]  # the refused one is a call too
 
 
+@pytest.mark.seeds
 def test_a_kernel_reads_another_devices_memory_only_with_peer_access() -> None:
     out = run_fake(
         ADD_ONE
@@ -442,12 +440,14 @@ print(json.dumps(result))
 )
 
 
+@pytest.mark.seeds
 def test_a_smartarray_used_on_device_1_lives_there() -> None:
     out = run_fake("MIXED = False\n" + SMARTARRAY_ON, env=_devices(2))
     assert out["values"] == [2.0] * 8
     assert out["ordinal"] == 1
 
 
+@pytest.mark.seeds
 def test_a_smartarray_launched_on_device_1_then_device_0() -> None:
     out = run_fake("MIXED = True\n" + SMARTARRAY_ON, env=_devices(2))
     assert out["mixed"] == [3.0] * 8
@@ -456,6 +456,7 @@ def test_a_smartarray_launched_on_device_1_then_device_0() -> None:
 # page-locked memory with several devices ------------------------------------------------------
 
 
+@pytest.mark.seeds
 def test_deregistering_waits_for_a_copy_queued_on_another_device() -> None:
     """``sa.deregister`` on device 0 of memory that device 1's stream still copies from: the
     driver's wait at ``cuMemHostUnregister`` covers device 0 only, so smartarray must wait for
