@@ -11,18 +11,28 @@ They tell smartarray (and Numba) what a kernel or ``njit`` function does with an
 - ``InOut(x)``: reads and writes ``x``; the default for a bare SmartArray.
 
 They also accept plain ndarrays and device arrays, with numba.cuda's meaning of ``cuda.In``,
-``cuda.Out`` and ``cuda.InOut``.
+``cuda.Out`` and ``cuda.InOut``. smartarray moves a plain ndarray itself, on the launch's
+stream and counted in :func:`smartarray.stats`: numba-cuda 0.30 hands it to NumPy's
+``__dlpack__`` with the stream, which NumPy refuses for any stream but the default one
+(NVIDIA/cuda-python#473). ``In`` uploads it (from a staged copy when its memory may be
+page-locked: the DMA would read the host bytes only when it runs); ``Out`` allocates without
+uploading; ``Out`` and ``InOut`` download it after the launch on the same stream and wait for
+that stream before the launch returns, as numba's ``InOut`` does.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 from numba.cuda import args as _numba_args
 from numba.cuda.typing.typeof import Purpose, typeof
 
+from . import memory
 from ._engine.buffer import IN, INOUT, OUT
-from ._numba.kernels import ArrayArgument
+from ._memory import streams as _streams
+from ._numba.kernels import ArrayArgument, kernel_argument
+from ._platform import sessions as _sessions
 
 __all__ = ["In", "InOut", "Out"]
 
@@ -68,7 +78,10 @@ class _Intent(_numba_args.ArgHint):
         """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
         if self._smart:
             return self.value._prepare_launch(retr, stream, self.intent)
-        return self._numba_hint(self.value).to_device(retr, stream)
+        value = self.value
+        if isinstance(value, np.ndarray):
+            return _host_array_argument(value, self.intent, retr, stream)
+        return self._numba_hint(value).to_device(retr, stream)
 
     @property
     def _numba_type_(self) -> Any:
@@ -140,3 +153,50 @@ class InOut(_Intent):
 
     intent = INOUT
     _numba_hint = _numba_args.InOut
+
+
+def maybe_page_locked(a: np.ndarray) -> bool:
+    """Whether ``a``'s memory may be page-locked (pinned, mapped or registered).
+
+    An asynchronous upload from page-locked memory reads the host bytes when it runs, so a
+    host write right after the launch would reach the kernel. Memory NumPy does not own (a
+    CUDA host allocation, a foreign buffer) may be page-locked.
+    """
+    strict = _sessions.current()
+    if strict is not None:
+        return bool(strict.is_page_locked(a))
+    owner = a
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    if not isinstance(owner, np.ndarray):
+        return True
+    return memory.is_registered(a) or memory.is_registered(owner)
+
+
+def _host_array_argument(value: np.ndarray, intent: str, retr: list[Any], stream: Any) -> Any:
+    """A plain ndarray in an intent wrapper, moved by smartarray on the launch's ``stream``
+    (see the module's text); returns what the kernel receives."""
+    order: Literal["C", "F"] = "F" if value.flags.f_contiguous else "C"
+    # A strided array is gathered into a C-ordered copy and scattered back after.
+    strided = not (value.flags.c_contiguous or value.flags.f_contiguous)
+    if intent == OUT:
+        dev = memory.device_array(value.shape, value.dtype, order=order, stream=stream)
+    else:
+        source = value
+        if strided or (intent == IN and maybe_page_locked(value)):
+            source = np.array(value, order=order)  # pageable: taken at the call
+        dev = memory.to_device(source, stream=stream)
+    retr.append(lambda: dev)  # alive until the dispatcher ran the callbacks
+    if intent != IN:
+
+        def download() -> None:
+            if not strided:
+                dev.copy_to_host(value, stream=stream)
+                _streams.synchronize(stream)
+            else:
+                gathered = dev.copy_to_host(stream=stream)
+                _streams.synchronize(stream)
+                value[...] = gathered
+
+        retr.append(download)
+    return kernel_argument(dev)

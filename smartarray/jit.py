@@ -12,7 +12,9 @@ as read only:
   so the other copy stays current), with the array's own Numba type, so the same compiled
   version serves hinted and bare arguments;
 - a plain ``numpy.ndarray`` passed to a kernel as ``numba.cuda.In`` (numba copies it in, not
-  back out);
+  back out); on a stream other than the default one every bare ndarray is passed in
+  smartarray's ``In`` or ``InOut`` instead (numba-cuda 0.30 cannot move one there: NumPy's
+  ``__dlpack__`` refuses the stream), which moves it on that stream, counted;
 - an explicit ``In`` / ``Out`` / ``InOut`` (smartarray's or numba's), a device array, a scalar
   or anything else as it is: an explicit hint always wins.
 
@@ -35,10 +37,10 @@ from numba import cuda
 from numba.cuda import args as _numba_args
 
 from . import _access
+from ._memory import streams as _streams
 from ._platform import cuda_simulator as _sim
-from ._platform import sessions as _sessions
 from .array import SmartArray
-from .hints import In
+from .hints import In, InOut, maybe_page_locked
 
 __all__ = ["explain", "jit", "njit"]
 
@@ -113,24 +115,33 @@ def _hint(a: Any, thr: float, kernel: bool) -> Any:
 
 
 def _maybe_page_locked(a: np.ndarray) -> bool:
-    """Whether ``a``'s memory may be page-locked (pinned, mapped or registered).
+    """Whether ``a``'s memory may be page-locked (:func:`smartarray.hints.maybe_page_locked`).
 
     numba's ``In`` uploads with ``cuMemcpyHtoDAsync`` even on stream 0: from page-locked
     memory the DMA reads the host bytes when it runs, so a host write right after the launch
-    would reach the kernel. Such arrays keep numba's default (``InOut``, which waits). Memory
-    NumPy does not own (a CUDA host allocation, a foreign buffer) may be page-locked.
+    would reach the kernel. Such arrays keep numba's default (``InOut``, which waits).
     """
-    strict = _sessions.current()
-    if strict is not None:
-        return strict.is_page_locked(a)
-    owner = a
-    while isinstance(owner, np.ndarray) and owner.base is not None:
-        owner = owner.base
-    if not isinstance(owner, np.ndarray):
-        return True
-    from . import memory
+    return maybe_page_locked(a)
 
-    return memory.is_registered(a) or memory.is_registered(owner)
+
+def _on_stream(stream: Any) -> bool:
+    """Whether a launch's ``stream`` is another than the default one."""
+    return _streams.pending(stream) is not _streams.DEFAULT
+
+
+def _stream_hints(plan: tuple[tuple[int, str, float], ...], args: tuple) -> tuple:
+    """``args`` with each bare ndarray in smartarray's ``In`` (a parameter the code never
+    writes) or ``InOut``: on a stream other than the default one numba-cuda cannot move a
+    plain ndarray (it asks NumPy's ``__dlpack__`` for that stream, which NumPy refuses);
+    smartarray's hints move it on the launch's stream, counted."""
+    read_only = {i: thr for i, _name, thr in plan}
+    out = list(args)
+    for i, a in enumerate(args):
+        if _KINDS.get(type(a)) == 2 or (type(a) not in _KINDS and _kind(type(a)) == 2):
+            thr = read_only.get(i)
+            hinted = thr is not None and a.ndim > 0 and _read_only(a, thr)
+            out[i] = In(a) if hinted else InOut(a)
+    return tuple(out)
 
 
 def _hinted_args(plan: tuple[tuple[int, str, float], ...], args: tuple, kernel: bool) -> tuple:
@@ -206,11 +217,13 @@ class _Launch:
     creating a proxy costs more than the rest of the launch's overhead.
     """
 
-    __slots__ = ("_deps", "_inner", "_owner", "_plan")
+    __slots__ = ("_deps", "_inner", "_on_stream", "_owner", "_plan")
 
-    def __init__(self, inner: Any, owner: Any) -> None:
+    def __init__(self, inner: Any, owner: Any, stream: Any = 0) -> None:
         self._inner = inner
         self._owner = owner  # the proxy's class: its plan, and what the plan depends on
+        # (read from the configuration: the simulator's configured kernel keeps no stream)
+        self._on_stream = _on_stream(stream)
         self._refresh()
 
     def _refresh(self) -> None:
@@ -224,6 +237,8 @@ class _Launch:
         if not self._deps.current():  # a helper was rebound since: analyse again
             self._refresh()
         plan = self._plan
+        if self._on_stream:
+            args = _stream_hints(plan, args)
         if plan:
             out = None
             n = len(args)
@@ -271,23 +286,27 @@ class _Kernel(_Proxy):
             if launch is not None:
                 return launch
         inner = cls._inner[config]
+        stream = config[2] if isinstance(config, tuple) and len(config) > 2 else 0
         # The simulator returns the kernel itself, configured: the same one again needs no
         # new wrapper.
         last = cls._last
         if last is not None and last._inner is inner:
+            last._on_stream = _on_stream(stream)
             return last
-        launch = cls._last = _Launch(inner, cls)
+        launch = cls._last = _Launch(inner, cls, stream)
         if configs is not None and len(configs) < _CONFIGS_KEPT:
             configs[config] = launch
         return launch
 
     def configure(self, *args: Any, **kws: Any) -> _Launch:
         """numba's ``configure``, with inferred hints (see :func:`jit`)."""
-        return _Launch(self.__wrapped__.configure(*args, **kws), type(self))
+        stream = args[2] if len(args) > 2 else kws.get("stream", 0)
+        return _Launch(self.__wrapped__.configure(*args, **kws), type(self), stream)
 
     def forall(self, *args: Any, **kws: Any) -> _Launch:
         """numba's ``forall``, with inferred hints (see :func:`jit`)."""
-        return _Launch(self.__wrapped__.forall(*args, **kws), type(self))
+        stream = args[2] if len(args) > 2 else kws.get("stream", 0)
+        return _Launch(self.__wrapped__.forall(*args, **kws), type(self), stream)
 
     def specialize(self, *args: Any) -> Any:
         """numba's ``specialize`` (for the hinted arguments), still inferring hints."""

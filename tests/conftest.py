@@ -164,6 +164,16 @@ def pytest_report_header(config):
     return "smartarray target: real CUDA GPU"
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name the fake driver's seed at the end, also under ``-q`` (which hides the header):
+    a failure of a stream test may show on one seed only."""
+    if FAKE_GPU and "PYTEST_XDIST_WORKER" not in os.environ:
+        seed = os.environ.get("SMARTARRAY_FAKE_GPU_SEED", "0")
+        terminalreporter.write_line(
+            f"fake CUDA driver: SMARTARRAY_FAKE_GPU_SEED={seed} (set it to rerun this order)"
+        )
+
+
 def pytest_collection_modifyitems(config, items):
     if not SIMULATOR:
         skip_strict = pytest.mark.skip(

@@ -49,6 +49,7 @@ def _run(code: str, devices: int = 2, peer: str = "1") -> dict:
 # -- a kernel on each device reads current data ----------------------------------------------
 
 
+@pytest.mark.seeds
 @pytest.mark.parametrize("devices", [2, 4])
 def test_a_kernel_on_each_device_in_turn_reads_what_the_last_one_wrote(devices: int) -> None:
     out = _run(
@@ -70,6 +71,7 @@ print(json.dumps({"values": np.asarray(a).tolist(), "seen": seen, "gpus": len(cu
     assert out["seen"] == [["gpu"]] * (2 * devices)
 
 
+@pytest.mark.seeds
 @pytest.mark.parametrize("devices", [2, 4])
 def test_stale_bytes_go_peer_to_peer_counted_d2d_with_both_devices(devices: int) -> None:
     out = _run(
@@ -94,6 +96,7 @@ print(json.dumps({"moved": moved(t), "before": before, "after": peer(),
     assert out["valid"] == ["host", f"gpu:{last}"]
 
 
+@pytest.mark.seeds
 def test_without_peer_access_stale_bytes_go_through_the_host_copy() -> None:
     out = _run(
         """
@@ -151,6 +154,7 @@ print(json.dumps({{"moved": moved(t), "error": error, "before": before, "after":
     assert out["values"] == [2.0] * 64
 
 
+@pytest.mark.seeds
 def test_only_the_bytes_a_device_wrote_move_to_the_next_device() -> None:
     out = _run(
         """
@@ -172,6 +176,7 @@ print(json.dumps({"moved": moved(t), "values": np.asarray(a).tolist()}))
     assert out["values"] == expected
 
 
+@pytest.mark.seeds
 def test_a_kernel_on_another_device_after_a_host_write_uploads_only_the_written_bytes() -> None:
     out = _run(
         """
@@ -220,6 +225,7 @@ print(json.dumps({"d1": ordinal(d1), "d0": ordinal(d0), "explicit": explicit,
     assert out["values0"] == list(range(8))
 
 
+@pytest.mark.seeds
 def test_a_write_marked_on_one_device_is_read_on_another_and_on_the_host() -> None:
     out = _run(
         """
@@ -240,6 +246,7 @@ print(json.dumps({"moved": moved(t), "dev0": d0.copy_to_host().tolist(),
     assert out["host"] == [1.0] * 8
 
 
+@pytest.mark.seeds
 def test_an_array_made_on_a_device_lives_there() -> None:
     out = _run(
         """
@@ -256,6 +263,7 @@ print(json.dumps({"valid": a.valid_at, "on1": ordinal(a.get("gpu:1")),
 # -- residency per device --------------------------------------------------------------------
 
 
+@pytest.mark.seeds
 def test_each_device_has_its_own_budget_and_evicts_only_its_own_copies() -> None:
     out = _run(
         """

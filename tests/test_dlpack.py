@@ -374,6 +374,32 @@ def test_copy_true_is_a_fresh_device_copy_counted_d2d():
     t.release()
 
 
+@cuda.jit
+def add_hundred(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 100
+
+
+@pytest.mark.seeds
+@pytest.mark.gpu
+def test_gpu_copy_true_is_not_reached_by_a_later_write_on_a_non_blocking_stream():
+    """The fresh copy is made device to device on the legacy default stream, which may still
+    hold it when the export returns; a kernel writing the source next on a non-blocking stream
+    must be ordered after that copy (the source records it as well as the copy)."""
+    from _kernels import non_blocking_stream
+
+    with non_blocking_stream() as s:
+        for trial in range(4):
+            a = sa.SmartArray(np.zeros(N))
+            add_one[1, 32](a)  # current on the device only
+            t = Consumer(export(a, copy=True, stream=1))
+            add_hundred[1, 32, s](a)
+            np.testing.assert_array_equal(a.host(), np.full(N, 101.0), err_msg=str(trial))
+            np.testing.assert_array_equal(t.values(), np.ones(N), err_msg=str(trial))
+            t.release()
+
+
 def test_copy_true_of_host_data_uploads_once():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     t = Consumer(export(a, copy=True))

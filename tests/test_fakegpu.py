@@ -36,7 +36,7 @@ def _child(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[
 def run_fake(
     code: str,
     *,
-    seed: int = 0,
+    seed: int | None = None,
     check: bool = True,
     simulator: bool = False,
     env: dict[str, str] | None = None,
@@ -44,7 +44,9 @@ def run_fake(
     """Run ``code`` in a child on the fake driver (or the simulator); it prints JSON last.
 
     ``env`` adds variables to the child's environment (the fake driver reads its settings,
-    such as ``SMARTARRAY_FAKE_GPU_DEVICES``, when it is loaded).
+    such as ``SMARTARRAY_FAKE_GPU_DEVICES``, when it is loaded). The child's adversarial order
+    is ``seed``'s, by default this session's ``SMARTARRAY_FAKE_GPU_SEED`` (0 when unset), so
+    that CI's seeded runs reach the children too.
     """
     extra = env
     env = real_target_env()
@@ -53,6 +55,8 @@ def run_fake(
     if simulator:
         env["NUMBA_ENABLE_CUDASIM"] = "1"
     else:
+        if seed is None:
+            seed = int(os.environ.get("SMARTARRAY_FAKE_GPU_SEED", "0"))
         env.update(SMARTARRAY_FAKE_GPU="1", SMARTARRAY_FAKE_GPU_SEED=str(seed))
     prelude = "import json, numpy as np, smartarray as sa\nfrom numba import cuda\n"
     done = _child(["-c", prelude + textwrap.dedent(code)], env)
@@ -381,12 +385,16 @@ def _queue(seed: int):
 
     from smartarray._fakegpu import _queue
 
+    session_seed = os.environ.get("SMARTARRAY_FAKE_GPU_SEED")  # (a seeded CI run's)
     os.environ["SMARTARRAY_FAKE_GPU_SEED"] = str(seed)
     try:
         ids = itertools.count(0x100, 0x10)
         return _queue.Queue(lambda: next(ids))
     finally:
-        del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+        if session_seed is None:
+            del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+        else:
+            os.environ["SMARTARRAY_FAKE_GPU_SEED"] = session_seed
 
 
 def test_queued_work_keeps_stream_and_event_order_in_every_seeded_order() -> None:
@@ -620,3 +628,190 @@ def test_a_fake_driver_session_spread_over_xdist_workers_runs_on_it(tmp_path: Pa
     done = _child(["-m", "pytest", *args, "--rootdir", str(tmp_path), str(probe)], env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+SYNC_CALLS = """
+import warnings
+from cuda.bindings import driver as drv
+from smartarray import _fakegpu
+warnings.simplefilter("ignore")  # numba's low-occupancy warning
+
+@cuda.jit
+def add_hundred(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 100.0
+
+def ptr(d):
+    return int(d.device_ctypes_pointer.value)
+
+fake = _fakegpu.current()
+cuda.current_context()
+err, handle = drv.cuStreamCreate(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)
+side = cuda.external_stream(int(handle))
+"""
+
+
+@pytest.mark.seeds
+def test_synchronous_copies_and_memset_return_with_the_work_queued_on_the_legacy_stream() -> None:
+    """CUDA's "API synchronization behavior": ``cuMemcpyDtoD`` and ``cuMemsetD8`` of device
+    memory need no host-side wait, and ``cuMemcpyHtoD`` from pageable memory returns once the
+    source is staged. The fake leaves all three queued on the legacy stream, so a kernel on a
+    non-blocking stream (not ordered after that stream) may run first."""
+    out = run_fake(
+        SYNC_CALLS
+        + """
+src = cuda.to_device(np.ones(4))
+dst = cuda.device_array(4)
+zeroed = cuda.to_device(np.ones(4))
+staged = cuda.device_array(4)
+host = np.full(4, 7.0)
+cuda.synchronize()
+drv.cuMemcpyHtoD(ptr(staged), host.ctypes.data, 32)  # (it synchronises the legacy stream)
+host[:] = -1.0  # staged at the call: the copy keeps the bytes it had
+drv.cuMemcpyDtoD(ptr(dst), ptr(src), 32)
+drv.cuMemsetD8(ptr(zeroed), 0, 32)
+queued = sorted(op.label for op in fake.queue.ops)
+add_hundred[1, 32, side](src)
+add_hundred[1, 32, side](zeroed)
+side.synchronize()  # runs the kernels only: nothing orders them after the legacy stream
+print(json.dumps({
+    "queued": queued,
+    "dst": dst.copy_to_host().tolist(),
+    "zeroed": zeroed.copy_to_host().tolist(),
+    "staged": staged.copy_to_host().tolist(),
+}))
+"""
+    )
+    assert out["queued"] == ["DtoD", "HtoD", "memset"]
+    assert out["dst"] == [101.0] * 4  # the kernel ran before the copy read its source
+    assert out["zeroed"] == [0.0] * 4  # the memset ran after the kernel's write
+    assert out["staged"] == [7.0] * 4
+
+
+def test_a_copy_from_page_locked_memory_is_synchronous() -> None:
+    out = run_fake(
+        SYNC_CALLS
+        + """
+h = cuda.pinned_array(4)
+h[:] = 3.0
+d = cuda.device_array(4)
+drv.cuMemcpyHtoD(ptr(d), h.ctypes.data, 32)
+print(json.dumps({"queued": [op.label for op in fake.queue.ops]}))
+"""
+    )
+    assert out["queued"] == []
+
+
+def test_a_free_waits_for_the_freeing_device_only() -> None:
+    """What drivers do (the API documents no wait): ``cuMemFree`` waits for its context's
+    device; another device's queued work stays queued."""
+    out = run_fake(
+        SYNC_CALLS
+        + """
+with cuda.gpus[1]:
+    other = cuda.to_device(np.zeros(4))
+    s1 = cuda.stream()
+    add_hundred[1, 32, s1](other)
+mine = cuda.to_device(np.zeros(4))
+s0 = cuda.stream()
+add_hundred[1, 32, s0](mine)
+err, scratch = drv.cuMemAlloc(64)
+drv.cuMemFree(scratch)
+labels = [op.label for op in fake.queue.ops]
+print(json.dumps({"devices": sorted({op.stream.device for op in fake.queue.ops})}))
+""",
+        env={"SMARTARRAY_FAKE_GPU_DEVICES": "2"},
+    )
+    assert out["devices"] == [1]
+
+
+def test_page_locking_honours_portable_devicemap_and_overlap() -> None:
+    """``cuMemHostRegister`` without PORTABLE page-locks for the registering context only
+    (another device's asynchronous copy stages it as pageable memory); a registered range is
+    kernel-accessible only with DEVICEMAP, where mapped; overlapping ranges are refused;
+    READ_ONLY memory is read-only to kernels."""
+    out = run_fake(
+        SYNC_CALLS
+        + """
+from numba.cuda.cudadrv.driver import CudaAPIError
+
+def code(call):
+    try:
+        result = call()
+    except CudaAPIError as exc:
+        return int(exc.code)
+    return int(result[0] if isinstance(result, tuple) else result)
+
+R = drv.CU_MEMHOSTREGISTER_DEVICEMAP
+base = np.zeros(4096)
+h = base[:4]
+p = h.ctypes.data
+assert code(lambda: drv.cuMemHostRegister(p, 32, 0)) == 0
+overlap = code(lambda: drv.cuMemHostRegister(p - 8, 64, 0))
+locked_here = fake.host.page_locked(p, 32, 0)
+locked_there = fake.host.page_locked(p, 32, 1)
+with cuda.gpus[1]:
+    d = cuda.device_array(4)
+    s1 = cuda.stream()
+    h[:] = 5.0
+    drv.cuMemcpyHtoDAsync(ptr(d), p, 32, s1.handle)  # pageable for device 1: staged now
+    h[:] = -5.0
+    s1.synchronize()
+    staged = d.copy_to_host().tolist()
+cuda.current_context()  # (leaving the block left no context current)
+unmapped = code(lambda: drv.cuMemHostGetDevicePointer(p, 0))
+drv.cuMemHostUnregister(p)
+
+q = base[1000:1004]
+pq = q.ctypes.data
+drv.cuMemHostRegister(pq, 32, drv.CU_MEMHOSTREGISTER_DEVICEMAP)
+mapped_here = code(lambda: drv.cuMemHostGetDevicePointer(pq, 0))
+with cuda.gpus[1]:
+    mapped_there = code(lambda: drv.cuMemHostGetDevicePointer(pq, 0))
+cuda.current_context()
+drv.cuMemHostUnregister(pq)
+flags = drv.CU_MEMHOSTREGISTER_DEVICEMAP | drv.CU_MEMHOSTREGISTER_PORTABLE
+drv.cuMemHostRegister(pq, 32, flags)
+with cuda.gpus[1]:
+    portable_there = code(lambda: drv.cuMemHostGetDevicePointer(pq, 0))
+cuda.current_context()
+drv.cuMemHostUnregister(pq)
+print(json.dumps({
+    "overlap": overlap, "locked_here": locked_here, "locked_there": locked_there,
+    "staged": staged, "unmapped": unmapped, "mapped_here": mapped_here,
+    "mapped_there": mapped_there, "portable_there": portable_there,
+}))
+""",
+        env={"SMARTARRAY_FAKE_GPU_DEVICES": "2"},
+    )
+    assert out["overlap"] == 712  # CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+    assert out["locked_here"] and not out["locked_there"]
+    assert out["staged"] == [5.0] * 4
+    assert out["unmapped"] == 1  # CUDA_ERROR_INVALID_VALUE: registered without DEVICEMAP
+    assert out["mapped_here"] == 0 and out["mapped_there"] == 1
+    assert out["portable_there"] == 0
+
+
+def test_a_kernel_writing_read_only_registered_memory_faults() -> None:
+    out = run_fake(
+        SYNC_CALLS
+        + """
+from numba.cuda.cudadrv.driver import CudaAPIError
+
+h = np.zeros(4)
+flags = drv.CU_MEMHOSTREGISTER_DEVICEMAP | drv.CU_MEMHOSTREGISTER_READ_ONLY
+drv.cuMemHostRegister(h.ctypes.data, h.nbytes, flags)
+desc = {"shape": (4,), "typestr": "<f8", "data": (h.ctypes.data, False), "version": 3}
+d = cuda.from_cuda_array_interface(desc, owner=h, sync=False)
+add_hundred[1, 32](d)
+try:
+    cuda.synchronize()
+    code = 0
+except CudaAPIError as exc:
+    code = int(exc.code)
+print(json.dumps({"code": code, "host": h.tolist()}))
+"""
+    )
+    assert out["code"] == 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+    assert out["host"] == [0.0] * 4

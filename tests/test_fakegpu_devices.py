@@ -219,6 +219,7 @@ print(json.dumps(results))
 )
 
 
+@pytest.mark.seeds
 @pytest.mark.parametrize("peer", ["1", "0"])
 def test_copies_between_devices_are_allowed_with_or_without_peer_access(peer: str) -> None:
     out = run_fake(COPIES, env=_devices(2, SMARTARRAY_FAKE_GPU_PEER=peer))
@@ -232,6 +233,7 @@ def test_copies_between_devices_are_allowed_with_or_without_peer_access(peer: st
     assert out["calls"] == [2, 1]  # the refused one is a call too
 
 
+@pytest.mark.seeds
 def test_a_kernel_reads_another_devices_memory_only_with_peer_access() -> None:
     out = run_fake(
         ADD_ONE
@@ -239,6 +241,9 @@ def test_a_kernel_reads_another_devices_memory_only_with_peer_access() -> None:
 with cuda.gpus[1]:
     ctx1 = cuda.current_context()
     src = cuda.to_device(np.arange(8.0))
+    # The upload may still be queued on device 1's legacy stream (a pageable cuMemcpyHtoD
+    # returns once the bytes are staged): nothing orders device 0's kernel after it.
+    cuda.synchronize()
 with cuda.gpus[0]:
     dst = cuda.to_device(np.ones(8))
     drv.cuCtxEnablePeerAccess(ctx1.handle, 0)
@@ -331,6 +336,7 @@ with cuda.gpus[1]:
     e1 = cuda.event()
 with cuda.gpus[0]:
     d0 = cuda.to_device(np.zeros(4))
+    cuda.synchronize()  # (the upload may still be queued; device 1's stream is not after it)
     e0 = cuda.event()
     try:
         add_one[1, 4, s1](d0)
@@ -360,12 +366,16 @@ print(json.dumps({"launch": launch, "record": record, "wait": wait, "values": va
 def _queue(seed: int, current: list[int]):
     from smartarray._fakegpu import _queue
 
+    session_seed = os.environ.get("SMARTARRAY_FAKE_GPU_SEED")  # (a seeded CI run's)
     os.environ["SMARTARRAY_FAKE_GPU_SEED"] = str(seed)
     try:
         ids = itertools.count(0x100, 0x10)
         return _queue.Queue(lambda: next(ids), lambda: current[0])
     finally:
-        del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+        if session_seed is None:
+            del os.environ["SMARTARRAY_FAKE_GPU_SEED"]
+        else:
+            os.environ["SMARTARRAY_FAKE_GPU_SEED"] = session_seed
 
 
 def test_each_device_has_its_own_legacy_default_stream() -> None:
@@ -430,12 +440,70 @@ print(json.dumps(result))
 )
 
 
+@pytest.mark.seeds
 def test_a_smartarray_used_on_device_1_lives_there() -> None:
     out = run_fake("MIXED = False\n" + SMARTARRAY_ON, env=_devices(2))
     assert out["values"] == [2.0] * 8
     assert out["ordinal"] == 1
 
 
+@pytest.mark.seeds
 def test_a_smartarray_launched_on_device_1_then_device_0() -> None:
     out = run_fake("MIXED = True\n" + SMARTARRAY_ON, env=_devices(2))
     assert out["mixed"] == [3.0] * 8
+
+
+# page-locked memory with several devices ------------------------------------------------------
+
+
+@pytest.mark.seeds
+def test_deregistering_waits_for_a_copy_queued_on_another_device() -> None:
+    """``sa.deregister`` on device 0 of memory that device 1's stream still copies from: the
+    driver's wait at ``cuMemHostUnregister`` covers device 0 only, so smartarray must wait for
+    every device first (the copy faults on the fake driver when its memory was unpinned)."""
+    out = run_fake(
+        ADD_ONE
+        + """
+h = np.arange(4.0)
+with cuda.gpus[1]:
+    sa.register(h)  # page-locked by device 1's context
+    s1 = cuda.stream()
+    d = cuda.to_device(h, stream=s1)  # asynchronous: the DMA reads h when it runs
+with cuda.gpus[0]:
+    sa.deregister(h)
+    with cuda.gpus[1]:
+        try:
+            values = d.copy_to_host().tolist()
+        except CudaAPIError as exc:
+            values = int(exc.code)
+print(json.dumps({"values": values}))
+""",
+        env=_devices(2),
+    )
+    assert out["values"] == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_registered_memory_is_page_locked_for_every_device() -> None:
+    """With several devices ``sa.register`` page-locks portably: without
+    ``CU_MEMHOSTREGISTER_PORTABLE`` another device's context treats the memory as pageable."""
+    out = run_fake(
+        ADD_ONE
+        + """
+h = np.arange(4.0)
+with cuda.gpus[0]:
+    sa.register(h)
+fake = _fakegpu.current()
+locked = [fake.host.page_locked(h.ctypes.data, h.nbytes, dev) for dev in range(2)]
+with cuda.gpus[1]:
+    s1 = cuda.stream()
+    d = cuda.to_device(h, stream=s1)
+    s1.synchronize()
+    values = d.copy_to_host().tolist()
+with cuda.gpus[0]:
+    sa.deregister(h)
+print(json.dumps({"locked": locked, "values": values}))
+""",
+        env=_devices(2),
+    )
+    assert out["locked"] == [True, True]
+    assert out["values"] == [0.0, 1.0, 2.0, 3.0]

@@ -36,3 +36,89 @@ def test_types_of_hints():
 def test_bare_smartarray_is_inout():
     assert sa.SmartArray(np.zeros(1)).intent == sa.InOut.intent == "inout"
     assert (sa.In.intent, sa.Out.intent) == ("in", "out")
+
+
+# --- plain ndarrays in the hints, on the default stream and on another ---------------------
+
+from numba import cuda  # noqa: E402
+
+
+@cuda.jit
+def _double_into(out, x):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = 2 * x[i]
+
+
+@cuda.jit
+def _fill_index(y):
+    i = cuda.grid(1)
+    if i < y.size:
+        y[i] = i + 1
+
+
+@cuda.jit
+def _add_one(y):
+    i = cuda.grid(1)
+    if i < y.size:
+        y[i] += 1
+
+
+def _moved() -> tuple[int, int]:
+    s = sa.stats()
+    return s.h2d_bytes, s.d2h_bytes
+
+
+def _launch_stream(on_stream: bool):
+    return sa.stream() if on_stream else 0
+
+
+@pytest.mark.parametrize("on_stream", [False, True], ids=["default", "stream"])
+def test_in_of_a_plain_ndarray_is_uploaded_on_the_launch_stream(on_stream):
+    x = np.arange(8.0)
+    out = sa.SmartArray(np.zeros(8))
+    s = _launch_stream(on_stream)
+    sa.reset_stats()
+    _double_into[1, 32, s](out, sa.In(x))
+    x[:] = -1.0  # after the launch returned: the kernel read x's bytes at the call
+    np.testing.assert_array_equal(out.host(), np.arange(8.0) * 2)
+    assert _moved() == (64 + 64, 64)  # x and out up, out down
+
+
+@pytest.mark.parametrize("on_stream", [False, True], ids=["default", "stream"])
+def test_out_of_a_plain_ndarray_is_downloaded_before_the_launch_returns(on_stream):
+    y = np.zeros(8)
+    s = _launch_stream(on_stream)
+    sa.reset_stats()
+    _fill_index[1, 32, s](sa.Out(y))
+    np.testing.assert_array_equal(y, np.arange(1.0, 9.0))  # no wait needed
+    assert _moved() == (0, 64)
+
+
+@pytest.mark.parametrize("on_stream", [False, True], ids=["default", "stream"])
+def test_inout_of_a_plain_ndarray_round_trips_on_the_launch_stream(on_stream):
+    full = np.arange(12.0).reshape(3, 4)
+    y = full[:, 1]  # strided: gathered, then scattered back
+    s = _launch_stream(on_stream)
+    sa.reset_stats()
+    _add_one[1, 32, s](sa.InOut(y))
+    np.testing.assert_array_equal(y, [2.0, 6.0, 10.0])
+    np.testing.assert_array_equal(full[:, 0], [0.0, 4.0, 8.0])  # the gaps untouched
+    assert _moved() == (24, 24)
+
+
+@pytest.mark.parametrize("on_stream", [False, True], ids=["default", "stream"])
+def test_bare_ndarrays_through_smartarray_jit_on_any_stream(on_stream):
+    @sa.jit
+    def double_into(out, x):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = 2 * x[i]
+
+    x, out = np.arange(8.0), np.zeros(8)
+    s = _launch_stream(on_stream)
+    sa.reset_stats()
+    double_into[1, 32, s](out, x)
+    np.testing.assert_array_equal(out, np.arange(8.0) * 2)  # written back before returning
+    if on_stream:  # smartarray moved them: x up (In), out up and down (InOut)
+        assert _moved() == (128, 64)

@@ -488,6 +488,7 @@ def test_foreign_stream_is_accepted_by_copies():
 # -- with a GPU: CuPy and PyTorch -------------------------------------------------------------
 
 
+@pytest.mark.seeds
 @pytest.mark.gpu
 def test_gpu_interface_stream_after_a_launch_on_a_stream_orders_the_consumer_after_it():
     """After a launch on a (non-blocking) stream of the user's, the interface names the legacy
@@ -774,3 +775,27 @@ def test_cupy_writes_after_an_export_with_a_held_host_array():
     s.synchronize()
     np.testing.assert_array_equal(np.asarray(a), (np.arange(N) + 1.0) * 2 + 1)
     np.testing.assert_array_equal(h, (np.arange(N) + 1.0) * 2 + 1)
+
+
+@cuda.jit
+def add_hundred(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 100
+
+
+@pytest.mark.seeds
+@pytest.mark.gpu
+def test_gpu_a_write_on_a_non_blocking_stream_does_not_reach_a_device_copy_made_before():
+    """``a.copy()`` of data current on the device only copies device to device on the legacy
+    default stream, and CUDA may return with the copy still queued there; a kernel writing
+    ``a`` next on a non-blocking stream is not ordered after it by CUDA, so the copy must be
+    recorded on ``a`` too. (On the fake driver the kernel runs first when nothing orders it.)"""
+    with non_blocking_stream() as s:
+        for trial in range(4):
+            a = sa.SmartArray(np.zeros(N))
+            launch(add_one, a)  # current on the device only
+            b = a.copy()
+            add_hundred[1, 32, s](a)
+            np.testing.assert_array_equal(a.host(), np.full(N, 101.0), err_msg=str(trial))
+            np.testing.assert_array_equal(b.host(), np.ones(N), err_msg=str(trial))

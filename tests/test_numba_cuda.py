@@ -546,6 +546,7 @@ def test_gpu_launches_on_two_streams_are_ordered_on_one_array():
     np.testing.assert_array_equal(np.asarray(a)[::4096], 6.0)
 
 
+@pytest.mark.seeds
 @pytest.mark.gpu
 def test_gpu_default_stream_work_is_ordered_before_a_launch_on_a_non_blocking_stream():
     # A non-blocking stream (what CuPy and PyTorch may hand over) does not wait for the legacy

@@ -1,10 +1,17 @@
 """Driver entries for memory: allocation, page-locking, pointer attributes, copies, memset.
 
-CUDA's rules for what is synchronous (the "API synchronization behavior" page): a copy that
-is not ``Async`` runs on the legacy default stream and returns once done; an ``Async`` copy
-from *pageable* host memory reads the source at the call (a staging copy) and one to pageable
-host memory returns once done; an ``Async`` copy from or to *page-locked* memory touches the
-host bytes only when it runs.
+CUDA's rules for what is synchronous (the "API synchronization behavior" page), each taken
+as far as it lets work stay queued: a copy that is not ``Async`` runs on the legacy default
+stream; to host memory, or from page-locked host memory, it returns once done; from *pageable*
+host memory it synchronises the legacy stream, reads the source at the call (a staging copy)
+and returns with the transfer still queued; device to device, and ``cuMemsetD8`` of device
+memory, it returns at once with the work queued. An ``Async`` copy from *pageable* host memory
+reads the source at the call and one to pageable host memory returns once done; an ``Async``
+copy from or to *page-locked* memory touches the host bytes only when it runs.
+
+Page-locking is a context's: memory registered or allocated without ``PORTABLE`` is pageable
+to other devices' contexts (their copies stage it), and kernel-accessible only where mapped.
+Frees wait for the freeing context's device, not the others.
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
-from ._errors import CUDA_ERROR_INVALID_VALUE, CudaError
+from ._errors import CUDA_ERROR_ILLEGAL_ADDRESS, CUDA_ERROR_INVALID_VALUE, CudaError
+from ._memory import DEVICEMAP
 from ._queue import Op, Stream
 from ._state import DriverState
 
@@ -35,9 +43,14 @@ class MemoryEntries(DriverState):
         _put(p, ctypes.c_uint64, self.heaps[self._current_device()].alloc(nbytes))
 
     def cuMemFree(self, ptr: int) -> None:
-        # cuMemFree waits for the device to finish using the memory: run what is queued.
-        self._run(self.queue.synchronize_all)
+        # A free waits for the freeing context's device (what drivers do; the API documents
+        # no wait): other devices' queued work, even work using this memory, stays queued.
+        self._wait_for_freeing_device()
         self.heaps.free(ptr)
+
+    def _wait_for_freeing_device(self) -> None:
+        device = self._current_device()
+        self._run(lambda: self.queue.synchronize_device(device))
 
     def cuMemAllocAsync(self, p: int, nbytes: int, stream: int | None) -> None:
         device = self.queue.stream(stream).device  # the stream's device, as CUDA allocates
@@ -96,7 +109,7 @@ class MemoryEntries(DriverState):
             _put(psize, ctypes.c_size_t, found[1])
 
     def cuMemHostAlloc(self, p: int, nbytes: int, flags: int) -> None:
-        _put(p, ctypes.c_void_p, self.host.allocate(nbytes))
+        _put(p, ctypes.c_void_p, self.host.allocate(nbytes, self._current_device(), flags))
         if self.clock is not None:
             self.clock.page_locked(nbytes)
 
@@ -104,24 +117,34 @@ class MemoryEntries(DriverState):
         self.cuMemHostAlloc(p, nbytes, 0)
 
     def cuMemFreeHost(self, ptr: int) -> None:
-        self._run(self.queue.synchronize_all)
+        self._wait_for_freeing_device()
         self.host.free(ptr)
 
     def cuMemHostRegister(self, ptr: int, nbytes: int, flags: int) -> None:
         if not ptr or not nbytes:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister of nothing")
-        self.host.register(ptr, nbytes)
+        self.host.register(ptr, nbytes, self._current_device(), flags)
         if self.clock is not None:
             self.clock.page_locked(nbytes)
 
     def cuMemHostUnregister(self, ptr: int) -> None:
-        self._run(self.queue.synchronize_all)
+        self._wait_for_freeing_device()
         self.host.unregister(ptr)
 
     def cuMemHostGetDevicePointer(self, p: int, ptr: int, flags: int) -> None:
-        # Unified addressing: a mapped page-locked host range has the same address on the device.
-        if not self.host.page_locked(ptr, 1):
-            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not page-locked host memory")
+        # Unified addressing: a mapped page-locked host range has the same address on the
+        # device. The driver refuses memory locked without DEVICEMAP, and memory mapped for
+        # another context only.
+        entry = self.host.range_of(ptr)
+        if entry is None or not entry.flags & DEVICEMAP:
+            raise CudaError(
+                CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not mapped page-locked host memory"
+            )
+        if not entry.mapped_for(self._current_device()):
+            raise CudaError(
+                CUDA_ERROR_INVALID_VALUE,
+                f"{ptr:#x} was mapped for device {entry.device}'s context only (not PORTABLE)",
+            )
         _put(p, ctypes.c_uint64, ptr)
 
     # pointer attributes ---------------------------------------------------------------------
@@ -132,9 +155,12 @@ class MemoryEntries(DriverState):
         if found is None:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"{ptr:#x} is not known to the driver")
         start, size = found
-        # Device memory is its device's (context's); page-locked host memory is reported as
-        # device 0's (the fake does not record which context page-locked it).
-        ordinal = (self.heaps.device_of(ptr) or 0) if dev else 0  # (dev: device_of knows it)
+        # Device memory is its device's (context's); page-locked host memory the context's
+        # that locked it.
+        if dev:
+            ordinal = self.heaps.device_of(ptr) or 0  # (dev: device_of knows it)
+        else:
+            ordinal = self.host.range_of(ptr).device  # type: ignore[union-attr]  # (host: found)
         ctx = self.contexts[ordinal]
         table = {
             1: (ctypes.c_void_p, ctx),  # CONTEXT
@@ -192,10 +218,21 @@ class MemoryEntries(DriverState):
             if self.heaps.owns(ptr):
                 self.heaps.check(ptr, n, f"{label} {what}")
 
+        # Page-locked host ends the DMA reads or writes when it runs: unpinned before then
+        # (cuMemHostUnregister, cuMemFreeHost), the copy is undefined on a GPU; here it faults.
+        pins = [r for r in (self.host.range_of(dst), self.host.range_of(src)) if r is not None]
+
         def run() -> None:
             for ptr, what in ((dst, "destination"), (src, "source")):
                 if self.heaps.owns(ptr):
                     self.heaps.check(ptr, n, f"{label} {what} (when it ran)")
+            for pin in pins:
+                if not self.host.live(pin):
+                    raise CudaError(
+                        CUDA_ERROR_ILLEGAL_ADDRESS,
+                        f"{label}: the page-locked host memory at {pin.start:#x} was "
+                        "unregistered or freed before the copy ran",
+                    )
             ctypes.memmove(dst, src, n)
             del keep_alive[:]
 
@@ -205,7 +242,7 @@ class MemoryEntries(DriverState):
         if self.clock is not None:
             ends = [self.heaps.device_of(src), self.heaps.device_of(dst)]
             pageable = any(
-                device is None and not self.host.page_locked(ptr, n)
+                device is None and not self.host.page_locked(ptr, n, stream.device)
                 for device, ptr in zip(ends, (src, dst), strict=True)
             )
             self.clock.copy(op, n, ends[0], ends[1], pageable and any(e is not None for e in ends))
@@ -218,27 +255,43 @@ class MemoryEntries(DriverState):
         return ctypes.addressof(buf), buf
 
     def cuMemcpyHtoD(self, dst: int, src: int, n: int) -> None:
-        self._copy(dst, src, n, self.queue.stream(0), "HtoD", wait=True)
+        legacy = self.queue.stream(0)
+        if self.host.page_locked(src, n, self._current_device()):
+            self._copy(dst, src, n, legacy, "HtoD", wait=True)  # synchronous from pinned memory
+            return
+        # Pageable: the legacy stream is synchronised, the source staged, and the call returns
+        # with the DMA to the device still queued there.
+        self._run(lambda: self.queue.synchronize(legacy))
+        src, keep = self._staged(src, n)
+        self._copy(dst, src, n, legacy, "HtoD", wait=False, keep=keep)
 
     def cuMemcpyDtoH(self, dst: int, src: int, n: int) -> None:
         self._copy(dst, src, n, self.queue.stream(0), "DtoH", wait=True)
 
     def cuMemcpyDtoD(self, dst: int, src: int, n: int) -> None:
-        self._copy(dst, src, n, self.queue.stream(0), "DtoD", wait=True)
+        # No host-side synchronisation: the copy may still be queued on the legacy stream.
+        self._copy(dst, src, n, self.queue.stream(0), "DtoD", wait=False)
 
     def cuMemcpy(self, dst: int, src: int, n: int) -> None:
-        self._copy(dst, src, n, self.queue.stream(0), "copy", wait=True)
+        # Unified addressing: the rules of the copy's direction, read from the pointers.
+        if self.heaps.owns(dst) and self.heaps.owns(src):
+            self.cuMemcpyDtoD(dst, src, n)
+        elif self.heaps.owns(dst):
+            self.cuMemcpyHtoD(dst, src, n)
+        else:
+            self._copy(dst, src, n, self.queue.stream(0), "copy", wait=True)
 
     def cuMemcpyHtoDAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
         s = self.queue.stream(stream)
         keep = None
-        if not self.host.page_locked(src, n):
+        if not self.host.page_locked(src, n, s.device):
             src, keep = self._staged(src, n)  # pageable: the bytes are taken now
         self._copy(dst, src, n, s, "HtoDAsync", wait=False, keep=keep)
 
     def cuMemcpyDtoHAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
-        pageable = not self.host.page_locked(dst, n)
-        self._copy(dst, src, n, self.queue.stream(stream), "DtoHAsync", wait=pageable)
+        s = self.queue.stream(stream)
+        pageable = not self.host.page_locked(dst, n, s.device)
+        self._copy(dst, src, n, s, "DtoHAsync", wait=pageable)
 
     def cuMemcpyDtoDAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
         self._copy(dst, src, n, self.queue.stream(stream), "DtoDAsync", wait=False)
@@ -246,9 +299,9 @@ class MemoryEntries(DriverState):
     def cuMemcpyAsync(self, dst: int, src: int, n: int, stream: int | None) -> None:
         s = self.queue.stream(stream)
         keep = None
-        if not self.heaps.owns(src) and not self.host.page_locked(src, n):
+        if not self.heaps.owns(src) and not self.host.page_locked(src, n, s.device):
             src, keep = self._staged(src, n)
-        wait = not self.heaps.owns(dst) and not self.host.page_locked(dst, n)
+        wait = not self.heaps.owns(dst) and not self.host.page_locked(dst, n, s.device)
         self._copy(dst, src, n, s, "copyAsync", wait=wait, keep=keep)
 
     def _memset(self, dst: int, value: int, n: int, stream: Stream, wait: bool) -> None:
@@ -265,7 +318,9 @@ class MemoryEntries(DriverState):
             self._run(lambda: self.queue.run_until([op]))
 
     def cuMemsetD8(self, dst: int, value: int, n: int) -> None:
-        self._memset(dst, value, n, self.queue.stream(0), wait=True)
+        # Device memory: asynchronous with respect to the host (only a memset of page-locked
+        # host memory is synchronous, and the fake's memset targets device memory only).
+        self._memset(dst, value, n, self.queue.stream(0), wait=False)
 
     def cuMemsetD8Async(self, dst: int, value: int, n: int, stream: int | None) -> None:
         self._memset(dst, value, n, self.queue.stream(stream), wait=False)

@@ -145,6 +145,9 @@ def _materialise(
         else:
             buf = (ctypes.c_char * (hi - lo)).from_address(data + lo)
             arr = np.ndarray(shape, dtype=dtype, buffer=buf, offset=-lo, strides=strides)
+            pinned = driver.host.range_of(data + lo)
+            if pinned is not None and pinned.read_only:
+                arr.flags.writeable = False  # registered READ_ONLY: a device write fails
         if kind == "record":
             return arr.reshape(())[()]
         return FakeWithinKernelCUDAArray(FakeCUDAArray(arr))
@@ -170,8 +173,18 @@ def _check_range(
             f"{start:#x}, device {owner}'s memory, and peer access from device {device} to "
             f"device {owner} is not enabled (cuCtxEnablePeerAccess)",
         )
-    if driver.host.page_locked(start, nbytes):  # mapped page-locked host memory
-        return
+    pinned = driver.host.range_of(start)
+    if pinned is not None and pinned.covers(start, nbytes):
+        if pinned.mapped_for(device):  # page-locked host memory mapped for this device
+            return
+        raise CudaError(
+            CUDA_ERROR_ILLEGAL_ADDRESS,
+            f"kernel {kernel} on device {device}: argument {argname!r} spans {nbytes} bytes of "
+            f"page-locked host memory at {start:#x} that is not mapped for device {device} "
+            f"(registered by device {pinned.device}'s context "
+            f"{'with' if pinned.flags & 2 else 'without'} DEVICEMAP, "
+            f"{'' if pinned.flags & 1 else 'not '}PORTABLE)",
+        )
     where = "freed device memory" if driver.heaps.owns(start) else "not device memory"
     raise CudaError(
         CUDA_ERROR_ILLEGAL_ADDRESS,
@@ -358,6 +371,12 @@ def _run_blocks(
                     f"kernel {fn.__qualname__} ({name}): out-of-bounds access: {exc}",
                 ) from exc
             except Exception as exc:
+                if isinstance(exc, ValueError) and "read-only" in str(exc):
+                    raise CudaError(  # (the only read-only arrays here: READ_ONLY host memory)
+                        CUDA_ERROR_ILLEGAL_ADDRESS,
+                        f"kernel {fn.__qualname__} ({name}) wrote host memory registered "
+                        f"READ_ONLY: {exc}",
+                    ) from exc
                 if _beyond_the_interpreter(exc):
                     # The fake driver's own limit, not the kernel's fault: never silent.
                     raise CudaError(

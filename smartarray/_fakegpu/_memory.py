@@ -152,44 +152,112 @@ class DeviceHeaps:
         (self.heaps[0] if device is None else self.heaps[device]).free(ptr)
 
 
+#: ``cuMemHostAlloc`` / ``cuMemHostRegister`` flags (both enums share these two values).
+PORTABLE = 0x1
+DEVICEMAP = 0x2
+WRITECOMBINED = 0x4  # cuMemHostAlloc
+IOMEMORY = 0x4  # cuMemHostRegister
+READ_ONLY = 0x8  # cuMemHostRegister
+
+
+class HostRange:
+    """One page-locked host range: who page-locked it, and how."""
+
+    __slots__ = ("allocated", "device", "flags", "keep", "size", "start")
+
+    def __init__(
+        self, start: int, size: int, allocated: bool, device: int, flags: int, keep: object
+    ) -> None:
+        self.start = start
+        self.size = size
+        self.allocated = allocated  # cuMemHostAlloc (True) or cuMemHostRegister (False)
+        self.device = device  # the device of the context that page-locked it
+        self.flags = flags
+        self.keep = keep
+
+    def covers(self, ptr: int, nbytes: int) -> bool:
+        return self.start <= ptr and ptr + nbytes <= self.start + max(self.size, 1)
+
+    def locked_for(self, device: int) -> bool:
+        """Page-locked for ``device``'s context: the one that locked it, or all if PORTABLE."""
+        return bool(self.flags & PORTABLE) or device == self.device
+
+    def mapped_for(self, device: int) -> bool:
+        """Whether kernels on ``device`` may touch it. Unified addressing maps every
+        ``cuMemHostAlloc`` block into every device, whatever its flags; a registered range
+        is mapped only with DEVICEMAP, into the registering context (every context if
+        PORTABLE)."""
+        if self.allocated:
+            return True
+        return bool(self.flags & DEVICEMAP) and self.locked_for(device)
+
+    @property
+    def read_only(self) -> bool:
+        return not self.allocated and bool(self.flags & READ_ONLY)
+
+
 class HostRegistry:
-    """Page-locked host ranges: ``cuMemHostAlloc`` blocks and ``cuMemHostRegister`` ranges."""
+    """Page-locked host ranges: ``cuMemHostAlloc`` blocks and ``cuMemHostRegister`` ranges.
+
+    As the driver API documents them: without ``PORTABLE`` a range is page-locked for the
+    context that locked it only (other contexts copy it as pageable memory); a registered
+    range is mapped for kernels only with ``DEVICEMAP``; ``READ_ONLY`` memory is read-only to
+    the device; a range overlapping one already registered is refused.
+    """
 
     def __init__(self) -> None:
-        self._ranges: dict[int, tuple[int, bool, object]] = {}  # start -> (size, allocated, keep)
+        self._ranges: dict[int, HostRange] = {}  # start -> its range
 
-    def allocate(self, nbytes: int) -> int:
+    def allocate(self, nbytes: int, device: int = 0, flags: int = 0) -> int:
+        if flags & ~(PORTABLE | DEVICEMAP | WRITECOMBINED):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuMemHostAlloc flags {flags:#x}")
         buf = ctypes.create_string_buffer(max(nbytes, 1))
         ptr = ctypes.addressof(buf)
-        self._ranges[ptr] = (nbytes, True, buf)
+        self._ranges[ptr] = HostRange(ptr, nbytes, True, device, flags, buf)
         return ptr
 
     def free(self, ptr: int) -> None:
         entry = self._ranges.get(ptr)
-        if entry is None or not entry[1]:
+        if entry is None or not entry.allocated:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuMemFreeHost of {ptr:#x}")
         del self._ranges[ptr]
 
-    def register(self, ptr: int, nbytes: int) -> None:
-        if self.find(ptr) or self.find(ptr + max(nbytes, 1) - 1):
-            raise CudaError(
-                CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
-                f"cuMemHostRegister: {ptr:#x} is already page-locked",
-            )
-        self._ranges[ptr] = (nbytes, False, None)
+    def register(self, ptr: int, nbytes: int, device: int = 0, flags: int = 0) -> None:
+        if flags & ~(PORTABLE | DEVICEMAP | READ_ONLY):
+            # (IOMEMORY needs a third-party device's I/O space: never this fake's)
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuMemHostRegister flags {flags:#x}")
+        end = ptr + nbytes
+        for other in self._ranges.values():
+            if other.start < end and ptr < other.start + max(other.size, 1):
+                raise CudaError(
+                    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
+                    f"cuMemHostRegister: [{ptr:#x}, {end:#x}) overlaps page-locked memory at "
+                    f"{other.start:#x}",
+                )
+        self._ranges[ptr] = HostRange(ptr, nbytes, False, device, flags, None)
 
     def unregister(self, ptr: int) -> None:
         entry = self._ranges.get(ptr)
-        if entry is None or entry[1]:
+        if entry is None or entry.allocated:
             raise CudaError(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, f"{ptr:#x} is not registered")
         del self._ranges[ptr]
 
-    def find(self, ptr: int) -> tuple[int, int] | None:
-        for start, (size, _, _) in self._ranges.items():
-            if start <= ptr < start + max(size, 1):
-                return start, size
+    def live(self, entry: HostRange) -> bool:
+        """Whether ``entry`` is still page-locked (not unregistered or freed since)."""
+        return self._ranges.get(entry.start) is entry
+
+    def range_of(self, ptr: int) -> HostRange | None:
+        """The page-locked range holding ``ptr``, whichever context locked it."""
+        for entry in self._ranges.values():
+            if entry.covers(ptr, 1):
+                return entry
         return None
 
-    def page_locked(self, ptr: int, nbytes: int) -> bool:
-        found = self.find(ptr)
-        return found is not None and ptr + nbytes <= found[0] + found[1]
+    def find(self, ptr: int) -> tuple[int, int] | None:
+        entry = self.range_of(ptr)
+        return None if entry is None else (entry.start, entry.size)
+
+    def page_locked(self, ptr: int, nbytes: int, device: int) -> bool:
+        """Whether ``[ptr, ptr + nbytes)`` is page-locked for ``device``'s context."""
+        entry = self.range_of(ptr)
+        return entry is not None and entry.covers(ptr, nbytes) and entry.locked_for(device)

@@ -290,9 +290,12 @@ def _copied(a: SmartArray) -> SmartArray:
                 order_before_default(a)  # the copy runs on the default stream
                 try:
                     with _budget.resident(a):  # the source stays while it is copied
-                        return _array_classes.smartarray_class()(dev)  # device to device (d2d)
+                        copied = _array_classes.smartarray_class()(dev)  # device to device
                 except DeviceMemoryError:
                     pass  # no room for two device copies: gathered on the host instead
+                else:
+                    buf.queued(0)  # the copy may still be queued: later writes of a wait
+                    return copied
     # Strided or current on the host: gathered there, uploaded when shared.
     return _array_classes.smartarray_class()(np.ascontiguousarray(a.copy_to_host()))
 

@@ -211,9 +211,14 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
                 order_before_default(a)
                 try:
                     with _budget.resident(a):  # the source stays while the copy is made
-                        return _array_classes.smartarray_class()(dev)
+                        copied = _array_classes.smartarray_class()(dev)
                 except DeviceMemoryError:
                     pass  # no room for two device copies: copy on the host instead
+                else:
+                    # The copy may still be queued on the default stream: a later write of
+                    # the source (on any stream) must wait for it as well.
+                    buf.queued(0)
+                    return copied
     return host_copy(a, order=order)
 
 

@@ -19,6 +19,7 @@ from numba import cuda
 
 from .._platform import cuda_simulator as _sim
 from ..errors import RegistrationError
+from . import devices as _devices
 from .checks import _byte_extent
 from .counted import _adopt
 
@@ -140,7 +141,10 @@ def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
     from numba.cuda.cudadrv.driver import CudaAPIError
 
     try:
-        return cuda.current_context().mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
+        context = cuda.current_context()
+        if _devices.count() > 1:
+            return _pin_portable(context, ary, extent, mapped)
+        return context.mempin(ary, extent[0], extent[1] - extent[0], mapped=mapped)
     except CudaAPIError as exc:
         # Memory page-locked outside this registry (numba.cuda.pinned_array, another
         # library): registered in name only, its deregistration unpins nothing.
@@ -152,15 +156,49 @@ def _pin(ary: np.ndarray, extent: tuple[int, int], mapped: bool = False) -> Any:
 _ALREADY_REGISTERED = ("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", 712)
 
 
+def _pin_portable(context: Any, ary: np.ndarray, extent: tuple[int, int], mapped: bool) -> Any:
+    """Page-lock ``extent`` for every device's context (``CU_MEMHOSTREGISTER_PORTABLE``).
+
+    numba-cuda's ``mempin`` registers for the current context only: another device's context
+    then treats the memory as pageable (its copies are staged and synchronous) and a mapped
+    range faults in its kernels. A range can be registered once, so with several devices it
+    is registered portable, as numba-cuda's ``mempin`` would be with that flag (the same
+    ``PinnedMemory`` / ``MappedMemory`` objects, the same immediate unregistration).
+    """
+    from numba.cuda.cudadrv import driver as numba_driver
+
+    binding = numba_driver.binding
+    flags = int(binding.CU_MEMHOSTREGISTER_PORTABLE)
+    if mapped:
+        flags |= int(binding.CU_MEMHOSTREGISTER_DEVICEMAP)
+    pointer, size = extent[0], extent[1] - extent[0]
+    manager = context.memory_manager
+    numba_driver.driver.cuMemHostRegister(pointer, size, flags)
+    finalizer = numba_driver._pin_finalizer(manager, pointer, pointer, mapped)
+    owner = weakref.proxy(context)
+    if mapped:
+        mem = numba_driver.MappedMemory(owner, pointer, size, owner=ary, finalizer=finalizer)
+        manager.allocations[pointer] = mem
+        return mem.own()
+    return numba_driver.PinnedMemory(owner, pointer, size, owner=ary, finalizer=finalizer)
+
+
 def _wait_before_unpinning() -> None:
-    """Wait for the device before memory stops being page-locked.
+    """Wait for every device before memory stops being page-locked.
 
     An asynchronous copy from or to the memory (``to_device(a, stream=s)``,
-    ``copy_to_host(a, stream=s)``) may still be queued: the DMA engine reads page-locked memory
-    directly, and unpinning under it is undefined. Which streams used the memory is not known
-    here, so this waits for the whole device; deregistration is rare.
+    ``copy_to_host(a, stream=s)``) may still be queued, on any device's stream: the DMA engine
+    reads page-locked memory directly, and unpinning under it is undefined. The driver's own
+    wait at ``cuMemHostUnregister`` (undocumented) covers the unregistering context's device
+    at most. Which streams used the memory is not known here, so this waits for every device
+    that may have (all of them; deregistration is rare).
     """
-    cuda.synchronize()
+    if _devices.count() == 1:
+        cuda.synchronize()
+        return
+    for device in range(_devices.count()):
+        with _devices.on(device):
+            cuda.synchronize()
 
 
 def _unpin(pin: Any) -> None:
