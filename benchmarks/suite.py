@@ -33,7 +33,8 @@ JSON layout (:func:`run` returns it; other tools read it)::
                             "digest": str,
                             "per_device": [{"device": int,
                                             "moved" | "hand" | "per_step":
-                                                {"h2d" | "d2h" | "d2d_in" | "d2d_out": int}}]}]}
+                                                {"h2d" | "d2h" | "d2d_in" | "d2d_out": int}}]}]},
+      "host": {"host_<state>_<op>_<n>_sa_ns" | ..._np_ns | ..._ratio: float}
     }
 
 Run it through ``python -m benchmarks [--quick] [--json PATH] [--markdown]`` (``__main__.py``),
@@ -50,6 +51,7 @@ import bench_budget
 import bench_coherence
 import bench_devices
 import bench_fragmentation
+import bench_host
 import bench_overhead
 import bench_strict
 import numpy as np
@@ -141,6 +143,9 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     if progress:
         print("bench: partitioned heat steps on 1, 2 and 4 devices", file=sys.stderr, flush=True)
     devices = bench_devices.run(quick)
+    if progress:
+        print("bench: host operations against ndarray's", file=sys.stderr, flush=True)
+    host = bench_host.run(quick)
     return {
         "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
         "simulator": memory.SIMULATOR,
@@ -152,6 +157,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
         "over_budget": over_budget,
         "fragmentation": fragmentation,
         "devices": devices,
+        "host": host,
     }
 
 
@@ -320,6 +326,7 @@ def format_report(report: dict[str, Any]) -> str:
     out += ["", bench_budget.format_figures(report.get("over_budget"))]
     out += ["", bench_fragmentation.format_figures(report.get("fragmentation"))]
     out += ["", bench_devices.format_figures(report.get("devices"))]
+    out += ["", bench_host.format_figures(report.get("host"))]
     return "\n".join(out)
 
 
