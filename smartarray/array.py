@@ -133,6 +133,9 @@ class SmartArray(ArrayArgument):
         "_gpu_only_at",
         "_device_at",
         "_device_on",
+        "_host_at",
+        "_host_only_at",
+        "_host_item",
     )  # weak references and the instance dict (``_numba_type_``'s cache) come from ArgHint
 
     __hash__ = None  # type: ignore[assignment]
@@ -253,6 +256,11 @@ class SmartArray(ArrayArgument):
         # view was current on the device only, and at which it was current there.
         self._gpu_only_at = self._device_at = -1
         self._device_on = 0  # the device of the cached device view (several devices)
+        # The host fast path (smartarray._array.views): the buffer's host stamp at which this
+        # view's bytes were current on the host, and current there only; the host ndarray of a
+        # 1-D view of numbers that scalar indexing reaches then (None: it takes the slow path).
+        self._host_at = self._host_only_at = -1
+        self._host_item: np.ndarray | None = None
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.
@@ -363,6 +371,7 @@ class SmartArray(ArrayArgument):
     _desc = _copies._desc
     _changed = _copies._changed
     _host_view = _copies._host_view
+    _open_host = _copies._open_host
     _export = _copies._export
     _host_ro = _copies._host_ro
     _host_rw = _copies._host_rw

@@ -34,6 +34,7 @@ __all__ = [
     "_host_ro",
     "_host_rw",
     "_host_view",
+    "_open_host",
     "gpu_changed",
     "host_changed",
     "is_valid",
@@ -76,6 +77,18 @@ def _host_view(self: SmartArray) -> np.ndarray:
     return np.ndarray(
         self._shape, self._dtype, buffer=host, offset=self._offset, strides=self._strides
     )
+
+
+def _open_host(self: SmartArray) -> None:
+    """Open this view's host fast path where its bytes are ready now (see
+    :meth:`Buffer.host_ready <smartarray._engine.buffer.Buffer.host_ready>`). Call with the
+    buffer's lock held."""
+    buf = self._buf
+    self._host_at = at = buf.host_ready(self._lo, self._hi)
+    self._host_only_at = buf.host_ready(self._lo, self._hi, only=True) if at != -1 else -1
+    if at != -1 and self._host_item is None and len(self._shape) == 1:
+        if self._dtype.names is None and self._dtype.subdtype is None:
+            self._host_item = self._host_view()
 
 
 def _export(self: SmartArray, readonly: bool, unannounced: bool = False) -> np.ndarray:

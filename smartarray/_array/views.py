@@ -169,7 +169,81 @@ def _advanced(self: SmartArray, key: Any) -> tuple[np.ndarray, int, int]:
     return touched, lo, self._offset + int(touched.max()) + self._dtype.itemsize
 
 
+# Keys and values a scalar access takes without converting anything first: Python's and NumPy's
+# integers (keys), numbers (values). Anything else (a SmartArray value, a sequence) goes the
+# slow way, which locks every array it reads.
+_INT_KEYS = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16})
+_NUMBERS = frozenset(
+    {int, float, complex, bool, np.float64, np.float32, np.float16, np.complex128, np.complex64}
+    | _INT_KEYS
+    | {np.uint8, np.bool_}
+)
+
+
 def __getitem__(self: SmartArray, key: Any) -> Any:
+    """``self[key]``, as ``numpy.ndarray.__getitem__``; a view for a basic index.
+
+    The host fast path: while this view's bytes stay current on the host (its ``_host_at`` is
+    the buffer's ``host_stamp``: any transition that may make them stale moves the stamp), an
+    integer index of a 1-D view reads the host ndarray directly, with no lock. The stamp is read
+    again after the read (seqlock-style): a download into these bytes starts only after the
+    transition that moved it.
+    """
+    stamp = self._host_at
+    if key.__class__ in _INT_KEYS and stamp == self._buf.host_stamp:
+        items = self._host_item
+        if items is not None:
+            value = items[key]
+            if stamp == self._buf.host_stamp:
+                return value
+    return _getitem(self, key)
+
+
+def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
+    """``self[key] = value``, as ``numpy.ndarray.__setitem__``, recorded on the host copy.
+
+    The host fast path: while the host holds the only current copy of this view's bytes (its
+    ``_host_only_at`` is the buffer's ``host_stamp``), a number written at an integer index of a
+    1-D view goes to the host ndarray directly and needs no record (nothing else is current to
+    go stale). The stamp is read again after the write (seqlock-style): if an upload began
+    meanwhile (it moves the stamp before it reads the host bytes), the write is done again the
+    slow way, under the lock, and recorded, so the upload cannot mark an old value current.
+    """
+    stamp = self._host_only_at
+    if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS and stamp == self._buf.host_stamp:
+        items = self._host_item
+        if items is not None:
+            items[key] = value
+            if stamp == self._buf.host_stamp:
+                return
+    _setitem(self, key, value)
+
+
+def _element(self: SmartArray, key: Any) -> int:
+    """The byte offset of element ``key`` (an integer) of this 1-D view; IndexError as NumPy."""
+    n = self._shape[0]
+    k = int(key)
+    if k < -n or k >= n:
+        raise IndexError(f"index {k} is out of bounds for axis 0 with size {n}")
+    return self._offset + (k + n if k < 0 else k) * self._strides[0]
+
+
+def _scalar_indexed(self: SmartArray, key: Any) -> bool:
+    """Whether ``self[key]`` is one number of a 1-D view (what the fast path takes)."""
+    return key.__class__ in _INT_KEYS and len(self._shape) == 1 and self._dtype.names is None
+
+
+def _getitem(self: SmartArray, key: Any) -> Any:
+    """``self[key]`` through the engine (and the host fast path opened for next time)."""
+    if _scalar_indexed(self, key):
+        lo = _element(self, key)
+        hi = lo + self._dtype.itemsize
+        buf = self._buf
+        with buf.lock:
+            buf.acquire(HOST, lo, hi, IN, "host read")
+            value = np.ndarray((), self._dtype, buffer=buf.ensure_host(), offset=lo)[()]
+            self._open_host()
+            return value
     # Every array involved is locked up front, in the global order (a key's lock taken
     # while holding self's would deadlock against ``key[self]`` in another thread).
     with _locked(_arrays_in(self, key)):
@@ -189,7 +263,20 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
         return self._adopt(self._host_view()[key])
 
 
-def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
+def _setitem(self: SmartArray, key: Any, value: Any) -> None:
+    """``self[key] = value`` through the engine (and the host fast path opened for next time)."""
+    if value.__class__ in _NUMBERS and _scalar_indexed(self, key):
+        lo = _element(self, key)
+        hi = lo + self._dtype.itemsize
+        staged = np.empty((), self._dtype)
+        staged[()] = value  # validates (a cast NumPy refuses) before anything is touched
+        buf = self._buf
+        with buf.lock:
+            buf.acquire(HOST, lo, hi, OUT, "host write gap")
+            np.ndarray((), self._dtype, buffer=buf.ensure_host(), offset=lo)[()] = staged
+            buf.changed(HOST, lo, hi)
+            self._open_host()
+        return
     with _locked(_arrays_in(self, key, value)):
         if isinstance(value, _SmartArray):
             value = value._host_ro()

@@ -103,6 +103,7 @@ class Buffer:
         "perf",
         "residency",
         "held_stale",
+        "host_stamp",
         "__weakref__",
     )
 
@@ -154,6 +155,10 @@ class Buffer:
         # Held host arrays left stale by an export of the device copy (see :meth:`exported`):
         # refreshed at the next host access, once the consumer is done writing.
         self.held_stale = False
+        # The host fast path's stamp (see :meth:`host_ready`): a view that found its bytes
+        # ready for lock-free host access keeps the stamp it found; any transition that may
+        # make host bytes stale or device bytes current moves it (:meth:`_leave_host_only`).
+        self.host_stamp = 0
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -189,11 +194,16 @@ class Buffer:
     # -- transitions --------------------------------------------------------------------------
 
     def _leave_host_only(self) -> None:
-        """The one transition point towards device bytes: disarm every armed njit fast path.
+        """The one transition point towards device bytes: close the host fast paths (the stamp
+        moves) and disarm every armed njit fast path.
 
-        Called before an upload and before a device write is recorded: from then on the host
-        is no longer the only current copy, so njit calls must go through the hooks.
+        Called before an upload (before its copy reads the host bytes: a lock-free host write
+        re-checks the stamp after writing, seqlock-style, see smartarray._array.views), before
+        a device write is recorded (the host goes stale) and when a consolidation changes the
+        valid sets: from then on the host may no longer be current, or the only current copy,
+        so host accesses and njit calls must go through the engine again.
         """
+        self.host_stamp += 1
         if self.fast_views:
             for view in list(self.fast_views.values()):
                 view._njit_fast = None
@@ -206,6 +216,20 @@ class Buffer:
                 view._njit_fast = view._njit_view
                 self.fast_views[id(view)] = view
 
+    def host_ready(self, lo: int, hi: int, only: bool = False) -> int:
+        """The stamp at which bytes ``[lo, hi)`` may be read on the host without the lock
+        (``only``: written too, recorded by nothing: the host holds the only current copy),
+        or -1. A view keeps it; its fast path holds while ``host_stamp`` equals it. Call with
+        the lock held.
+        """
+        if self.host_bytes is None or self.held_stale:
+            return -1
+        if only and self.stream != 0:
+            return -1  # device work in flight may still read these host bytes (pinned memory)
+        state = self.state
+        ready = state.is_exclusive(HOST, lo, hi) if only else state.is_valid(HOST, lo, hi)
+        return self.host_stamp if ready else -1
+
     def mark(self, where: str, lo: int, hi: int) -> None:
         """Record a write of ``[lo, hi)`` at ``where`` in the state (other copies go stale)."""
         if where != HOST:
@@ -214,6 +238,8 @@ class Buffer:
 
     def _consolidate(self) -> None:
         plan = self.state.plan_consolidate()
+        if plan:
+            self._leave_host_only()  # it may drop host runs (valid elsewhere too)
         if plan.copies and guard.armed() and _refused(plan):
             plan = self._consolidate_by_copying_out()
         if plan.copies and guard.armed() and _refused(plan):
