@@ -136,6 +136,7 @@ class SmartArray(ArrayArgument):
         "_host_at",
         "_host_only_at",
         "_host_item",
+        "_host_nd",
     )  # weak references and the instance dict (``_numba_type_``'s cache) come from ArgHint
 
     __hash__ = None  # type: ignore[assignment]
@@ -245,8 +246,8 @@ class SmartArray(ArrayArgument):
     ) -> None:
         self._buf = buf
         self._offset = int(offset)
-        self._shape = tuple(int(d) for d in shape)
-        self._strides = tuple(int(s) for s in strides)
+        self._shape = tuple(map(int, shape))
+        self._strides = tuple(map(int, strides))
         self._dtype = dtype
         self._device_view: Any = None  # (annotated: what mypy reads as the slots' types)
         self._njit_view: np.ndarray | None = None
@@ -257,10 +258,12 @@ class SmartArray(ArrayArgument):
         self._gpu_only_at = self._device_at = -1
         self._device_on = 0  # the device of the cached device view (several devices)
         # The host fast path (smartarray._array.views): the buffer's host stamp at which this
-        # view's bytes were current on the host, and current there only; the host ndarray of a
-        # 1-D view of numbers that scalar indexing reaches then (None: it takes the slow path).
+        # view's bytes were current on the host, and current there only; the writable host
+        # ndarray of a 1-D view of numbers that scalar indexing reaches then, and the read-only
+        # one NumPy's methods and ufuncs read (None: they take the slow path).
         self._host_at = self._host_only_at = -1
         self._host_item: np.ndarray | None = None
+        self._host_nd: np.ndarray | None = None
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.

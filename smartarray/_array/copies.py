@@ -84,11 +84,18 @@ def _open_host(self: SmartArray) -> None:
     :meth:`Buffer.host_ready <smartarray._engine.buffer.Buffer.host_ready>`). Call with the
     buffer's lock held."""
     buf = self._buf
-    self._host_at = at = buf.host_ready(self._lo, self._hi)
+    at = buf.host_ready(self._lo, self._hi)
+    if at != -1 and self._host_nd is None:
+        if self._dtype.names is not None or self._dtype.subdtype is not None:
+            return  # records: a[i] is a record view, made the slow way
+        host = self._host_view()
+        if len(self._shape) == 1:
+            self._host_item = host
+        host = host.view()
+        host.flags.writeable = False  # what NumPy reads may not write untracked
+        self._host_nd = host
+    self._host_at = at
     self._host_only_at = buf.host_ready(self._lo, self._hi, only=True) if at != -1 else -1
-    if at != -1 and self._host_item is None and len(self._shape) == 1:
-        if self._dtype.names is None and self._dtype.subdtype is None:
-            self._host_item = self._host_view()
 
 
 def _export(self: SmartArray, readonly: bool, unannounced: bool = False) -> np.ndarray:
@@ -114,6 +121,8 @@ def _host_ro(self: SmartArray, reason: str = "host read") -> np.ndarray:
     buf = self._buf
     with buf.lock:
         buf.acquire(HOST, self._lo, self._hi, IN, reason)
+        if self._host_at != buf.host_stamp:
+            self._open_host()  # later reads take the fast path
         view = self._host_view()
         if buf.perf is not None and buf.perf.pending:
             _perf.emit(buf)  # after the read is complete and recorded

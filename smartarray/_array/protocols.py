@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._engine.buffer import HOST, IN
+from .numpy_api import NUMBERS as _NUMBERS
 from .numpy_api import arrays_in as _arrays_in
 from .numpy_api import locked as _locked
 
@@ -44,14 +45,21 @@ def __len__(self: SmartArray) -> int:
 
 
 def __iter__(self: SmartArray) -> Iterator[Any]:
-    return _elements(self, range(len(_iterable(self))))
+    return _elements(self, False)
 
 
 def __reversed__(self: SmartArray) -> Iterator[Any]:
-    return _elements(self, range(len(_iterable(self)) - 1, -1, -1))
+    return _elements(self, True)
 
 
 def __contains__(self: SmartArray, value: Any) -> bool:
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and value.__class__ in _NUMBERS:
+        host = self._host_nd
+        if host is not None:
+            found = value in host  # NumPy's C loop over the current host data
+            if stamp == self._buf.host_stamp:
+                return found
     with _locked(_arrays_in(self, value)):
         return value in self._host_ro()
 
@@ -121,17 +129,38 @@ def _iterable(a: SmartArray) -> SmartArray:
     return a
 
 
-def _elements(a: SmartArray, indices: range) -> Iterator[Any]:
-    """Yield ``a[i]`` for ``i`` in ``indices``, making the host copy current once first.
+def _elements(a: SmartArray, backwards: bool) -> Iterator[Any]:
+    """The iterator of ``a`` (``backwards``: reversed), making the host copy current once first.
 
     Without the first step each element (or row) would sync on its own: ``max(a)`` of an array
     current on the device made one download per element. Iteration stays lazy, as NumPy's: an
-    element is read when it is reached, so a device write between two steps is seen (it makes
-    the host stale again, and the next element syncs what it needs).
+    element is read when it is reached, so a device write between two steps is seen. A 1-D
+    array of numbers is iterated by NumPy itself over a host array handed out (tracked: a
+    device write refreshes it at once, as any held host array); an N-D array yields its rows,
+    SmartArray views made from the known geometry.
     """
-    if indices:
-        buf = a._buf
+    n = len(_iterable(a))
+    buf = a._buf
+    if len(a._shape) == 1 and a._dtype.names is None:
+        with buf.lock:
+            if n:
+                buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
+            host = a._export(readonly=True)
+        return iter(host[::-1] if backwards else host)
+    if n:
         with buf.lock:
             buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
+    return _rows(a, range(n - 1, -1, -1) if backwards else range(n))
+
+
+def _rows(a: SmartArray, indices: range) -> Iterator[Any]:
+    """Yield ``a[i]`` for ``i`` in ``indices``: rows as views (or record views, 1-D records)."""
+    if len(a._shape) == 1:  # records: a[i] is a record view
+        for i in indices:
+            yield a[i]
+        return
+    buf, offset, step, dtype = a._buf, a._offset, a._strides[0], a._dtype
+    shape, strides = a._shape[1:], a._strides[1:]
+    view = a._view
     for i in indices:
-        yield a[i]
+        yield view(buf, offset + i * step, shape, strides, dtype)

@@ -13,7 +13,9 @@ import numpy as np
 
 from .._engine.arguments import address, njit_owner
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
-from .._engine.buffer import HOST
+from .._engine.buffer import HOST, Buffer
+from .._memory.checks import _check_array_dtype
+from .geometry import contiguous_strides
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -30,8 +32,26 @@ def _owning(ary: np.ndarray) -> SmartArray:
     """A SmartArray adopting a fresh ndarray that nobody else holds.
 
     Unlike a user's ``SmartArray(obj, copy=False)``, nothing outside keeps ``ary``, so it is no
-    exported view: device changes must not be downloaded eagerly on its account.
+    exported view: device changes must not be downloaded eagerly on its account. A contiguous
+    ndarray of numbers (what NumPy's calls return) is adopted with what is known of it (no
+    argument checks): a new buffer current on the host only, its host fast path open.
     """
+    flags = ary.flags
+    if (
+        ary.__class__ is np.ndarray
+        and flags.writeable
+        and (flags.c_contiguous or flags.f_contiguous)
+        and ary.dtype.names is None
+    ):
+        dtype = _check_array_dtype(ary.dtype, "a result's dtype")
+        layout = "F" if flags.f_contiguous and not flags.c_contiguous else "C"
+        buf = Buffer(ary.nbytes, HOST, False)
+        buf.adopt_host(ary.reshape(-1, order=layout).view(np.uint8))
+        strides = contiguous_strides(ary.shape, dtype.itemsize, layout)
+        result = _smart()._view(buf, 0, ary.shape, strides, dtype)
+        with buf.lock:
+            result._open_host()
+        return result
     result = _smart()(ary, copy=False)
     result._buf.held.forget()
     return result

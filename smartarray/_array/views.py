@@ -19,6 +19,8 @@ from numpy.lib.stride_tricks import as_strided
 from .._engine.buffer import HOST, IN, OUT
 from .geometry import from_probe as _from_probe
 from .geometry import probe as _probe
+from .numpy_api import INT_KEYS as _INT_KEYS
+from .numpy_api import NUMBERS as _NUMBERS
 from .numpy_api import arrays_in as _arrays_in
 from .numpy_api import locked as _locked
 
@@ -169,17 +171,6 @@ def _advanced(self: SmartArray, key: Any) -> tuple[np.ndarray, int, int]:
     return touched, lo, self._offset + int(touched.max()) + self._dtype.itemsize
 
 
-# Keys and values a scalar access takes without converting anything first: Python's and NumPy's
-# integers (keys), numbers (values). Anything else (a SmartArray value, a sequence) goes the
-# slow way, which locks every array it reads.
-_INT_KEYS = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16})
-_NUMBERS = frozenset(
-    {int, float, complex, bool, np.float64, np.float32, np.float16, np.complex128, np.complex64}
-    | _INT_KEYS
-    | {np.uint8, np.bool_}
-)
-
-
 def __getitem__(self: SmartArray, key: Any) -> Any:
     """``self[key]``, as ``numpy.ndarray.__getitem__``; a view for a basic index.
 
@@ -190,12 +181,30 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
     transition that moved it.
     """
     stamp = self._host_at
-    if key.__class__ in _INT_KEYS and stamp == self._buf.host_stamp:
-        items = self._host_item
-        if items is not None:
-            value = items[key]
+    cls = key.__class__
+    if cls in _INT_KEYS:
+        if stamp == self._buf.host_stamp:
+            items = self._host_item
+            if items is not None:
+                value = items[key]
+                if stamp == self._buf.host_stamp:
+                    return value
+    elif cls is slice and self._shape:
+        # A view along the first axis, its geometry computed here (no probe, nothing read).
+        start, stop, step = key.indices(self._shape[0])
+        n = len(range(start, stop, step))
+        stride = self._strides[0]
+        offset = self._offset + start * stride if n else self._offset
+        shape, strides = (n, *self._shape[1:]), (stride * step, *self._strides[1:])
+        return self._view(self._buf, offset, shape, strides, self._dtype)
+    elif cls is np.ndarray and stamp == self._buf.host_stamp:
+        # A mask or an index array over a view current on the host: NumPy's own indexing of
+        # the host data (no offset array of the view), then adopted (a fresh array).
+        host = self._host_nd
+        if host is not None:
+            result = host[key]
             if stamp == self._buf.host_stamp:
-                return value
+                return self._adopt(result) if result.__class__ is np.ndarray else result
     return _getitem(self, key)
 
 

@@ -146,9 +146,8 @@ class Buffer:
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
-        self.fast_views: weakref.WeakValueDictionary[int, ArmableView] = (
-            weakref.WeakValueDictionary()
-        )
+        # (Made on the first arming: a new buffer per NumPy result must stay cheap.)
+        self.fast_views: weakref.WeakValueDictionary[int, ArmableView] | None = None
         # The device-memory budget's record of this buffer (LRU tick, claims, cached device
         # views), made on first need: see smartarray._engine.residency.
         self.residency: _residency.Residency | None = None
@@ -214,6 +213,8 @@ class Buffer:
         if view._njit_view is not None and self.stream == 0:
             if self.state.is_exclusive(HOST, lo, hi):
                 view._njit_fast = view._njit_view
+                if self.fast_views is None:
+                    self.fast_views = weakref.WeakValueDictionary()
                 self.fast_views[id(view)] = view
 
     def host_ready(self, lo: int, hi: int, only: bool = False) -> int:
