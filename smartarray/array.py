@@ -153,6 +153,24 @@ class SmartArray(ArrayArgument):
         pinned: bool = False,
         name: str | None = None,
     ) -> None:
+        if (
+            obj.__class__ is np.ndarray
+            and copy is True
+            and shape is None
+            and dtype is None
+            and order is None
+            and where == HOST
+            and not pinned
+            and name is None
+        ):
+            # The common case, ``SmartArray(x)`` of an ndarray: one copy, adopted as the host
+            # copy, with no argument to check but x's dtype (before anything is copied).
+            _check_array_dtype(obj.dtype, "obj's dtype")
+            ary = np.array(obj, order="K", copy=True)
+            if not (ary.flags.c_contiguous or ary.flags.f_contiguous):
+                ary = np.ascontiguousarray(ary)
+            self._init_host(ary, None)
+            return
         where = _check_where(where)
         name = _check_name(name)
         if order not in _ORDERS:
@@ -215,11 +233,29 @@ class SmartArray(ArrayArgument):
             while isinstance(owner.base, np.ndarray):
                 owner = owner.base
             buf.held.track(owner, 0, ary.nbytes)
+        elif where == HOST and not pinned:
+            buf.adopt_host(raw)  # a fresh copy nobody else holds: no second copy
         elif where == HOST:
-            buf.ensure_host()[:] = raw
+            buf.ensure_host()[:] = raw  # (page-locked memory)
         self._init(buf, 0, ary.shape, strides, ary.dtype)
         if where != HOST:
             _copies.upload_initial(self, raw, where, adopt)
+
+    def _init_host(self, ary: np.ndarray, name: str | None) -> None:
+        """Make this a new array adopting ``ary`` (a contiguous ndarray nobody else holds) as
+        its host copy, current there only, its host fast path open."""
+        layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
+        buf = _Buffer(ary.nbytes, HOST, False, name)
+        buf.adopt_host(ary.reshape(-1, order=layout).view(np.uint8))
+        self._init(
+            buf,
+            0,
+            ary.shape,
+            _geometry.contiguous_strides(ary.shape, ary.itemsize, layout),
+            ary.dtype,
+        )
+        with buf.lock:
+            self._open_host()
 
     def _init_empty(
         self, dims: tuple[int, ...], dt: np.dtype, order: str | None, pinned: bool, name: str | None

@@ -13,9 +13,8 @@ import numpy as np
 
 from .._engine.arguments import address, njit_owner
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
-from .._engine.buffer import HOST, Buffer
+from .._engine.buffer import HOST
 from .._memory.checks import _check_array_dtype
-from .geometry import contiguous_strides
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -43,14 +42,9 @@ def _owning(ary: np.ndarray) -> SmartArray:
         and (flags.c_contiguous or flags.f_contiguous)
         and ary.dtype.names is None
     ):
-        dtype = _check_array_dtype(ary.dtype, "a result's dtype")
-        layout = "F" if flags.f_contiguous and not flags.c_contiguous else "C"
-        buf = Buffer(ary.nbytes, HOST, False)
-        buf.adopt_host(ary.reshape(-1, order=layout).view(np.uint8))
-        strides = contiguous_strides(ary.shape, dtype.itemsize, layout)
-        result = _smart()._view(buf, 0, ary.shape, strides, dtype)
-        with buf.lock:
-            result._open_host()
+        _check_array_dtype(ary.dtype, "a result's dtype")
+        result = object.__new__(_smart())
+        result._init_host(ary, None)
         return result
     result = _smart()(ary, copy=False)
     result._buf.held.forget()
