@@ -247,15 +247,21 @@ class SmartArray(ArrayArgument):
         layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
         buf = _Buffer(ary.nbytes, HOST, False, name)
         buf.adopt_host(ary.reshape(-1, order=layout).view(np.uint8))
-        self._init(
-            buf,
-            0,
-            ary.shape,
-            _geometry.contiguous_strides(ary.shape, ary.itemsize, layout),
-            ary.dtype,
-        )
-        with buf.lock:
-            self._open_host()
+        shape = ary.shape
+        if len(shape) == 1:
+            strides: tuple[int, ...] = (ary.itemsize,)
+        else:
+            strides = _geometry.contiguous_strides(shape, ary.itemsize, layout)
+        self._init(buf, 0, shape, strides, ary.dtype)
+        if ary.dtype.names is None:
+            # A new buffer current on the host only, nothing in flight: what
+            # Buffer.host_ready finds, known here without asking.
+            if len(shape) == 1:
+                self._host_item = ary
+            readable = ary.view()
+            readable.flags.writeable = False
+            self._host_nd = readable
+            self._host_at = self._host_only_at = buf.host_stamp
 
     def _init_empty(
         self, dims: tuple[int, ...], dt: np.dtype, order: str | None, pinned: bool, name: str | None
@@ -304,6 +310,10 @@ class SmartArray(ArrayArgument):
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.
             self._offset = self._lo = self._hi = 0
+        elif len(self._shape) == 1:  # (the common case, without the loop)
+            end = self._offset + (self._shape[0] - 1) * self._strides[0]
+            lo, hi = (self._offset, end) if end >= self._offset else (end, self._offset)
+            self._lo, self._hi = lo, hi + dtype.itemsize
         else:
             lo = hi = self._offset
             for d, s in zip(self._shape, self._strides, strict=True):
@@ -352,6 +362,7 @@ class SmartArray(ArrayArgument):
             # from this memory may still be in flight (pinned memory, a launch's stream), and
             # the caller's write would race it, so the access waits for it.
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
+            self._open_host()  # (later scalar reads and writes take the fast path)
             return self._export(readonly=False)
 
     def _device_handout(self, wait: bool, where: str | None = None) -> Any:

@@ -145,12 +145,34 @@ def _elements(a: SmartArray, backwards: bool) -> Iterator[Any]:
         with buf.lock:
             if n:
                 buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
+            if n <= _FEW:
+                if a._host_at != buf.host_stamp:
+                    a._open_host()
+                return _few(a, range(n - 1, -1, -1) if backwards else range(n))
             host = a._export(readonly=True)
         return iter(host[::-1] if backwards else host)
     if n:
         with buf.lock:
             buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
     return _rows(a, range(n - 1, -1, -1) if backwards else range(n))
+
+
+# Up to this many elements a 1-D iteration reads through the host fast path, element by
+# element (handing out a tracked host array costs more than the loop).
+_FEW = 32
+
+
+def _few(a: SmartArray, indices: range) -> Iterator[Any]:
+    """Yield ``a[i]`` for ``i`` in ``indices``, through the host fast path while it holds."""
+    buf, items, stamp = a._buf, a._host_item, a._host_at
+    for i in indices:
+        if items is not None and stamp == buf.host_stamp:
+            value = items[i]
+            if stamp == buf.host_stamp:
+                yield value
+                continue
+        yield a[i]  # (synced; it opens the fast path again where it can)
+        items, stamp = a._host_item, a._host_at
 
 
 def _rows(a: SmartArray, indices: range) -> Iterator[Any]:

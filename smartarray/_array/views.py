@@ -268,6 +268,8 @@ def _getitem(self: SmartArray, key: Any) -> Any:
             return view._host_ro().copy()[()]
         touched, lo, hi = _advanced(self, key)
         self._buf.acquire(HOST, lo, hi, IN, "host read")
+        if self._host_at != self._buf.host_stamp:
+            self._open_host()  # the next mask takes the fast path if the whole view is current
         # A fresh array nobody else holds: adopted, not an exported view.
         return self._adopt(self._host_view()[key])
 
