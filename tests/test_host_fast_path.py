@@ -171,10 +171,36 @@ def test_results_stay_smartarrays():
     assert a.tolist() == [0.0, 1.0, 2.0, 30.0, 4.0, 5.0] and 30.0 in a
 
 
-def test_iteration_sees_a_kernel_between_two_steps():
-    a = SmartArray(np.zeros(4))
+@pytest.mark.parametrize("n", [4, 40])  # element by element; over a tracked host array
+def test_iteration_sees_a_kernel_between_two_steps(n):
+    a = SmartArray(np.zeros(n))
     seen = []
     for v in a:
         seen.append(float(v))
         launch(a)
-    assert seen == [0.0, 1.0, 2.0, 3.0]
+    assert seen == [float(i) for i in range(n)]
+    assert [float(v) for v in reversed(a)] == [float(n)] * n
+
+
+@pytest.mark.parametrize("n", [4, 40])
+def test_iteration_of_an_array_current_on_the_device_downloads_once(n):
+    a = SmartArray(np.arange(float(n)), where="gpu")
+    launch(a)
+    before = sa.stats()
+    assert [float(v) for v in a] == [i + 1.0 for i in range(n)]
+    d = delta(before)
+    assert (d.d2h_bytes, d.d2h_count) == (8 * n, 1)
+
+
+def test_rows_of_a_matrix_are_views_that_stay_coherent():
+    m = SmartArray(np.arange(12.0).reshape(3, 4))
+    rows = list(m)
+    assert [r.tolist() for r in rows] == np.arange(12.0).reshape(3, 4).tolist()
+    launch(m.reshape(12))  # the device writes every element
+    assert rows[2].tolist() == [9.0, 10.0, 11.0, 12.0]
+    rows[0][1] = -1.0
+    assert m[0, 1] == -1.0 and list(reversed(m))[2][1] == -1.0
+    before = sa.stats()
+    launch(m.reshape(12))
+    assert delta(before).h2d_bytes == 8  # the row's write was recorded, and only it
+    assert m.tolist()[0] == [2.0, 0.0, 4.0, 5.0]
