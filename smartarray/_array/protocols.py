@@ -45,6 +45,12 @@ def __len__(self: SmartArray) -> int:
 
 
 def __iter__(self: SmartArray) -> Iterator[Any]:
+    if self._host_at == self._buf.host_stamp and self._host_item is not None:
+        # Current on the host already: a few elements through the scalar fast path, with no
+        # lock and nothing to sync (see _few).
+        n = self._shape[0]
+        if n <= _FEW:
+            return _few(self, range(n))
     return _elements(self, False)
 
 
