@@ -241,28 +241,6 @@ class SmartArray(ArrayArgument):
         if where != HOST:
             _copies.upload_initial(self, raw, where, adopt)
 
-    def _init_host(self, ary: np.ndarray, name: str | None) -> None:
-        """Make this a new array adopting ``ary`` (a contiguous ndarray nobody else holds) as
-        its host copy, current there only, its host fast path open."""
-        layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
-        buf = _Buffer(ary.nbytes, HOST, False, name)
-        buf.adopt_host(ary.reshape(-1, order=layout).view(np.uint8))
-        shape = ary.shape
-        if len(shape) == 1:
-            strides: tuple[int, ...] = (ary.itemsize,)
-        else:
-            strides = _geometry.contiguous_strides(shape, ary.itemsize, layout)
-        self._init(buf, 0, shape, strides, ary.dtype)
-        if ary.dtype.names is None:
-            # A new buffer current on the host only, nothing in flight: what
-            # Buffer.host_ready finds, known here without asking.
-            if len(shape) == 1:
-                self._host_item = ary
-            readable = ary.view()
-            readable.flags.writeable = False
-            self._host_nd = readable
-            self._host_at = self._host_only_at = buf.host_stamp
-
     def _init_empty(
         self, dims: tuple[int, ...], dt: np.dtype, order: str | None, pinned: bool, name: str | None
     ) -> None:
@@ -330,6 +308,29 @@ class SmartArray(ArrayArgument):
         self = object.__new__(cls)
         self._init(buf, offset, shape, strides, dtype)
         return self
+
+    def _init_host(self, ary: np.ndarray, name: str | None) -> None:
+        """Make this a new array adopting ``ary`` (a contiguous ndarray nobody else holds) as
+        its host copy, current there only, its host fast path open."""
+        layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
+        buf = _Buffer(ary.nbytes, HOST, False, name)
+        flat = ary.reshape(-1, order="F") if layout == "F" else ary.reshape(-1)
+        buf.adopt_host(flat.view(np.uint8))
+        shape = ary.shape
+        if len(shape) == 1:
+            strides: tuple[int, ...] = (ary.itemsize,)
+        else:
+            strides = _geometry.contiguous_strides(shape, ary.itemsize, layout)
+        self._init(buf, 0, shape, strides, ary.dtype)
+        if ary.dtype.names is None:
+            # A new buffer current on the host only, nothing in flight: what
+            # Buffer.host_ready finds, known here without asking.
+            if len(shape) == 1:
+                self._host_item = ary
+            readable = ary.view()
+            readable.flags.writeable = False
+            self._host_nd = readable
+            self._host_at = self._host_only_at = buf.host_stamp
 
     # -- public API ---------------------------------------------------------------------------
 

@@ -222,7 +222,7 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS and stamp == self._buf.host_stamp:
         items = self._host_item
         if items is not None:
-            items[key] = value
+            items[key] = value  # type: ignore[call-overload]  # (narrowed to object by the tests above)
             if stamp == self._buf.host_stamp:
                 return
     _setitem(self, key, value)
