@@ -136,6 +136,7 @@ class SmartArray(ArrayArgument):
         "_host_at",
         "_host_only_at",
         "_host_item",
+        "_host_cells",
         "_host_nd",
     )  # weak references and the instance dict (``_numba_type_``'s cache) come from ArgHint
 
@@ -283,6 +284,7 @@ class SmartArray(ArrayArgument):
         # one NumPy's methods and ufuncs read (None: they take the slow path).
         self._host_at = self._host_only_at = -1
         self._host_item: np.ndarray | None = None
+        self._host_cells: np.ndarray | None = None  # (of an N-D view: ``a[i, j] = v``)
         self._host_nd: np.ndarray | None = None
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
@@ -327,6 +329,8 @@ class SmartArray(ArrayArgument):
             # Buffer.host_ready finds, known here without asking.
             if len(shape) == 1:
                 self._host_item = ary
+            elif shape:
+                self._host_cells = ary
             readable = ary.view()
             readable.flags.writeable = False
             self._host_nd = readable

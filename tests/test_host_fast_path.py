@@ -204,3 +204,23 @@ def test_rows_of_a_matrix_are_views_that_stay_coherent():
     launch(m.reshape(12))
     assert delta(before).h2d_bytes == 8  # the row's write was recorded, and only it
     assert m.tolist()[0] == [2.0, 0.0, 4.0, 5.0]
+
+
+def test_cells_of_a_matrix_take_the_fast_path_and_reach_the_next_launch(slow_writes):
+    m = SmartArray(np.zeros((4, 8)))
+    m[1, 2] = 5.0  # a new array: the host holds the only copy
+    m[-1, -1] = 6
+    assert slow_writes == [] and m[1, 2] == 5.0 and type(m[1, 2]) is np.float64
+    flat = m.reshape(32)
+    before = sa.stats()
+    launch(flat)
+    assert delta(before).h2d_bytes == 256
+    assert m[1, 2] == 6.0 and m[3, 7] == 7.0  # read back
+    m[0, 0] = 9.0  # the device copy is current too: recorded
+    assert slow_writes == [(0, 0)]
+    before = sa.stats()
+    launch(flat)
+    assert delta(before).h2d_bytes == 8
+    assert m[0, 0] == 10.0 and m[1, 2] == 7.0
+    with pytest.raises(IndexError, match="out of bounds"):
+        m[4, 0] = 1.0

@@ -91,6 +91,8 @@ def _open_host(self: SmartArray) -> None:
         host = self._host_view()
         if len(self._shape) == 1:
             self._host_item = host
+        elif self._shape:
+            self._host_cells = host
         host = host.view()
         host.flags.writeable = False  # what NumPy reads may not write untracked
         self._host_nd = host

@@ -176,7 +176,8 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
 
     The host fast path: while this view's bytes stay current on the host (its ``_host_at`` is
     the buffer's ``host_stamp``: any transition that may make them stale moves the stamp), an
-    integer index of a 1-D view reads the host ndarray directly, with no lock. The stamp is read
+    integer index of a 1-D view (an integer per axis of an N-D one) reads the host ndarray
+    directly, with no lock. The stamp is read
     again after the read (seqlock-style): a download into these bytes starts only after the
     transition that moved it.
     """
@@ -197,6 +198,10 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
         offset = self._offset + start * stride if n else self._offset
         shape, strides = (n, *self._shape[1:]), (stride * step, *self._strides[1:])
         return self._view(self._buf, offset, shape, strides, self._dtype)
+    elif cls is tuple and stamp == self._buf.host_stamp and _cell(self, key):
+        value = self._host_nd[key]  # type: ignore[index]  # (_cell: not None)
+        if stamp == self._buf.host_stamp:
+            return value
     elif cls is np.ndarray and stamp == self._buf.host_stamp:
         # A mask or an index array over a view current on the host: NumPy's own indexing of
         # the host data (no offset array of the view), then adopted (a fresh array).
@@ -213,10 +218,11 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
 
     The host fast path: while the host holds the only current copy of this view's bytes (its
     ``_host_only_at`` is the buffer's ``host_stamp``), a number written at an integer index of a
-    1-D view goes to the host ndarray directly and needs no record (nothing else is current to
-    go stale). The stamp is read again after the write (seqlock-style): if an upload began
-    meanwhile (it moves the stamp before it reads the host bytes), the write is done again the
-    slow way, under the lock, and recorded, so the upload cannot mark an old value current.
+    1-D view (an integer per axis of an N-D one) goes to the host ndarray directly and needs no
+    record (nothing else is current to go stale). The stamp is read again after the write
+    (seqlock-style): if an upload began meanwhile (it moves the stamp before it reads the host
+    bytes), the write is done again the slow way, under the lock, and recorded, so the upload
+    cannot mark an old value current.
     """
     stamp = self._host_only_at
     if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS and stamp == self._buf.host_stamp:
@@ -225,7 +231,28 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
             items[key] = value  # type: ignore[call-overload]  # (narrowed to object by the tests above)
             if stamp == self._buf.host_stamp:
                 return
+    elif (
+        key.__class__ is tuple
+        and value.__class__ in _NUMBERS
+        and stamp == self._buf.host_stamp
+        and self._host_cells is not None
+        and _cell(self, key)
+    ):
+        self._host_cells[key] = value
+        if stamp == self._buf.host_stamp:
+            return
     _setitem(self, key, value)
+
+
+def _cell(self: SmartArray, key: tuple[Any, ...]) -> bool:
+    """Whether ``key`` names one element of this N-D view of numbers by integers
+    (``a[i, j]``), which the host fast path reads or writes directly."""
+    if len(key) != len(self._shape) or self._host_nd is None:
+        return False
+    for k in key:
+        if k.__class__ not in _INT_KEYS:
+            return False
+    return True
 
 
 def _element(self: SmartArray, key: Any) -> int:
