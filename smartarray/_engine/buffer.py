@@ -306,6 +306,7 @@ class Buffer:
                 self.record_write(where, lo, hi)
             if self.held.shown(lo, hi):
                 self.held_stale = True
+                self._leave_host_only()  # the next host access (any bytes) refreshes them
 
     def record_write(self, where: str, lo: int, hi: int) -> None:
         """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).
