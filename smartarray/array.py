@@ -44,6 +44,7 @@ from ._array import views as _views
 
 # (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
 from ._array.results import _from_njit, _rebuild  # noqa: F401
+from ._array.views import NO_KEY as _NO_KEY
 from ._engine import arguments as _arguments
 from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
@@ -58,6 +59,8 @@ from ._numba.kernels import ArrayArgument
 __all__ = ["SmartArray"]
 
 _ORDERS = (None, "C", "F", "A", "K")
+_BYTE = np.dtype(np.uint8)
+_NUMBER_KINDS = "biufc"  # dtype kinds a SmartArray holds with no further check
 
 
 def _check_where(where: Any) -> str:
@@ -138,6 +141,7 @@ class SmartArray(ArrayArgument):
         "_host_item",
         "_host_cells",
         "_host_nd",
+        "_host_key",
     )  # weak references and the instance dict (``_numba_type_``'s cache) come from ArgHint
 
     __hash__ = None  # type: ignore[assignment]
@@ -166,10 +170,13 @@ class SmartArray(ArrayArgument):
         ):
             # The common case, ``SmartArray(x)`` of an ndarray: one copy, adopted as the host
             # copy, with no argument to check but x's dtype (before anything is copied).
-            _check_array_dtype(obj.dtype, "obj's dtype")
+            if obj.dtype.kind not in _NUMBER_KINDS:
+                _check_array_dtype(obj.dtype, "obj's dtype")
             ary = np.array(obj, order="K", copy=True)
-            if not (ary.flags.c_contiguous or ary.flags.f_contiguous):
-                ary = np.ascontiguousarray(ary)
+            if ary.ndim > 1:  # (a 1-D copy is contiguous)
+                flags = ary.flags
+                if not (flags.c_contiguous or flags.f_contiguous):
+                    ary = np.ascontiguousarray(ary)
             self._init_host(ary, None)
             return
         where = _check_where(where)
@@ -286,6 +293,10 @@ class SmartArray(ArrayArgument):
         self._host_item: np.ndarray | None = None
         self._host_cells: np.ndarray | None = None  # (of an N-D view: ``a[i, j] = v``)
         self._host_nd: np.ndarray | None = None
+        # A key of this 1-D view whose element the host held as its only current copy at the
+        # host stamp kept with it (a write recorded, or found recorded): later writes of it
+        # need no record while the stamp holds (see smartarray._array.views).
+        self._host_key: tuple[int, Any] = _NO_KEY
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.
@@ -314,17 +325,18 @@ class SmartArray(ArrayArgument):
     def _init_host(self, ary: np.ndarray, name: str | None) -> None:
         """Make this a new array adopting ``ary`` (a contiguous ndarray nobody else holds) as
         its host copy, current there only, its host fast path open."""
-        layout = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
-        buf = _Buffer(ary.nbytes, HOST, False, name)
-        flat = ary.reshape(-1, order="F") if layout == "F" else ary.reshape(-1)
-        buf.adopt_host(flat.view(np.uint8))
-        shape = ary.shape
+        shape, dtype, nbytes = ary.shape, ary.dtype, ary.nbytes
         if len(shape) == 1:
-            strides: tuple[int, ...] = (ary.itemsize,)
+            flat = ary
+            strides: tuple[int, ...] = (dtype.itemsize,)
         else:
-            strides = _geometry.contiguous_strides(shape, ary.itemsize, layout)
-        self._init(buf, 0, shape, strides, ary.dtype)
-        if ary.dtype.names is None:
+            fortran = ary.flags.f_contiguous and not ary.flags.c_contiguous
+            flat = ary.reshape(-1, order="F") if fortran else ary.reshape(-1)
+            strides = _geometry.contiguous_strides(shape, dtype.itemsize, "F" if fortran else "C")
+        buf = _Buffer(nbytes, HOST, False, name)
+        buf.adopt_host(flat.view(_BYTE))
+        self._known(buf, 0, shape, strides, dtype, 0, nbytes)
+        if dtype.names is None:
             # A new buffer current on the host only, nothing in flight: what
             # Buffer.host_ready finds, known here without asking.
             if len(shape) == 1:
@@ -332,9 +344,36 @@ class SmartArray(ArrayArgument):
             elif shape:
                 self._host_cells = ary
             readable = ary.view()
-            readable.flags.writeable = False
+            readable.setflags(write=False)
             self._host_nd = readable
             self._host_at = self._host_only_at = buf.host_stamp
+
+    def _known(
+        self,
+        buf: _Buffer,
+        offset: int,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        dtype: np.dtype,
+        lo: int,
+        hi: int,
+    ) -> None:
+        """:meth:`_init` from a geometry already known to be right: tuples of ints, and the
+        byte span ``[lo, hi)`` (all 0 when the view has no bytes), each slot set once (new
+        arrays of NumPy's results and views of a known view are made this way)."""
+        self._buf = buf
+        self._offset = offset
+        self._shape = shape
+        self._strides = strides
+        self._dtype = dtype
+        self._lo = lo
+        self._hi = hi
+        self._device_view = self._njit_view = self._njit_fast = self._device_arg = None
+        self._gpu_only_at = self._device_at = -1
+        self._device_on = 0
+        self._host_at = self._host_only_at = -1
+        self._host_item = self._host_cells = self._host_nd = None
+        self._host_key = _NO_KEY
 
     # -- public API ---------------------------------------------------------------------------
 

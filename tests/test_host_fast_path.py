@@ -224,3 +224,72 @@ def test_cells_of_a_matrix_take_the_fast_path_and_reach_the_next_launch(slow_wri
     assert m[0, 0] == 10.0 and m[1, 2] == 7.0
     with pytest.raises(IndexError, match="out of bounds"):
         m[4, 0] = 1.0
+
+
+def test_a_repeated_write_of_one_element_is_recorded_once_and_uploaded(slow_writes):
+    a = SmartArray(np.arange(100.0))
+    launch(a)
+    held = a.host()  # read back and held: both copies current
+    a[3] = 7.0  # recorded: the device copy of this element goes stale
+    a[3] = 8.0  # stale there already: nothing more to record
+    a[-97] = 9.0  # (the same element by another key: the slow way again)
+    a[4] = 1.0
+    a[4] = 2.0
+    assert slow_writes == [3, -97, 4]
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 16  # exactly the two written elements
+    assert a[3] == 10.0 and a[4] == 3.0 and a[5] == 7.0
+    assert held[3] == 10.0 and held[4] == 3.0
+
+
+def test_a_kernel_between_two_writes_of_one_element_closes_their_fast_path(slow_writes):
+    a = SmartArray(np.zeros(64))
+    launch(a)
+    held = a.host()
+    a[2] = 5.0  # recorded; the next write of a[2] would need no record
+    launch(a)  # the device writes a[2]: current there only now
+    a[2] = 20.0  # must be recorded again, or the next launch keeps the device's 6.0
+    assert slow_writes == [2, 2]
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8
+    assert a[2] == 21.0 and a[3] == 3.0 and held[2] == 21.0
+
+
+def test_a_repeated_write_racing_an_upload_is_recorded_again(slow_writes):
+    """The write of an element already stale on the device re-checks the stamp after writing:
+    an upload that read the host bytes before the write landed must not leave the old value
+    marked current on the device."""
+    a = SmartArray(np.zeros(8))
+    launch(a)
+    held = a.host()
+    a[1] = 5.0  # recorded
+    a[1] = 6.0  # not recorded: the device's copy of a[1] is stale already
+    assert slow_writes == [1]
+    a._host_item = a._host_item.view(_UploadBeforeWrite)
+    _UploadBeforeWrite.target = a
+    a[1] = 7.0  # another thread uploads the 6.0 between the stamp test and the write
+    assert _UploadBeforeWrite.target is None  # (the upload ran)
+    assert slow_writes == [1, 1]  # done again the slow way, and recorded
+    launch(a)
+    assert a[1] == 8.0 and held[1] == 8.0
+    assert a.tolist() == [2.0, 8.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+
+
+def test_operators_and_slices_of_a_host_current_array_see_a_kernel():
+    a = SmartArray(np.arange(8.0))
+    b = a[2:6]
+    assert (a + 1).tolist()[2] == 3.0 and (10 - a).tolist()[2] == 8.0  # the fast paths open
+    assert b.tolist() == [2.0, 3.0, 4.0, 5.0]
+    launch(a)  # the device writes: every host fast path closes
+    assert (a + 1).tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    assert (10 - a).tolist()[0] == 9.0 and (a * 2.0)[7] == 16.0
+    assert b.tolist() == [3.0, 4.0, 5.0, 6.0] and a[::-3].tolist() == [8.0, 5.0, 2.0]
+    c = a[5:1:-2]
+    c[0] = 60.0
+    assert a[5] == 60.0 and c.tolist() == [60.0, 4.0]
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8  # only the written element
+    assert a[5] == 61.0 and a.tolist()[1] == 3.0

@@ -518,7 +518,14 @@ def binary(ufunc: np.ufunc, name: str) -> Method:
     """``self <op> other`` as ``ufunc(self, other)`` (``__<name>__``)."""
 
     def method(self: SmartArray, other: Any) -> Any:
-        if other.__class__ not in NUMBERS and _defers(other):
+        if other.__class__ in NUMBERS:
+            # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
+            stamp, host = self._host_at, self._host_nd
+            if host is not None and stamp == self._buf.host_stamp:
+                result = ufunc(host, other)
+                if stamp == self._buf.host_stamp:
+                    return self._adopt(result) if result.__class__ is np.ndarray else result
+        elif _defers(other):
             return NotImplemented
         return ufunc(self, other)
 
@@ -531,7 +538,14 @@ def reflected(ufunc: np.ufunc, name: str) -> Method:
     """``other <op> self`` as ``ufunc(other, self)`` (``__r<name>__``)."""
 
     def method(self: SmartArray, other: Any) -> Any:
-        if other.__class__ not in NUMBERS and _defers(other):
+        if other.__class__ in NUMBERS:
+            # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
+            stamp, host = self._host_at, self._host_nd
+            if host is not None and stamp == self._buf.host_stamp:
+                result = ufunc(other, host)
+                if stamp == self._buf.host_stamp:
+                    return self._adopt(result) if result.__class__ is np.ndarray else result
+        elif _defers(other):
             return NotImplemented
         return ufunc(other, self)
 

@@ -87,6 +87,8 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
                 if isinstance(x, _SmartArray) and x._host_at != x._buf.host_stamp:
                     break
             else:
+                if result.__class__ is np.ndarray and result.dtype.kind in "biufc":
+                    return self._adopt(result)  # a fresh array of numbers (no out= given)
                 return self._wrap(result)
     outs = kwargs.get("out", ())
     if not isinstance(outs, tuple):

@@ -42,7 +42,8 @@ def _owning(ary: np.ndarray) -> SmartArray:
         and (flags.c_contiguous or flags.f_contiguous)
         and ary.dtype.names is None
     ):
-        _check_array_dtype(ary.dtype, "a result's dtype")
+        if ary.dtype.kind not in "biufc":  # (numbers need no further check)
+            _check_array_dtype(ary.dtype, "a result's dtype")
         result = object.__new__(_smart())
         result._init_host(ary, None)
         return result

@@ -32,7 +32,12 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
+NO_KEY: tuple[int, Any] = (-1, None)
+"""A view's ``_host_key`` when no element write is known to need no record (see
+:func:`__setitem__`)."""
+
 __all__ = [
+    "NO_KEY",
     "__getitem__",
     "__setitem__",
     "flatten",
@@ -195,6 +200,21 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
         start, stop, step = key.indices(self._shape[0])
         n = len(range(start, stop, step))
         stride = self._strides[0]
+        if n and len(self._shape) == 1:  # (the common case: its byte span known at once)
+            offset = self._offset + start * stride
+            end = offset + (n - 1) * stride * step
+            lo, hi = (offset, end) if end >= offset else (end, offset)
+            view = object.__new__(self.__class__)
+            view._known(
+                self._buf,
+                offset,
+                (n,),
+                (stride * step,),
+                self._dtype,
+                lo,
+                hi + self._dtype.itemsize,
+            )
+            return view
         offset = self._offset + start * stride if n else self._offset
         shape, strides = (n, *self._shape[1:]), (stride * step, *self._strides[1:])
         return self._view(self._buf, offset, shape, strides, self._dtype)
@@ -223,13 +243,22 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     (seqlock-style): if an upload began meanwhile (it moves the stamp before it reads the host
     bytes), the write is done again the slow way, under the lock, and recorded, so the upload
     cannot mark an old value current.
+
+    A write the slow way of one element of a 1-D view leaves that element current on the host
+    only; the view keeps its key and the stamp (``_host_key``), so writing the same element
+    again (a boundary value, an accumulator) takes the fast path too while the stamp holds.
     """
     stamp = self._host_only_at
-    if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS and stamp == self._buf.host_stamp:
+    if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS:
+        buf = self._buf
+        if stamp != buf.host_stamp:
+            stamp, known = self._host_key
+            if known != key:
+                stamp = -1
         items = self._host_item
-        if items is not None:
+        if items is not None and stamp == buf.host_stamp:
             items[key] = value  # type: ignore[call-overload]  # (narrowed to object by the tests above)
-            if stamp == self._buf.host_stamp:
+            if stamp == buf.host_stamp:
                 return
     elif (
         key.__class__ is tuple
@@ -313,7 +342,13 @@ def _setitem(self: SmartArray, key: Any, value: Any) -> None:
             buf.acquire(HOST, lo, hi, OUT, "host write gap")
             np.ndarray((), self._dtype, buffer=buf.ensure_host(), offset=lo)[()] = staged
             buf.changed(HOST, lo, hi)
-            self._open_host()
+            if self._host_at != buf.host_stamp:
+                self._open_host()
+            if self._host_item is not None:
+                # This element is current on the host only now (unless work in flight may
+                # still read it): the next write of it needs no record while the stamp holds.
+                at = buf.host_ready(lo, hi, only=True)
+                self._host_key = (at, key) if at != -1 else NO_KEY
         return
     with _locked(_arrays_in(self, key, value)):
         if isinstance(value, _SmartArray):

@@ -113,10 +113,13 @@ class Buffer:
         self.name = f"a{next(_names)}" if name is None else name
         self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
         self.nbytes = nbytes
-        locations = LOCATIONS if valid_at in (None, HOST, GPU) else (*LOCATIONS, valid_at)
-        self.state = BufferState(nbytes, locations, valid_at=valid_at)
-        if len(locations) > 2:
-            self.locate()
+        if valid_at == HOST:  # (a new array of every NumPy result: made without re-checking)
+            self.state = BufferState.host_only(nbytes, HOST, GPU)
+        else:
+            locations = LOCATIONS if valid_at in (None, GPU) else (*LOCATIONS, valid_at)
+            self.state = BufferState(nbytes, locations, valid_at=valid_at)
+            if len(locations) > 2:
+                self.locate()
         self.lock = threading.RLock()
         self.host_bytes: np.ndarray | None = None
         # Device copies by device ordinal (None: not allocated): one entry until a second
