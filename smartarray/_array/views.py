@@ -248,19 +248,20 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     only; the view keeps its key and the stamp (``_host_key``), so writing the same element
     again (a boundary value, an accumulator) takes the fast path too while the stamp holds.
     """
-    stamp = self._host_only_at
     if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS:
-        buf = self._buf
-        if stamp != buf.host_stamp:
-            stamp, known = self._host_key
-            if known != key:
-                stamp = -1
         items = self._host_item
-        if items is not None and stamp == buf.host_stamp:
+        if items is not None:
+            stamp = self._host_only_at
+            if stamp != self._buf.host_stamp:
+                stamp, known = self._host_key
+                if known != key or stamp != self._buf.host_stamp:
+                    return _setitem(self, key, value)
             items[key] = value  # type: ignore[call-overload]  # (narrowed to object by the tests above)
-            if stamp == buf.host_stamp:
+            if stamp == self._buf.host_stamp:
                 return
-    elif (
+        return _setitem(self, key, value)
+    stamp = self._host_only_at
+    if (
         key.__class__ is tuple
         and value.__class__ in _NUMBERS
         and stamp == self._buf.host_stamp
