@@ -360,7 +360,8 @@ class SmartArray(ArrayArgument):
     ) -> None:
         """:meth:`_init` from a geometry already known to be right: tuples of ints, and the
         byte span ``[lo, hi)`` (all 0 when the view has no bytes), each slot set once (new
-        arrays of NumPy's results and views of a known view are made this way)."""
+        arrays of NumPy's results are made this way; a slice of a 1-D view makes the same
+        stores inline, in smartarray._array.views.__getitem__: a slot added here goes there)."""
         self._buf = buf
         self._offset = offset
         self._shape = shape

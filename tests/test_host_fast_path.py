@@ -286,9 +286,12 @@ def test_operators_and_slices_of_a_host_current_array_see_a_kernel():
     assert (a + 1).tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
     assert (10 - a).tolist()[0] == 9.0 and (a * 2.0)[7] == 16.0
     assert b.tolist() == [3.0, 4.0, 5.0, 6.0] and a[::-3].tolist() == [8.0, 5.0, 2.0]
+    launch(b)  # a slice is a full view: launched, summed, passed to NumPy, indexed
+    assert b.sum() == 22.0 and np.sin(b)[0] == np.sin(4.0) and b[-1] == 7.0
+    assert a.tolist() == [1.0, 2.0, 4.0, 5.0, 6.0, 7.0, 7.0, 8.0]
     c = a[5:1:-2]
     c[0] = 60.0
-    assert a[5] == 60.0 and c.tolist() == [60.0, 4.0]
+    assert a[5] == 60.0 and c.tolist() == [60.0, 5.0]
     before = sa.stats()
     launch(a)
     assert delta(before).h2d_bytes == 8  # only the written element
