@@ -35,6 +35,8 @@ JSON layout (:func:`run` returns it; other tools read it)::
                                             "moved" | "hand" | "per_step":
                                                 {"h2d" | "d2h" | "d2d_in" | "d2d_out": int}}]}]},
       "time": {"model": {...}, "targets": {...}, "measured": {...} or null}  (bench_time.run)
+    if progress:
+      "host": {"host_<state>_<op>_<n>_sa_ns" | ..._np_ns | ..._ratio: float}
     }
 
 Run it through ``python -m benchmarks [--quick] [--json PATH] [--markdown]`` (``__main__.py``),
@@ -51,6 +53,7 @@ import bench_budget
 import bench_coherence
 import bench_devices
 import bench_fragmentation
+import bench_host
 import bench_overhead
 import bench_strict
 import bench_time
@@ -149,6 +152,9 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
 
     on_gpu = not memory.SIMULATOR and _fakegpu.current() is None
     time_figures = bench_time.run(quick, measured=on_gpu)
+    if progress:
+        print("bench: host operations against ndarray's", file=sys.stderr, flush=True)
+    host = bench_host.run(quick)
     return {
         "target": target or ("CUDA simulator" if memory.SIMULATOR else "CUDA GPU"),
         "simulator": memory.SIMULATOR,
@@ -161,6 +167,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
         "fragmentation": fragmentation,
         "devices": devices,
         "time": time_figures,
+        "host": host,
     }
 
 
@@ -331,6 +338,7 @@ def format_report(report: dict[str, Any]) -> str:
     out += ["", bench_devices.format_figures(report.get("devices"))]
     if report.get("time"):
         out += ["", bench_time.format_figures(report["time"])]
+    out += ["", bench_host.format_figures(report.get("host"))]
     return "\n".join(out)
 
 

@@ -44,6 +44,7 @@ from ._array import views as _views
 
 # (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
 from ._array.results import _from_njit, _rebuild  # noqa: F401
+from ._array.views import NO_KEY as _NO_KEY
 from ._engine import arguments as _arguments
 from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
@@ -58,6 +59,8 @@ from ._numba.kernels import ArrayArgument
 __all__ = ["SmartArray"]
 
 _ORDERS = (None, "C", "F", "A", "K")
+_BYTE = np.dtype(np.uint8)
+_NUMBER_KINDS = "biufc"  # dtype kinds a SmartArray holds with no further check
 
 
 def _check_where(where: Any) -> str:
@@ -133,6 +136,12 @@ class SmartArray(ArrayArgument):
         "_gpu_only_at",
         "_device_at",
         "_device_on",
+        "_host_at",
+        "_host_only_at",
+        "_host_item",
+        "_host_cells",
+        "_host_nd",
+        "_host_key",
     )  # weak references and the instance dict (``_numba_type_``'s cache) come from ArgHint
 
     __hash__ = None  # type: ignore[assignment]
@@ -149,6 +158,27 @@ class SmartArray(ArrayArgument):
         pinned: bool = False,
         name: str | None = None,
     ) -> None:
+        if (
+            obj.__class__ is np.ndarray
+            and copy is True
+            and shape is None
+            and dtype is None
+            and order is None
+            and where == HOST
+            and not pinned
+            and name is None
+        ):
+            # The common case, ``SmartArray(x)`` of an ndarray: one copy, adopted as the host
+            # copy, with no argument to check but x's dtype (before anything is copied).
+            if obj.dtype.kind not in _NUMBER_KINDS:
+                _check_array_dtype(obj.dtype, "obj's dtype")
+            ary = np.array(obj, order="K", copy=True)
+            if ary.ndim > 1:  # (a 1-D copy is contiguous)
+                flags = ary.flags
+                if not (flags.c_contiguous or flags.f_contiguous):
+                    ary = np.ascontiguousarray(ary)
+            self._init_host(ary, None)
+            return
         where = _check_where(where)
         name = _check_name(name)
         if order not in _ORDERS:
@@ -211,8 +241,10 @@ class SmartArray(ArrayArgument):
             while isinstance(owner.base, np.ndarray):
                 owner = owner.base
             buf.held.track(owner, 0, ary.nbytes)
+        elif where == HOST and not pinned:
+            buf.adopt_host(raw)  # a fresh copy nobody else holds: no second copy
         elif where == HOST:
-            buf.ensure_host()[:] = raw
+            buf.ensure_host()[:] = raw  # (page-locked memory)
         self._init(buf, 0, ary.shape, strides, ary.dtype)
         if where != HOST:
             _copies.upload_initial(self, raw, where, adopt)
@@ -242,8 +274,8 @@ class SmartArray(ArrayArgument):
     ) -> None:
         self._buf = buf
         self._offset = int(offset)
-        self._shape = tuple(int(d) for d in shape)
-        self._strides = tuple(int(s) for s in strides)
+        self._shape = tuple(map(int, shape))
+        self._strides = tuple(map(int, strides))
         self._dtype = dtype
         self._device_view: Any = None  # (annotated: what mypy reads as the slots' types)
         self._njit_view: np.ndarray | None = None
@@ -253,10 +285,26 @@ class SmartArray(ArrayArgument):
         # view was current on the device only, and at which it was current there.
         self._gpu_only_at = self._device_at = -1
         self._device_on = 0  # the device of the cached device view (several devices)
+        # The host fast path (smartarray._array.views): the buffer's host stamp at which this
+        # view's bytes were current on the host, and current there only; the writable host
+        # ndarray of a 1-D view of numbers that scalar indexing reaches then, and the read-only
+        # one NumPy's methods and ufuncs read (None: they take the slow path).
+        self._host_at = self._host_only_at = -1
+        self._host_item: np.ndarray | None = None
+        self._host_cells: np.ndarray | None = None  # (of an N-D view: ``a[i, j] = v``)
+        self._host_nd: np.ndarray | None = None
+        # A key of this 1-D view whose element the host held as its only current copy at the
+        # host stamp kept with it (a write recorded, or found recorded): later writes of it
+        # need no record while the stamp holds (see smartarray._array.views).
+        self._host_key: tuple[int, Any] = _NO_KEY
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.
             self._offset = self._lo = self._hi = 0
+        elif len(self._shape) == 1:  # (the common case, without the loop)
+            end = self._offset + (self._shape[0] - 1) * self._strides[0]
+            lo, hi = (self._offset, end) if end >= self._offset else (end, self._offset)
+            self._lo, self._hi = lo, hi + dtype.itemsize
         else:
             lo = hi = self._offset
             for d, s in zip(self._shape, self._strides, strict=True):
@@ -273,6 +321,60 @@ class SmartArray(ArrayArgument):
         self = object.__new__(cls)
         self._init(buf, offset, shape, strides, dtype)
         return self
+
+    def _init_host(self, ary: np.ndarray, name: str | None) -> None:
+        """Make this a new array adopting ``ary`` (a contiguous ndarray nobody else holds) as
+        its host copy, current there only, its host fast path open."""
+        shape, dtype, nbytes = ary.shape, ary.dtype, ary.nbytes
+        if len(shape) == 1:
+            flat = ary
+            strides: tuple[int, ...] = (dtype.itemsize,)
+        else:
+            fortran = ary.flags.f_contiguous and not ary.flags.c_contiguous
+            flat = ary.reshape(-1, order="F") if fortran else ary.reshape(-1)
+            strides = _geometry.contiguous_strides(shape, dtype.itemsize, "F" if fortran else "C")
+        buf = _Buffer(nbytes, HOST, False, name)
+        buf.adopt_host(flat.view(_BYTE))
+        self._known(buf, 0, shape, strides, dtype, 0, nbytes)
+        if dtype.names is None:
+            # A new buffer current on the host only, nothing in flight: what
+            # Buffer.host_ready finds, known here without asking.
+            if len(shape) == 1:
+                self._host_item = ary
+            elif shape:
+                self._host_cells = ary
+            readable = ary.view()
+            readable.setflags(write=False)
+            self._host_nd = readable
+            self._host_at = self._host_only_at = buf.host_stamp
+
+    def _known(
+        self,
+        buf: _Buffer,
+        offset: int,
+        shape: tuple[int, ...],
+        strides: tuple[int, ...],
+        dtype: np.dtype,
+        lo: int,
+        hi: int,
+    ) -> None:
+        """:meth:`_init` from a geometry already known to be right: tuples of ints, and the
+        byte span ``[lo, hi)`` (all 0 when the view has no bytes), each slot set once (new
+        arrays of NumPy's results are made this way; a slice of a 1-D view makes the same
+        stores inline, in smartarray._array.views.__getitem__: a slot added here goes there)."""
+        self._buf = buf
+        self._offset = offset
+        self._shape = shape
+        self._strides = strides
+        self._dtype = dtype
+        self._lo = lo
+        self._hi = hi
+        self._device_view = self._njit_view = self._njit_fast = self._device_arg = None
+        self._gpu_only_at = self._device_at = -1
+        self._device_on = 0
+        self._host_at = self._host_only_at = -1
+        self._host_item = self._host_cells = self._host_nd = None
+        self._host_key = _NO_KEY
 
     # -- public API ---------------------------------------------------------------------------
 
@@ -305,6 +407,7 @@ class SmartArray(ArrayArgument):
             # from this memory may still be in flight (pinned memory, a launch's stream), and
             # the caller's write would race it, so the access waits for it.
             self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
+            self._open_host()  # (later scalar reads and writes take the fast path)
             return self._export(readonly=False)
 
     def _device_handout(self, wait: bool, where: str | None = None) -> Any:
@@ -363,6 +466,7 @@ class SmartArray(ArrayArgument):
     _desc = _copies._desc
     _changed = _copies._changed
     _host_view = _copies._host_view
+    _open_host = _copies._open_host
     _export = _copies._export
     _host_ro = _copies._host_ro
     _host_rw = _copies._host_rw

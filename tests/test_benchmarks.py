@@ -301,6 +301,37 @@ def test_bench_says_simulator_seconds_mean_nothing_for_a_gpu(bench):
         assert note not in out.stdout
 
 
+def test_bench_host_compares_every_operation_with_the_ndarrays(bench):
+    """The host operations run on a SmartArray and an ndarray side by side, in both states, and
+    the terminal report prints them (no timing is asserted: only that each figure exists)."""
+    import bench_host
+
+    out, report = bench
+    host = report["host"]
+    for state in bench_host.STATES:
+        for op in bench_host.OPERATIONS:
+            for n in bench_host.SIZES[:2]:  # --quick: no million-element arrays
+                key = f"host_{state}_{op}_{n}"
+                for figure in ("sa_ns", "np_ns", "ratio"):
+                    assert isinstance(host[f"{key}_{figure}"], float), key
+                assert host[f"{key}_sa_ns"] > 0 and host[f"{key}_np_ns"] > 0, key
+    assert "host operations, fresh array" in out.stdout
+    assert "host operations, used array" in out.stdout
+
+
+def test_bench_host_runs_as_a_script():
+    out = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_host.py"), "--quick", "--json-figures"],
+        env={**real_target_env(), "NUMBA_ENABLE_CUDASIM": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures["host_used_get_1000_ratio"] > 0
+
+
 def test_bench_partitioned_heat_moves_hand_written_bytes_per_device(bench):
     """Issue 29: the partitioned heat steps on 1, 2 and 4 devices move, per device, what
     hand-written transfers move; off a machine with that many GPUs a row runs on the fake

@@ -34,6 +34,7 @@ __all__ = [
     "_host_ro",
     "_host_rw",
     "_host_view",
+    "_open_host",
     "gpu_changed",
     "host_changed",
     "is_valid",
@@ -78,6 +79,27 @@ def _host_view(self: SmartArray) -> np.ndarray:
     )
 
 
+def _open_host(self: SmartArray) -> None:
+    """Open this view's host fast path where its bytes are ready now (see
+    :meth:`Buffer.host_ready <smartarray._engine.buffer.Buffer.host_ready>`). Call with the
+    buffer's lock held."""
+    buf = self._buf
+    at = buf.host_ready(self._lo, self._hi)
+    if at != -1 and self._host_nd is None:
+        if self._dtype.names is not None or self._dtype.subdtype is not None:
+            return  # records: a[i] is a record view, made the slow way
+        host = self._host_view()
+        if len(self._shape) == 1:
+            self._host_item = host
+        elif self._shape:
+            self._host_cells = host
+        host = host.view()
+        host.flags.writeable = False  # what NumPy reads may not write untracked
+        self._host_nd = host
+    self._host_at = at
+    self._host_only_at = buf.host_ready(self._lo, self._hi, only=True) if at != -1 else -1
+
+
 def _export(self: SmartArray, readonly: bool, unannounced: bool = False) -> np.ndarray:
     """This view's host data as an ndarray handed out (tracked; no sync); ``unannounced``:
     to a consumer that writes without calling ``mark_changed`` (``smartarray/_engine/held.py``).
@@ -101,6 +123,8 @@ def _host_ro(self: SmartArray, reason: str = "host read") -> np.ndarray:
     buf = self._buf
     with buf.lock:
         buf.acquire(HOST, self._lo, self._hi, IN, reason)
+        if self._host_at != buf.host_stamp:
+            self._open_host()  # later reads take the fast path
         view = self._host_view()
         if buf.perf is not None and buf.perf.pending:
             _perf.emit(buf)  # after the read is complete and recorded

@@ -1,7 +1,9 @@
 """numpy.ndarray's methods and Python's operators for SmartArray, on the current host data.
 
 Functions the :class:`~smartarray.array.SmartArray` class statement binds under the same names.
-A method that reads runs ``numpy.ndarray``'s own on the current host data (:func:`_read`); one
+A method that reads runs ``numpy.ndarray``'s own on the current host data (:func:`_read`; the
+reductions, ``tolist`` and ``item`` without arguments read the host ndarray directly while the
+view's host fast path is open, see :mod:`smartarray._array.views`); one
 that writes in place runs it on the host copy and records the write (:func:`_write`: the device
 copy goes stale). The operators (``+``, ``<``, ...) are NumPy's ``NDArrayOperatorsMixin``'s,
 made by :func:`binary`, :func:`numeric` and :func:`unary` with ``self`` typed as a SmartArray:
@@ -24,7 +26,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from .._engine.buffer import HOST
-from .numpy_api import _convert, _failed_host_write, arrays_in, locked
+from .numpy_api import NUMBERS, _convert, _failed_host_write, arrays_in, locked
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -106,21 +108,49 @@ def setflags(self: SmartArray, *args: Any, **kwargs: Any) -> None:
 
 def all(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.all``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.all()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "all", args, kwargs)
 
 
 def any(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.any``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.any()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "any", args, kwargs)
 
 
 def argmax(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmax``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.argmax()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "argmax", args, kwargs)
 
 
 def argmin(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmin``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.argmin()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "argmin", args, kwargs)
 
 
@@ -201,21 +231,49 @@ def dumps(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
 
 def item(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.item``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.item()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "item", args, kwargs)
 
 
 def max(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.max``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.max()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "max", args, kwargs)
 
 
 def mean(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.mean``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.mean()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "mean", args, kwargs)
 
 
 def min(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.min``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.min()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "min", args, kwargs)
 
 
@@ -226,6 +284,13 @@ def nonzero(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
 
 def prod(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.prod``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.prod()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "prod", args, kwargs)
 
 
@@ -251,11 +316,25 @@ def searchsorted(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
 
 def std(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.std``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.std()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "std", args, kwargs)
 
 
 def sum(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.sum``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.sum()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "sum", args, kwargs)
 
 
@@ -276,6 +355,13 @@ def tofile(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
 
 def tolist(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.tolist``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.tolist()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "tolist", args, kwargs)
 
 
@@ -286,6 +372,13 @@ def trace(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
 
 def var(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.var``, on the current host data."""
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and not args and not kwargs:
+        host = self._host_nd
+        if host is not None:
+            result = host.var()
+            if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
+                return result
     return _read(self, "var", args, kwargs)
 
 
@@ -425,7 +518,14 @@ def binary(ufunc: np.ufunc, name: str) -> Method:
     """``self <op> other`` as ``ufunc(self, other)`` (``__<name>__``)."""
 
     def method(self: SmartArray, other: Any) -> Any:
-        if _defers(other):
+        if other.__class__ in NUMBERS:
+            # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
+            stamp, host = self._host_at, self._host_nd
+            if host is not None and stamp == self._buf.host_stamp:
+                result = ufunc(host, other)
+                if stamp == self._buf.host_stamp:
+                    return self._adopt(result) if result.__class__ is np.ndarray else result
+        elif _defers(other):
             return NotImplemented
         return ufunc(self, other)
 
@@ -438,7 +538,14 @@ def reflected(ufunc: np.ufunc, name: str) -> Method:
     """``other <op> self`` as ``ufunc(other, self)`` (``__r<name>__``)."""
 
     def method(self: SmartArray, other: Any) -> Any:
-        if _defers(other):
+        if other.__class__ in NUMBERS:
+            # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
+            stamp, host = self._host_at, self._host_nd
+            if host is not None and stamp == self._buf.host_stamp:
+                result = ufunc(other, host)
+                if stamp == self._buf.host_stamp:
+                    return self._adopt(result) if result.__class__ is np.ndarray else result
+        elif _defers(other):
             return NotImplemented
         return ufunc(other, self)
 

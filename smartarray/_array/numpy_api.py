@@ -26,7 +26,25 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
-__all__ = ["__array__", "__array_function__", "__array_ufunc__", "arrays_in", "locked"]
+__all__ = [
+    "INT_KEYS",
+    "NUMBERS",
+    "__array__",
+    "__array_function__",
+    "__array_ufunc__",
+    "arrays_in",
+    "locked",
+]
+
+# Keys and values the host fast paths take without converting anything first: Python's and
+# NumPy's integers (keys) and numbers (values). Anything else (a SmartArray, a sequence) goes
+# the slow way, which locks every array it reads.
+INT_KEYS = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16})
+NUMBERS = frozenset(
+    {int, float, complex, bool, np.float64, np.float32, np.float16, np.complex128, np.complex64}
+    | INT_KEYS
+    | {np.uint8, np.bool_}
+)
 
 
 def __array__(self: SmartArray, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -50,6 +68,28 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
     The outputs that are SmartArrays are written on the host copy and recorded (their device
     copies go stale); a new result is a new SmartArray.
     """
+    if method == "__call__" and not kwargs:
+        # The host fast path: every SmartArray operand current on the host (its stamp), no
+        # output given (nothing written): NumPy's loop on the read-only host data, its result
+        # adopted. The stamps are read again after the call (a device write began meanwhile:
+        # the slow way, under the locks).
+        ins = []
+        for x in inputs:
+            if isinstance(x, _SmartArray):
+                host = x._host_nd
+                if host is None or x._host_at != x._buf.host_stamp:
+                    break
+                x = host
+            ins.append(x)
+        else:
+            result = ufunc(*ins)
+            for x in inputs:
+                if isinstance(x, _SmartArray) and x._host_at != x._buf.host_stamp:
+                    break
+            else:
+                if result.__class__ is np.ndarray and result.dtype.kind in "biufc":
+                    return self._adopt(result)  # a fresh array of numbers (no out= given)
+                return self._wrap(result)
     outs = kwargs.get("out", ())
     if not isinstance(outs, tuple):
         outs = (outs,)
@@ -123,6 +163,13 @@ def __array_function__(self: SmartArray, func: Any, types: Any, args: Any, kwarg
             return first.size
         if func is np.squeeze:
             return first.squeeze(*args[1:], **kwargs)
+        if len(args) == 1 and not kwargs:
+            # The host fast path (``np.sum(a)``): a read of one array current on the host.
+            stamp, host = first._host_at, first._host_nd
+            if host is not None and stamp == first._buf.host_stamp:
+                result = func(host)
+                if stamp == first._buf.host_stamp:
+                    return self._wrap(result, (host,))
     arrays: list[SmartArray] = []
     _collect(args, arrays)
     _collect(kwargs, arrays)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .._engine.buffer import HOST, IN
+from .numpy_api import NUMBERS as _NUMBERS
 from .numpy_api import arrays_in as _arrays_in
 from .numpy_api import locked as _locked
 
@@ -44,14 +45,27 @@ def __len__(self: SmartArray) -> int:
 
 
 def __iter__(self: SmartArray) -> Iterator[Any]:
-    return _elements(self, range(len(_iterable(self))))
+    if self._host_at == self._buf.host_stamp and self._host_item is not None:
+        # Current on the host already: a few elements through the scalar fast path, with no
+        # lock and nothing to sync (see _few).
+        n = self._shape[0]
+        if n <= _FEW:
+            return _few(self, range(n))
+    return _elements(self, False)
 
 
 def __reversed__(self: SmartArray) -> Iterator[Any]:
-    return _elements(self, range(len(_iterable(self)) - 1, -1, -1))
+    return _elements(self, True)
 
 
 def __contains__(self: SmartArray, value: Any) -> bool:
+    stamp = self._host_at
+    if stamp == self._buf.host_stamp and value.__class__ in _NUMBERS:
+        host = self._host_nd
+        if host is not None:
+            found = value in host  # NumPy's C loop over the current host data
+            if stamp == self._buf.host_stamp:
+                return found
     with _locked(_arrays_in(self, value)):
         return value in self._host_ro()
 
@@ -121,17 +135,60 @@ def _iterable(a: SmartArray) -> SmartArray:
     return a
 
 
-def _elements(a: SmartArray, indices: range) -> Iterator[Any]:
-    """Yield ``a[i]`` for ``i`` in ``indices``, making the host copy current once first.
+def _elements(a: SmartArray, backwards: bool) -> Iterator[Any]:
+    """The iterator of ``a`` (``backwards``: reversed), making the host copy current once first.
 
     Without the first step each element (or row) would sync on its own: ``max(a)`` of an array
     current on the device made one download per element. Iteration stays lazy, as NumPy's: an
-    element is read when it is reached, so a device write between two steps is seen (it makes
-    the host stale again, and the next element syncs what it needs).
+    element is read when it is reached, so a device write between two steps is seen. A 1-D
+    array of numbers is iterated by NumPy itself over a host array handed out (tracked: a
+    device write refreshes it at once, as any held host array); an N-D array yields its rows,
+    SmartArray views made from the known geometry.
     """
-    if indices:
-        buf = a._buf
+    n = len(_iterable(a))
+    buf = a._buf
+    if len(a._shape) == 1 and a._dtype.names is None:
+        with buf.lock:
+            if n:
+                buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
+            if n <= _FEW:
+                if a._host_at != buf.host_stamp:
+                    a._open_host()
+                return _few(a, range(n - 1, -1, -1) if backwards else range(n))
+            host = a._export(readonly=True)
+        return iter(host[::-1] if backwards else host)
+    if n:
         with buf.lock:
             buf.acquire(HOST, a._lo, a._hi, IN, "iteration")
+    return _rows(a, range(n - 1, -1, -1) if backwards else range(n))
+
+
+# Up to this many elements a 1-D iteration reads through the host fast path, element by
+# element (handing out a tracked host array costs more than the loop).
+_FEW = 32
+
+
+def _few(a: SmartArray, indices: range) -> Iterator[Any]:
+    """Yield ``a[i]`` for ``i`` in ``indices``, through the host fast path while it holds."""
+    buf, items, stamp = a._buf, a._host_item, a._host_at
     for i in indices:
-        yield a[i]
+        if items is not None and stamp == buf.host_stamp:
+            value = items[i]
+            if stamp == buf.host_stamp:
+                yield value
+                continue
+        yield a[i]  # (synced; it opens the fast path again where it can)
+        items, stamp = a._host_item, a._host_at
+
+
+def _rows(a: SmartArray, indices: range) -> Iterator[Any]:
+    """Yield ``a[i]`` for ``i`` in ``indices``: rows as views (or record views, 1-D records)."""
+    if len(a._shape) == 1:  # records: a[i] is a record view
+        for i in indices:
+            yield a[i]
+        return
+    buf, offset, step, dtype = a._buf, a._offset, a._strides[0], a._dtype
+    shape, strides = a._shape[1:], a._strides[1:]
+    view = a._view
+    for i in indices:
+        yield view(buf, offset + i * step, shape, strides, dtype)

@@ -14,6 +14,7 @@ import numpy as np
 from .._engine.arguments import address, njit_owner
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
 from .._engine.buffer import HOST
+from .._memory.checks import _check_array_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -30,8 +31,22 @@ def _owning(ary: np.ndarray) -> SmartArray:
     """A SmartArray adopting a fresh ndarray that nobody else holds.
 
     Unlike a user's ``SmartArray(obj, copy=False)``, nothing outside keeps ``ary``, so it is no
-    exported view: device changes must not be downloaded eagerly on its account.
+    exported view: device changes must not be downloaded eagerly on its account. A contiguous
+    ndarray of numbers (what NumPy's calls return) is adopted with what is known of it (no
+    argument checks): a new buffer current on the host only, its host fast path open.
     """
+    flags = ary.flags
+    if (
+        ary.__class__ is np.ndarray
+        and flags.writeable
+        and (flags.c_contiguous or flags.f_contiguous)
+        and ary.dtype.names is None
+    ):
+        if ary.dtype.kind not in "biufc":  # (numbers need no further check)
+            _check_array_dtype(ary.dtype, "a result's dtype")
+        result = object.__new__(_smart())
+        result._init_host(ary, None)
+        return result
     result = _smart()(ary, copy=False)
     result._buf.held.forget()
     return result

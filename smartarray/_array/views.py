@@ -19,6 +19,8 @@ from numpy.lib.stride_tricks import as_strided
 from .._engine.buffer import HOST, IN, OUT
 from .geometry import from_probe as _from_probe
 from .geometry import probe as _probe
+from .numpy_api import INT_KEYS as _INT_KEYS
+from .numpy_api import NUMBERS as _NUMBERS
 from .numpy_api import arrays_in as _arrays_in
 from .numpy_api import locked as _locked
 
@@ -30,7 +32,12 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
+NO_KEY: tuple[int, Any] = (-1, None)
+"""A view's ``_host_key`` when no element write is known to need no record (see
+:func:`__setitem__`)."""
+
 __all__ = [
+    "NO_KEY",
     "__getitem__",
     "__setitem__",
     "flatten",
@@ -170,6 +177,147 @@ def _advanced(self: SmartArray, key: Any) -> tuple[np.ndarray, int, int]:
 
 
 def __getitem__(self: SmartArray, key: Any) -> Any:
+    """``self[key]``, as ``numpy.ndarray.__getitem__``; a view for a basic index.
+
+    The host fast path: while this view's bytes stay current on the host (its ``_host_at`` is
+    the buffer's ``host_stamp``: any transition that may make them stale moves the stamp), an
+    integer index of a 1-D view (an integer per axis of an N-D one) reads the host ndarray
+    directly, with no lock. The stamp is read
+    again after the read (seqlock-style): a download into these bytes starts only after the
+    transition that moved it.
+    """
+    stamp = self._host_at
+    cls = key.__class__
+    if cls in _INT_KEYS:
+        if stamp == self._buf.host_stamp:
+            items = self._host_item
+            if items is not None:
+                value = items[key]
+                if stamp == self._buf.host_stamp:
+                    return value
+    elif cls is slice and self._shape:
+        # A view along the first axis, its geometry computed here (no probe, nothing read).
+        start, stop, step = key.indices(self._shape[0])
+        if step == 1:
+            n = stop - start if stop > start else 0
+        else:
+            n = len(range(start, stop, step))
+        stride = self._strides[0]
+        if n and len(self._shape) == 1:  # (the common case: its byte span known at once)
+            offset = self._offset + start * stride
+            stride *= step
+            end = offset + (n - 1) * stride
+            lo, hi = (offset, end) if end >= offset else (end, offset)
+            # (SmartArray._known's stores, inline: one call less on a path NumPy takes in 70 ns)
+            view = object.__new__(self.__class__)
+            view._buf = self._buf
+            view._offset = offset
+            view._shape = (n,)
+            view._strides = (stride,)
+            view._dtype = dtype = self._dtype
+            view._lo = lo
+            view._hi = hi + dtype.itemsize
+            view._device_view = view._njit_view = view._njit_fast = view._device_arg = None
+            view._gpu_only_at = view._device_at = view._host_at = view._host_only_at = -1
+            view._device_on = 0
+            view._host_item = view._host_cells = view._host_nd = None
+            view._host_key = NO_KEY
+            return view
+        offset = self._offset + start * stride if n else self._offset
+        shape, strides = (n, *self._shape[1:]), (stride * step, *self._strides[1:])
+        return self._view(self._buf, offset, shape, strides, self._dtype)
+    elif cls is tuple and stamp == self._buf.host_stamp and _cell(self, key):
+        value = self._host_nd[key]  # type: ignore[index]  # (_cell: not None)
+        if stamp == self._buf.host_stamp:
+            return value
+    elif cls is np.ndarray and stamp == self._buf.host_stamp:
+        # A mask or an index array over a view current on the host: NumPy's own indexing of
+        # the host data (no offset array of the view), then adopted (a fresh array).
+        host = self._host_nd
+        if host is not None:
+            result = host[key]
+            if stamp == self._buf.host_stamp:
+                return self._adopt(result) if result.__class__ is np.ndarray else result
+    return _getitem(self, key)
+
+
+def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
+    """``self[key] = value``, as ``numpy.ndarray.__setitem__``, recorded on the host copy.
+
+    The host fast path: while the host holds the only current copy of this view's bytes (its
+    ``_host_only_at`` is the buffer's ``host_stamp``), a number written at an integer index of a
+    1-D view (an integer per axis of an N-D one) goes to the host ndarray directly and needs no
+    record (nothing else is current to go stale). The stamp is read again after the write
+    (seqlock-style): if an upload began meanwhile (it moves the stamp before it reads the host
+    bytes), the write is done again the slow way, under the lock, and recorded, so the upload
+    cannot mark an old value current.
+
+    A write the slow way of one element of a 1-D view leaves that element current on the host
+    only; the view keeps its key and the stamp (``_host_key``), so writing the same element
+    again (a boundary value, an accumulator) takes the fast path too while the stamp holds.
+    """
+    if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS:
+        items = self._host_item
+        if items is not None:
+            stamp = self._host_only_at
+            if stamp != self._buf.host_stamp:
+                stamp, known = self._host_key
+                if known != key or stamp != self._buf.host_stamp:
+                    return _setitem(self, key, value)
+            items[key] = value  # type: ignore[call-overload]  # (narrowed to object by the tests above)
+            if stamp == self._buf.host_stamp:
+                return
+        return _setitem(self, key, value)
+    stamp = self._host_only_at
+    if (
+        key.__class__ is tuple
+        and value.__class__ in _NUMBERS
+        and stamp == self._buf.host_stamp
+        and self._host_cells is not None
+        and _cell(self, key)
+    ):
+        self._host_cells[key] = value
+        if stamp == self._buf.host_stamp:
+            return
+    _setitem(self, key, value)
+
+
+def _cell(self: SmartArray, key: tuple[Any, ...]) -> bool:
+    """Whether ``key`` names one element of this N-D view of numbers by integers
+    (``a[i, j]``), which the host fast path reads or writes directly."""
+    if len(key) != len(self._shape) or self._host_nd is None:
+        return False
+    for k in key:
+        if k.__class__ not in _INT_KEYS:
+            return False
+    return True
+
+
+def _element(self: SmartArray, key: Any) -> int:
+    """The byte offset of element ``key`` (an integer) of this 1-D view; IndexError as NumPy."""
+    n = self._shape[0]
+    k = int(key)
+    if k < -n or k >= n:
+        raise IndexError(f"index {k} is out of bounds for axis 0 with size {n}")
+    return self._offset + (k + n if k < 0 else k) * self._strides[0]
+
+
+def _scalar_indexed(self: SmartArray, key: Any) -> bool:
+    """Whether ``self[key]`` is one number of a 1-D view (what the fast path takes)."""
+    return key.__class__ in _INT_KEYS and len(self._shape) == 1 and self._dtype.names is None
+
+
+def _getitem(self: SmartArray, key: Any) -> Any:
+    """``self[key]`` through the engine (and the host fast path opened for next time)."""
+    if _scalar_indexed(self, key):
+        lo = _element(self, key)
+        hi = lo + self._dtype.itemsize
+        buf = self._buf
+        with buf.lock:
+            buf.acquire(HOST, lo, hi, IN, "host read")
+            value = np.ndarray((), self._dtype, buffer=buf.ensure_host(), offset=lo)[()]
+            self._open_host()
+            return value
     # Every array involved is locked up front, in the global order (a key's lock taken
     # while holding self's would deadlock against ``key[self]`` in another thread).
     with _locked(_arrays_in(self, key)):
@@ -185,11 +333,32 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
             return view._host_ro().copy()[()]
         touched, lo, hi = _advanced(self, key)
         self._buf.acquire(HOST, lo, hi, IN, "host read")
+        if self._host_at != self._buf.host_stamp:
+            self._open_host()  # the next mask takes the fast path if the whole view is current
         # A fresh array nobody else holds: adopted, not an exported view.
         return self._adopt(self._host_view()[key])
 
 
-def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
+def _setitem(self: SmartArray, key: Any, value: Any) -> None:
+    """``self[key] = value`` through the engine (and the host fast path opened for next time)."""
+    if value.__class__ in _NUMBERS and _scalar_indexed(self, key):
+        lo = _element(self, key)
+        hi = lo + self._dtype.itemsize
+        staged = np.empty((), self._dtype)
+        staged[()] = value  # validates (a cast NumPy refuses) before anything is touched
+        buf = self._buf
+        with buf.lock:
+            buf.acquire(HOST, lo, hi, OUT, "host write gap")
+            np.ndarray((), self._dtype, buffer=buf.ensure_host(), offset=lo)[()] = staged
+            buf.changed(HOST, lo, hi)
+            if self._host_at != buf.host_stamp:
+                self._open_host()
+            if self._host_item is not None:
+                # This element is current on the host only now (unless work in flight may
+                # still read it): the next write of it needs no record while the stamp holds.
+                at = buf.host_ready(lo, hi, only=True)
+                self._host_key = (at, key) if at != -1 else NO_KEY
+        return
     with _locked(_arrays_in(self, key, value)):
         if isinstance(value, _SmartArray):
             value = value._host_ro()

@@ -106,6 +106,7 @@ class Buffer:
         "residency",
         "held_stale",
         "arriving",
+        "host_stamp",
         "__weakref__",
     )
 
@@ -115,10 +116,13 @@ class Buffer:
         self.name = f"a{next(_names)}" if name is None else name
         self.perf: _perf.Perf | None = None  # performance-warning counters, on first need
         self.nbytes = nbytes
-        locations = LOCATIONS if valid_at in (None, HOST, GPU) else (*LOCATIONS, valid_at)
-        self.state = BufferState(nbytes, locations, valid_at=valid_at)
-        if len(locations) > 2:
-            self.locate()
+        if valid_at == HOST:  # (a new array of every NumPy result: made without re-checking)
+            self.state = BufferState.host_only(nbytes, HOST, GPU)
+        else:
+            locations = LOCATIONS if valid_at in (None, GPU) else (*LOCATIONS, valid_at)
+            self.state = BufferState(nbytes, locations, valid_at=valid_at)
+            if len(locations) > 2:
+                self.locate()
         self.lock = threading.RLock()
         self.host_bytes: np.ndarray | None = None
         # Device copies by device ordinal (None: not allocated): one entry until a second
@@ -145,9 +149,8 @@ class Buffer:
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
-        self.fast_views: weakref.WeakValueDictionary[int, ArmableView] = (
-            weakref.WeakValueDictionary()
-        )
+        # (Made on the first arming: a new buffer per NumPy result must stay cheap.)
+        self.fast_views: weakref.WeakValueDictionary[int, ArmableView] | None = None
         # The device-memory budget's record of this buffer (LRU tick, claims, cached device
         # views), made on first need: see smartarray._engine.residency.
         self.residency: _residency.Residency | None = None
@@ -157,6 +160,10 @@ class Buffer:
         # The events after the downloads prefetch() queued to the host copy (None: none in
         # flight): host accesses wait for them first (smartarray._engine.prefetch.arrive).
         self.arriving: list[Any] | None = None
+        # The host fast path's stamp (see :meth:`host_ready`): a view that found its bytes
+        # ready for lock-free host access keeps the stamp it found; any transition that may
+        # make host bytes stale or device bytes current moves it (:meth:`_leave_host_only`).
+        self.host_stamp = 0
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -196,14 +203,19 @@ class Buffer:
     # -- transitions --------------------------------------------------------------------------
 
     def _leave_host_only(self) -> None:
-        """The one transition point towards device bytes: disarm every armed njit fast path.
+        """The one transition point towards device bytes: close the host fast paths (the stamp
+        moves) and disarm every armed njit fast path.
 
-        Called before an upload and before a device write is recorded: from then on the host
-        is no longer the only current copy, so njit calls must go through the hooks. A call
-        already running on the fast path (``nogil=True``, in another thread) keeps writing its
+        Called before an upload (before its copy reads the host bytes: a lock-free host write
+        re-checks the stamp after writing, seqlock-style, see smartarray._array.views), before
+        a device write is recorded (the host goes stale) and when a consolidation changes the
+        valid sets: from then on the host may no longer be current, or the only current copy,
+        so host accesses and njit calls must go through the engine again. A call already
+        running on the njit fast path (``nogil=True``, in another thread) keeps writing its
         bytes unrecorded: it is registered as a host writer, and copies of its bytes wait for
         it (:meth:`wait_for_host_writers`).
         """
+        self.host_stamp += 1
         if self.fast_views:
             for view in list(self.fast_views.values()):
                 view._njit_fast = None  # first: a call starting from now takes the hooks
@@ -216,7 +228,23 @@ class Buffer:
         if view._njit_view is not None and not self.work:
             if self.state.is_exclusive(HOST, lo, hi):
                 view._njit_fast = view._njit_view
+                if self.fast_views is None:
+                    self.fast_views = weakref.WeakValueDictionary()
                 self.fast_views[id(view)] = view
+
+    def host_ready(self, lo: int, hi: int, only: bool = False) -> int:
+        """The stamp at which bytes ``[lo, hi)`` may be read on the host without the lock
+        (``only``: written too, recorded by nothing: the host holds the only current copy),
+        or -1. A view keeps it; its fast path holds while ``host_stamp`` equals it. Call with
+        the lock held.
+        """
+        if self.host_bytes is None or self.held_stale or self.arriving:
+            return -1  # (a prefetched download still arriving: host accesses wait for it)
+        if only and self.in_flight():
+            return -1  # device work in flight may still read these host bytes (pinned memory)
+        state = self.state
+        ready = state.is_exclusive(HOST, lo, hi) if only else state.is_valid(HOST, lo, hi)
+        return self.host_stamp if ready else -1
 
     def mark(self, where: str, lo: int, hi: int) -> None:
         """Record a write of ``[lo, hi)`` at ``where`` in the state (other copies go stale)."""
@@ -226,6 +254,8 @@ class Buffer:
 
     def _consolidate(self) -> None:
         plan = self.state.plan_consolidate()
+        if plan:
+            self._leave_host_only()  # it may drop host runs (valid elsewhere too)
         if plan.copies and guard.armed() and _refused(plan):
             plan = self._consolidate_by_copying_out()
         if plan.copies and guard.armed() and _refused(plan):
@@ -291,6 +321,7 @@ class Buffer:
                 self.record_write(where, lo, hi)
             if self.held.shown(lo, hi):
                 self.held_stale = True
+                self._leave_host_only()  # the next host access (any bytes) refreshes them
 
     def record_write(self, where: str, lo: int, hi: int) -> None:
         """Mark bytes ``[lo, hi)`` written at ``where`` (state only, and consolidation).

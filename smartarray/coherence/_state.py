@@ -163,6 +163,26 @@ class BufferState:
         # target -> the sources it prefers, before the others (see prefer)
         self._prefer: dict[str, tuple[str, ...]] = {}
 
+    @classmethod
+    def host_only(cls, nbytes: int, host: str, device: str) -> BufferState:
+        """The state of a new buffer of ``nbytes`` (a non-negative int) over the locations
+        ``(host, device)``, current at ``host`` only, with the default cap and the process's
+        cost model: what ``BufferState(nbytes, (host, device), valid_at=host)`` makes, without
+        checking the arguments again (a new array of every NumPy result is made this way).
+        """
+        self = object.__new__(cls)
+        self._nbytes = nbytes
+        self._locations = (host, device)
+        self._max_runs = DEFAULT_MAX_RUNS
+        whole = IntervalSet._make((0,), (nbytes,)) if nbytes else EMPTY_SET
+        self._valid = {host: whole, device: EMPTY_SET}
+        self._version = 0
+        self._cost = None
+        self._break_even = -1
+        self._scatter = {}
+        self._prefer = {}
+        return self
+
     # -- properties ------------------------------------------------------------------------
 
     @property
