@@ -20,11 +20,14 @@ import hashlib
 import os
 
 import numpy as np
-from numba import cuda
 
-import smartarray as sa
+# isort: off
+import smartarray as sa  # first: SMARTARRAY_FAKE_GPU loads its driver before numba.cuda
+from numba import cuda
 import smartarray.mpi as sampi
 from smartarray._cli import Option, parse_example_args
+
+# isort: on
 
 ALPHA = 0.2
 

@@ -1,10 +1,12 @@
-"""The command line: ``smartarray info | demo | bench`` (or ``python -m smartarray ...``).
+"""The command line: ``smartarray info | demo | bench | run`` (or ``python -m smartarray ...``).
 
 - ``--version``: the versions of smartarray, numba, numba-cuda and NumPy;
 - ``info``: versions, the CUDA target, and which memory kinds are real (``--json`` for a
   machine-readable copy, e.g. to paste into a bug report);
 - ``demo``: one iterative workload (2-D heat diffusion) run with numba's automatic copies,
   hand-written transfers and SmartArrays, with the bytes each moved (:mod:`smartarray._demo`);
+- ``run SCRIPT [ARGS]``: run a script after smartarray is imported, so that
+  ``SMARTARRAY_FAKE_GPU=1`` takes effect where the script imports numba first;
 - ``bench``: the benchmark suite of a source checkout; the benchmarks own their runner
   (``python -m benchmarks``), which ``bench`` starts in a child process.
 
@@ -394,6 +396,17 @@ def _parser() -> argparse.ArgumentParser:
         help="draw the three strategies' transfer timelines side by side into PATH "
         "(e.g. out.png; needs matplotlib)",
     )
+    run = commands.add_parser(
+        "run",
+        help="run a Python script after smartarray chose its target (SMARTARRAY_FAKE_GPU too)",
+        usage=f"{prog} run SCRIPT [ARGS ...]",
+        description=(
+            "Run SCRIPT as `python SCRIPT ARGS` would (as __main__, with sys.argv set to "
+            "SCRIPT ARGS), after smartarray was imported: SMARTARRAY_FAKE_GPU=1 and "
+            "SMARTARRAY_STRICT=1 then take effect even where the script imports numba first."
+        ),
+    )
+    run.add_argument("script", type=Path, help="the Python script to run")
     commands.add_parser(
         "bench",
         help="the benchmark suite: runs `python -m benchmarks` (a source checkout only)",
@@ -414,10 +427,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_script(script: str, args: Sequence[str]) -> int:
+    """``run``: execute ``script`` as ``__main__`` with ``sys.argv = [script, *args]``.
+
+    smartarray is imported already (``python -m smartarray`` imports the package first), so
+    the fake driver or strict mode is chosen before the script's own imports.
+    """
+    import runpy
+
+    if not os.path.isfile(script):
+        print(f"smartarray run: no such script: {script}", file=sys.stderr)
+        return 2
+    sys.argv = [script, *args]
+    # As `python script.py` does: the script's folder first on sys.path.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"] and len(argv) > 1 and not argv[1].startswith("-"):
+        return _run_script(argv[1], argv[2:])  # the script's own options are not ours
     # `bench` passes its options on to the benchmarks' runner, which parses them.
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "bench":
@@ -427,6 +467,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "bench":  # the runner chooses the CUDA target in its own process
         return _delegate_bench(rest)
+    if args.command == "run":  # `run --help`, or a script whose name starts with '-'
+        return _run_script(str(args.script), rest)
     if args.command == "info":
         return _run_info(choose_target(argv), as_json=args.json)
     return run_on_target(argv, lambda target: _run_demo(args, target))

@@ -279,17 +279,10 @@ SMALL_ARGS = {
 
 
 def _example_command(name: str, args: list[str]) -> list[str]:
-    """How a child runs ``examples/NAME.py``: as a script, or on the fake driver's session
-    behind ``import smartarray`` (the examples import numba.cuda first, and numba-cuda looks
-    for its driver at import: the fake one must be loaded before)."""
-    path = str(EXAMPLES / f"{name}.py")
-    if _fakegpu.current() is None:
-        return [sys.executable, path, *args]
-    run = (
-        "import runpy, sys, smartarray; sys.argv = sys.argv[1:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__')"
-    )
-    return [sys.executable, "-c", run, path, *args]
+    """How a child runs ``examples/NAME.py``: as a script, on this session's target too (the
+    examples import smartarray before numba, so ``SMARTARRAY_FAKE_GPU=1`` loads its driver
+    first)."""
+    return [sys.executable, str(EXAMPLES / f"{name}.py"), *args]
 
 
 def _session_target_env() -> dict[str, str]:
