@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._cli import FAKE_DRIVER_TARGET, fake_driver_on
+
 _SIMULATOR_REASON = "_SMARTARRAY_SIMULATOR_REASON"
 
 #: Where ``bench`` looks for the benchmarks' runner; by default ``benchmarks/`` next to the
@@ -54,7 +56,7 @@ def choose_target(argv: Sequence[str], module: str = "smartarray") -> str:
     from numba import cuda
 
     if cuda.is_available():
-        return "CUDA GPU"
+        return FAKE_DRIVER_TARGET if fake_driver_on() else "CUDA GPU"
     env = dict(os.environ)
     env["NUMBA_ENABLE_CUDASIM"] = "1"
     env[_SIMULATOR_REASON] = "no usable CUDA GPU or driver found"
@@ -96,6 +98,7 @@ def info(target_line: str) -> dict[str, str]:
         device = cuda.get_current_device()
         name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
         major, minor = device.compute_capability
+        name = name.removesuffix(f" (cc {major}.{minor})")  # the fake driver's names say it
         rows["device"] = f"{name} (compute capability {major}.{minor})"
         if len(cuda.gpus) > 1:
             from ._memory import devices as _devices
@@ -104,8 +107,16 @@ def info(target_line: str) -> dict[str, str]:
             pairs = [f"{a}->{b}" for a in range(n) for b in range(n) if _devices.peer(a, b)]
             rows["devices"] = f"{n} (each SmartArray keeps a copy per device that uses it)"
             rows["peer copies"] = ", ".join(pairs) or "none (copies go through the host)"
-        rows["pinned memory"] = "real (page-locked by the CUDA driver)"
-        rows["mapped memory"] = "real (host memory mapped into the device address space)"
+        if fake_driver_on():
+            rows["pinned memory"] = (
+                "emulated by the fake driver (ordinary host memory, not page-locked)"
+            )
+            rows["mapped memory"] = (
+                "emulated by the fake driver (kernels read the host array; nothing is mapped)"
+            )
+        else:
+            rows["pinned memory"] = "real (page-locked by the CUDA driver)"
+            rows["mapped memory"] = "real (host memory mapped into the device address space)"
         rows["kernels"] = _kernel_compilation(major, minor)
     return rows
 
@@ -121,6 +132,9 @@ def _kernel_compilation(major: int, minor: int) -> str:
 
     try:
         cuda.compile_ptx(copy_one, "void(float64[:])", cc=(major, minor))
+    except _toolkit_missing() as exc:
+        first = str(exc).splitlines()[0][:120]
+        return f"FAIL: CUDA toolkit libraries not found ({first}): pip install 'smartarray[cu13]'"
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
         return f"FAIL: numba-cuda cannot compile a kernel ({text})"
@@ -185,6 +199,27 @@ def _cuda_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _toolkit_missing() -> tuple[type[BaseException], ...]:
+    """The error of a CUDA toolkit library (NVRTC, NVVM, nvJitLink) not found: cuda.pathfinder's
+    ``DynamicLibNotFoundError``, or nothing where cuda-pathfinder is absent."""
+    try:
+        from cuda.pathfinder import DynamicLibNotFoundError
+    except ImportError:
+        return ()
+    return (DynamicLibNotFoundError,)
+
+
+def _toolkit_failed(exc: BaseException) -> int:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    print(
+        f"smartarray: numba-cuda's real target needs the CUDA toolkit libraries, not found "
+        f"({first}): install them with `pip install 'smartarray[cu13]'` (`[cu12]` for a "
+        f"CUDA 12 driver), or set NUMBA_ENABLE_CUDASIM=1 for the CUDA simulator",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _cuda_failed(exc: BaseException) -> int:
     print(f"smartarray: the CUDA target failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     print(
@@ -224,12 +259,20 @@ def _run_info(target: str, as_json: bool = False) -> int:
     if as_json:
         from smartarray import memory
 
-        print(json.dumps({**rows, "simulator": bool(memory.SIMULATOR)}, indent=2))
+        flags = {"simulator": bool(memory.SIMULATOR), "fake_driver": fake_driver_on()}
+        print(json.dumps({**rows, **flags}, indent=2))
     else:
         width = max(len(k) for k in rows)
         for key, value in rows.items():
             print(f"{key:<{width}}  {value}")
     return 1 if any(value.startswith("FAIL") for value in rows.values()) else 0
+
+
+#: Printed under the demo's table on the fake CUDA driver.
+FAKE_DRIVER_TIMES_NOTE = (
+    "* these seconds come from the fake CUDA driver (kernels run in Python):\n"
+    "  they say nothing about a GPU. The transfers and bytes are what a GPU would move."
+)
 
 
 def _run_demo(args: argparse.Namespace, target: str) -> int:
@@ -256,9 +299,12 @@ def _run_demo(args: argparse.Namespace, target: str) -> int:
         print(f"target: {target}")
         print()
         simulated = "simulator" in target.lower()
-        print(_demo.format_table(report, simulator=simulated))
+        fake = target == FAKE_DRIVER_TARGET
+        print(_demo.format_table(report, simulator=simulated or fake))
         if simulated:
             print(_demo.SIMULATOR_TIMES_NOTE)
+        elif fake:
+            print(FAKE_DRIVER_TIMES_NOTE)
         print()
         verdict = "yes" if report["results_agree"] else "NO"
         print(
@@ -333,8 +379,11 @@ def run_on_target(
     """
     target = choose_target(argv, module)
     errors = _cuda_errors()
+    toolkit = _toolkit_missing()
     try:
         return body(target)
+    except toolkit as exc:
+        return _toolkit_failed(exc)
     except errors as exc:
         return _cuda_failed(exc)
     except KeyboardInterrupt:

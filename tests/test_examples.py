@@ -375,6 +375,25 @@ def test_example_with_no_options_picks_its_target_and_sizes(name):
     assert "bytes" in out.stdout
 
 
+@pytest.mark.parametrize("name", ["heat_devices", "quickstart"])
+def test_example_with_no_options_on_the_fake_driver_names_it_and_sizes_for_it(name):
+    """heat_devices' GPU sizes ran past 300 s there: kernels run in Python on the fake driver."""
+    env = _without_simulator_env()
+    env.update(SMARTARRAY_FAKE_GPU="1")
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    first, second = out.stdout.splitlines()[:2]
+    assert first.startswith("target: fake CUDA driver (SMARTARRAY_FAKE_GPU")
+    assert second.startswith("defaults (fake-driver-sized): --n ")
+    assert out.stderr == ""  # numba's warning of small grids included: small on purpose
+
+
 def test_readme_example_command_uses_the_options_of_every_example():
     """The README's command works for every example: its options are in every SMALL_ARGS run."""
     argv = _readme_example_command()

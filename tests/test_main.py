@@ -99,8 +99,43 @@ def test_demo_on_the_real_target_prints_no_low_occupancy_warning():
     fake = {"SMARTARRAY_FAKE_GPU": "1", "SMARTARRAY_STRICT": "0"}  # (the fake driver: no strict)
     out = run_cli("demo", "--size", "6", "--steps", "3", extra_env=fake)
     assert out.returncode == 0, out.stderr
-    assert "target: CUDA GPU" in out.stdout
+    assert "target: fake CUDA driver (SMARTARRAY_FAKE_GPU" in out.stdout
+    assert "* these seconds come from the fake CUDA driver" in out.stdout
     assert "NumbaPerformanceWarning" not in out.stderr
+
+
+def test_info_on_the_fake_driver_names_it_and_its_emulated_memory():
+    fake = {"SMARTARRAY_FAKE_GPU": "1", "SMARTARRAY_STRICT": "0"}
+    out = run_cli("info", "--json", extra_env=fake)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert rows["target"].startswith("fake CUDA driver (SMARTARRAY_FAKE_GPU")
+    assert rows["fake_driver"] is True and rows["simulator"] is False
+    assert rows["pinned memory"].startswith("emulated by the fake driver")
+    assert "not page-locked" in rows["pinned memory"]
+    assert rows["mapped memory"].startswith("emulated by the fake driver")
+    # The compute capability once (the fake device's name carries it too).
+    assert rows["device"] == "smartarray fake GPU 0 (compute capability 9.0)"
+
+
+def test_missing_cuda_toolkit_libraries_end_in_one_line_naming_the_extra(monkeypatch, capsys):
+    """The README's `pip install .` brings no CUDA toolkit: numba-cuda's real target (the fake
+    driver's too) fails at its first compilation, deep in cuda-pathfinder."""
+    pathfinder = pytest.importorskip("cuda.pathfinder")
+    from smartarray import __main__ as cli
+    from smartarray import _demo
+
+    def no_toolkit(**kwargs):
+        raise pathfinder.DynamicLibNotFoundError(
+            'Failure finding "libnvrtc.so.13 or libnvrtc.so.12": No such file\nattempts: ...'
+        )
+
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setattr(_demo, "run", no_toolkit)
+    assert cli.main(["demo", "--steps", "1"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "pip install 'smartarray[cu13]'" in err and "libnvrtc" in err
 
 
 @pytest.mark.parametrize(

@@ -130,3 +130,21 @@ def test_a_non_bool_is_a_type_error_changing_nothing(bad):
     with pytest.raises(TypeError, match="enabled must be a bool"):
         sa.count_all_transfers(bad)
     assert sa.count_all_transfers(False) is False
+
+
+def test_numbas_own_copies_are_traced_on_the_stream_the_program_passed(all_numba):
+    stream = cuda.stream()
+    host = np.arange(8.0)
+    with sa.trace() as t:
+        d = cuda.to_device(host, stream=stream)
+        d.copy_to_host(np.empty_like(host), stream=stream)
+        stream.synchronize()
+        cuda.to_device(host)  # the default stream
+    streams = [(e.direction, e.stream) for e in t.events]
+    # A smartarray copy on the same stream names it as the trace names every stream.
+    with sa.trace() as mine:
+        sa.to_device(host, stream=stream)
+    stream.synchronize()
+    label = mine.events[0].stream
+    assert label != "0"
+    assert streams == [("h2d", label), ("d2h", label), ("h2d", "0")]
