@@ -605,3 +605,23 @@ def test_mpi4py_takes_a_smartarray_through_dlpack_coherently():
         "print('ok')\n"
     )
     assert "ok" in _run(["-c", script], None)
+
+
+def test_mpi_heat_without_mpi4py_ends_in_one_line_naming_the_extra():
+    run = (
+        "import runpy, sys; sys.modules['mpi4py'] = None; "  # what a missing mpi4py raises
+        "sys.argv = ['examples/mpi_heat.py']; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", run],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "mpi_heat.py: smartarray.mpi needs mpi4py and an MPI library: from a clone of smartarray, "
+        "pip install '.[mpi]' (mpi4py>=4 and the mpich wheel)"
+    ]

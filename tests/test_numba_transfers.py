@@ -10,6 +10,10 @@ from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform
 
 import smartarray as sa
 
+# xoroshiro128p wraps uint64 arithmetic by design; the simulator runs the kernels that draw
+# numbers with NumPy scalars, which warn on each wraparound (tests/conftest.py: numba's own).
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in scalar:RuntimeWarning")
+
 STATE_BYTES = 16  # numba.cuda.random's xoroshiro128p state: two uint64
 
 
