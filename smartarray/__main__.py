@@ -101,10 +101,8 @@ def info(target_line: str) -> dict[str, str]:
         name = name.removesuffix(f" (cc {major}.{minor})")  # the fake driver's names say it
         rows["device"] = f"{name} (compute capability {major}.{minor})"
         if len(cuda.gpus) > 1:
-            from ._memory import devices as _devices
-
             n = len(cuda.gpus)
-            pairs = [f"{a}->{b}" for a in range(n) for b in range(n) if _devices.peer(a, b)]
+            pairs = [f"{a}->{b}" for a, b in memory.peer_pairs()]
             rows["devices"] = f"{n} (each SmartArray keeps a copy per device that uses it)"
             rows["peer copies"] = ", ".join(pairs) or "none (copies go through the host)"
         if fake_driver_on():

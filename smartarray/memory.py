@@ -50,6 +50,7 @@ from ._memory.checks import (  # noqa: F401
     check_compatibility,
 )
 from ._memory.counted import _adopt, _base_class, _raw, _Uncounted, describe  # noqa: F401
+from ._memory import devices as _devices
 from ._memory.pinning import _mapping, _Registration, _registry
 from ._platform import cuda_simulator as _sim
 from ._platform.cuda_simulator import SIMULATOR
@@ -64,6 +65,7 @@ __all__ = [
     "device_array_like",
     "mapped",
     "mapped_array",
+    "peer_pairs",
     "pinned",
     "pinned_array",
     "register",
@@ -421,3 +423,52 @@ def stream() -> Any:
     ...     d = sa.to_device(np.arange(4), stream=s)
     """
     return cuda.stream()
+
+
+def peer_pairs(devices: Any = None) -> list[tuple[int, int]]:
+    """The pairs of devices that copy peer to peer: ``(source, target)`` where ``target`` can
+    read ``source``'s memory directly.
+
+    smartarray copies between such a pair directly (counted ``d2d``) and between any other pair
+    through the host copy (``d2h`` then ``h2d``). The answer is the CUDA driver's
+    (``cuDeviceCanAccessPeer``), asked once per pair; the fake CUDA driver answers as
+    ``SMARTARRAY_FAKE_GPU_PEER`` says, the simulator (one device) has no pairs.
+
+    Parameters
+    ----------
+    devices : iterable of int, optional
+        The device ordinals to ask about (default: every visible device).
+
+    Returns
+    -------
+    list of (int, int)
+        The pairs, sorted; a list without ``(a, b)`` means ``a`` to ``b`` goes through the host.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``devices`` holds something other than the ordinal of a visible device.
+
+    Examples
+    --------
+    >>> import smartarray as sa
+    >>> sa.peer_pairs([0])
+    []
+    """
+    n = _devices.count()
+    if devices is None:
+        chosen = list(range(n))
+    else:
+        try:
+            chosen = list(devices)
+        except TypeError:
+            raise TypeError(
+                f"devices must be an iterable of device ordinals, got {type(devices).__name__}"
+            ) from None
+        for d in chosen:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+                raise TypeError(f"devices must hold device ordinals (int), got {d!r}")
+            if not 0 <= d < n:
+                raise ValueError(f"devices: no device {d}; this process sees {n} (0 to {n - 1})")
+        chosen = sorted({int(d) for d in chosen})
+    return [(a, b) for a in chosen for b in chosen if a != b and _devices.peer(a, b)]
