@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from ._memory import devices as _devices
+
 # SmartArray's byte ranges, the shared checks and the counted objects' internals are reached
 # through this module by the layers above (and by tests): hence the re-exports (F401).
 from ._memory.byte_ranges import (  # noqa: F401
@@ -50,7 +52,6 @@ from ._memory.checks import (  # noqa: F401
     check_compatibility,
 )
 from ._memory.counted import _adopt, _base_class, _raw, _Uncounted, describe  # noqa: F401
-from ._memory import devices as _devices
 from ._memory.pinning import _mapping, _Registration, _registry
 from ._platform import cuda_simulator as _sim
 from ._platform.cuda_simulator import SIMULATOR
