@@ -55,6 +55,7 @@ def test_every_example_is_tested():
         "heat_devices",  # also on 2 and 4 devices of the fake driver, below
         "host_edits",
         "inferred_access",
+        "mpi_devices_heat",  # tests/test_mpi.py runs it under mpiexec, 2 fake devices a rank
         "mpi_heat",  # tests/test_mpi.py runs it under mpiexec
         "pipeline",
         "porting_numba_smartarray",
