@@ -98,6 +98,8 @@ class Buffer:
         "done",
         "done_for",
         "own_event",
+        "home_stream",
+        "home_device",
         "work_device",
         "name",
         "perf",
@@ -140,6 +142,10 @@ class Buffer:
         self.done: Any = None
         self.done_for: Any = None
         self.own_event: Any = None
+        # The stream the array was made with (``SmartArray(x, stream=s)``) and its device:
+        # copies that name no stream go on it while no device work is queued (``use_stream``).
+        self.home_stream: Any = 0
+        self.home_device = 0
         # The device whose stream ``stream`` is (0 unless several devices are visible).
         self.work_device = 0
         # Views whose njit fast path is armed (bytes current on the host only): any transition
@@ -185,6 +191,7 @@ class Buffer:
     order_before = _device_work.order_before
     works_on = _device_work.works_on
     _unnamed_stream = _device_work.unnamed_stream
+    use_stream = _device_work.use_stream
 
     # -- transitions --------------------------------------------------------------------------
 

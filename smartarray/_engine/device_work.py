@@ -33,6 +33,7 @@ __all__ = [
     "order_before",
     "queued",
     "unnamed_stream",
+    "use_stream",
     "wait_for_device",
 ]
 
@@ -123,6 +124,14 @@ def order_before(self: Buffer, after: Any) -> None:
         _streams.order(self.stream, after)
 
 
+def use_stream(self: Buffer, stream: Any) -> None:
+    """Put copies that name no stream on ``stream`` (a checked stream, or 0: the default
+    stream) while no device work is queued on this buffer; ``stream`` is the current device's.
+    """
+    self.home_stream = stream
+    self.home_device = _devices.current() if stream != 0 else 0
+
+
 def unnamed_stream(self: Buffer) -> Any:
     """The stream for copies that name none, ordered after the buffer's device work.
 
@@ -135,7 +144,14 @@ def unnamed_stream(self: Buffer) -> Any:
         # Another device's stream: its copies and events are not this device's to queue.
         self.wait_for_device()
         return 0
-    if self.stream == 0 or self.done_for is not self.stream:
+    if self.stream == 0:
+        # Nothing queued: the array's own stream (its device's), else the default stream.
+        if self.home_stream != 0 and (
+            not _devices.several or self.home_device == _devices.current()
+        ):
+            return self.home_stream
+        return 0
+    if self.done_for is not self.stream:
         return self.stream
     if self.stream is _streams.DEFAULT:
         # The default stream is never destroyed; but with per-thread default streams it
