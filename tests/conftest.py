@@ -162,6 +162,12 @@ def pytest_configure(config):
     if SIMULATOR:
         for line in SIMULATOR_RANDOM_WARNINGS:
             config.addinivalue_line("filterwarnings", line)
+    if FAKE_GPU:
+        # numba-cuda's real dispatcher warns of a grid under 128 blocks (GPU under-use): the
+        # tests' grids are small on purpose (the fake driver runs kernels in Python).
+        config.addinivalue_line(
+            "filterwarnings", "ignore:Grid size \\d+ will likely result in GPU under-utilization"
+        )
 
 
 def pytest_report_header(config):
