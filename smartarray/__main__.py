@@ -132,7 +132,7 @@ def _kernel_compilation(major: int, minor: int) -> str:
         cuda.compile_ptx(copy_one, "void(float64[:])", cc=(major, minor))
     except _toolkit_missing() as exc:
         first = str(exc).splitlines()[0][:120]
-        return f"FAIL: CUDA toolkit libraries not found ({first}): pip install 'smartarray[cu13]'"
+        return f"FAIL: CUDA toolkit libraries not found ({first}): install the cu13 extra"
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
         return f"FAIL: numba-cuda cannot compile a kernel ({text})"
@@ -211,8 +211,9 @@ def _toolkit_failed(exc: BaseException) -> int:
     first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     print(
         f"smartarray: numba-cuda's real target needs the CUDA toolkit libraries, not found "
-        f"({first}): install them with `pip install 'smartarray[cu13]'` (`[cu12]` for a "
-        f"CUDA 12 driver), or set NUMBA_ENABLE_CUDASIM=1 for the CUDA simulator",
+        f"({first}): install them with the cu13 extra (from a clone of smartarray, "
+        f"`pip install '.[cu13]'`; cu12 for a CUDA 12 driver), or set NUMBA_ENABLE_CUDASIM=1 "
+        f"for the CUDA simulator",
         file=sys.stderr,
     )
     return 1
