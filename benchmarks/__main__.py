@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
             "overhead micro-benchmarks; print a table."
         ),
     )
-    parser.add_argument("--quick", action="store_true", help="CI-sized runs (a few seconds)")
+    parser.add_argument("--quick", action="store_true", help="CI-sized runs (under a minute)")
     parser.add_argument(
         "--json", type=_json_path, metavar="PATH", help="also write the figures to PATH as JSON"
     )
@@ -68,7 +68,7 @@ def _load_suite() -> Any:
 def _run(args: argparse.Namespace, target: str) -> int:
     suite = _load_suite()
     # A full run prints nothing for a while (its tables come at the end): say so up front.
-    duration = "a few seconds" if args.quick else "about 40 s on the simulator, longer on 2 cores"
+    duration = "under a minute" if args.quick else "about 40 s on the simulator, longer on 2 cores"
     print(
         f"smartarray bench: running every workload under four strategies, then the overhead "
         f"micro-benchmarks; this takes {duration} before the tables print",

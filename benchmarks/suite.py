@@ -119,7 +119,7 @@ def run(quick: bool = False, target: str = "", progress: bool = False) -> dict[s
     Parameters
     ----------
     quick : bool
-        CI-sized runs (a few seconds on the CUDA simulator); figures are noisier.
+        CI-sized runs (under a minute on the CUDA simulator); figures are noisier.
     target : str
         A line saying which CUDA target runs (recorded in the report).
     progress : bool

@@ -146,9 +146,8 @@ class Run:
 
 def _peer(devices: list[int]) -> bool:
     """Whether every pair of the devices used can copy peer to peer (the engine's question)."""
-    from smartarray._memory import devices as _devices
-
-    return all(_devices.peer(a, b) for a in devices for b in devices if a != b)
+    pairs = set(sa.peer_pairs(devices))
+    return all((a, b) in pairs for a in devices for b in devices if a != b)
 
 
 def _launch(bu: sa.DeviceBlock, bv: sa.DeviceBlock, grid: Any, threads: Any, n: int) -> None:

@@ -18,13 +18,21 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 
 import numpy as np
-from numba import cuda
 
-import smartarray as sa
-import smartarray.mpi as sampi
+# isort: off
+import smartarray as sa  # first: SMARTARRAY_FAKE_GPU loads its driver before numba.cuda
+from numba import cuda
 from smartarray._cli import Option, parse_example_args
+
+# isort: on
+
+try:
+    import smartarray.mpi as sampi
+except ImportError as exc:  # no mpi4py: its message names the extra to install
+    sys.exit(f"mpi_heat.py: {exc}")
 
 ALPHA = 0.2
 

@@ -17,10 +17,13 @@ Run: python examples/porting_numba_smartarray.py [--n N] [--steps STEPS]
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
+# isort: off
 from smartarray import SmartArray, TransferStats, trace  # was: from numba import SmartArray
+from numba import cuda
 from smartarray._cli import Option, parse_example_args
+
+# isort: on
 
 
 @cuda.jit

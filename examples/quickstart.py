@@ -7,12 +7,15 @@ Run: python examples/quickstart.py [--n N] [--steps STEPS]
 
 from __future__ import annotations
 
-import numba
 import numpy as np
-from numba import cuda
 
-import smartarray as sa
+# isort: off
+import smartarray as sa  # first: SMARTARRAY_FAKE_GPU loads its driver before numba.cuda
+import numba
+from numba import cuda
 from smartarray._cli import Option, parse_example_args
+
+# isort: on
 
 
 @cuda.jit

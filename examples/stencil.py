@@ -11,10 +11,13 @@ Run: python examples/stencil.py [--n N] [--steps STEPS]
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
-import smartarray as sa
+# isort: off
+import smartarray as sa  # first: SMARTARRAY_FAKE_GPU loads its driver before numba.cuda
+from numba import cuda
 from smartarray._cli import Option, parse_example_args
+
+# isort: on
 
 ALPHA = 0.25
 

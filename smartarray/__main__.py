@@ -1,10 +1,12 @@
-"""The command line: ``smartarray info | demo | bench`` (or ``python -m smartarray ...``).
+"""The command line: ``smartarray info | demo | bench | run`` (or ``python -m smartarray ...``).
 
 - ``--version``: the versions of smartarray, numba, numba-cuda and NumPy;
 - ``info``: versions, the CUDA target, and which memory kinds are real (``--json`` for a
   machine-readable copy, e.g. to paste into a bug report);
 - ``demo``: one iterative workload (2-D heat diffusion) run with numba's automatic copies,
   hand-written transfers and SmartArrays, with the bytes each moved (:mod:`smartarray._demo`);
+- ``run SCRIPT [ARGS]``: run a script after smartarray is imported, so that
+  ``SMARTARRAY_FAKE_GPU=1`` takes effect where the script imports numba first;
 - ``bench``: the benchmark suite of a source checkout; the benchmarks own their runner
   (``python -m benchmarks``), which ``bench`` starts in a child process.
 
@@ -23,6 +25,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+from ._cli import FAKE_DRIVER_TARGET, fake_driver_on
 
 _SIMULATOR_REASON = "_SMARTARRAY_SIMULATOR_REASON"
 
@@ -52,7 +56,7 @@ def choose_target(argv: Sequence[str], module: str = "smartarray") -> str:
     from numba import cuda
 
     if cuda.is_available():
-        return "CUDA GPU"
+        return FAKE_DRIVER_TARGET if fake_driver_on() else "CUDA GPU"
     env = dict(os.environ)
     env["NUMBA_ENABLE_CUDASIM"] = "1"
     env[_SIMULATOR_REASON] = "no usable CUDA GPU or driver found"
@@ -94,16 +98,23 @@ def info(target_line: str) -> dict[str, str]:
         device = cuda.get_current_device()
         name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
         major, minor = device.compute_capability
+        name = name.removesuffix(f" (cc {major}.{minor})")  # the fake driver's names say it
         rows["device"] = f"{name} (compute capability {major}.{minor})"
         if len(cuda.gpus) > 1:
-            from ._memory import devices as _devices
-
             n = len(cuda.gpus)
-            pairs = [f"{a}->{b}" for a in range(n) for b in range(n) if _devices.peer(a, b)]
+            pairs = [f"{a}->{b}" for a, b in memory.peer_pairs()]
             rows["devices"] = f"{n} (each SmartArray keeps a copy per device that uses it)"
             rows["peer copies"] = ", ".join(pairs) or "none (copies go through the host)"
-        rows["pinned memory"] = "real (page-locked by the CUDA driver)"
-        rows["mapped memory"] = "real (host memory mapped into the device address space)"
+        if fake_driver_on():
+            rows["pinned memory"] = (
+                "emulated by the fake driver (ordinary host memory, not page-locked)"
+            )
+            rows["mapped memory"] = (
+                "emulated by the fake driver (kernels read the host array; nothing is mapped)"
+            )
+        else:
+            rows["pinned memory"] = "real (page-locked by the CUDA driver)"
+            rows["mapped memory"] = "real (host memory mapped into the device address space)"
         rows["kernels"] = _kernel_compilation(major, minor)
     return rows
 
@@ -119,6 +130,9 @@ def _kernel_compilation(major: int, minor: int) -> str:
 
     try:
         cuda.compile_ptx(copy_one, "void(float64[:])", cc=(major, minor))
+    except _toolkit_missing() as exc:
+        first = str(exc).splitlines()[0][:120]
+        return f"FAIL: CUDA toolkit libraries not found ({first}): install the cu13 extra"
     except Exception as exc:
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
         return f"FAIL: numba-cuda cannot compile a kernel ({text})"
@@ -183,6 +197,28 @@ def _cuda_errors() -> tuple[type[BaseException], ...]:
     return tuple(found)
 
 
+def _toolkit_missing() -> tuple[type[BaseException], ...]:
+    """The error of a CUDA toolkit library (NVRTC, NVVM, nvJitLink) not found: cuda.pathfinder's
+    ``DynamicLibNotFoundError``, or nothing where cuda-pathfinder is absent."""
+    try:
+        from cuda.pathfinder import DynamicLibNotFoundError
+    except ImportError:
+        return ()
+    return (DynamicLibNotFoundError,)
+
+
+def _toolkit_failed(exc: BaseException) -> int:
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    print(
+        f"smartarray: numba-cuda's real target needs the CUDA toolkit libraries, not found "
+        f"({first}): install them with the cu13 extra (from a clone of smartarray, "
+        f"`pip install '.[cu13]'`; cu12 for a CUDA 12 driver), or set NUMBA_ENABLE_CUDASIM=1 "
+        f"for the CUDA simulator",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def _cuda_failed(exc: BaseException) -> int:
     print(f"smartarray: the CUDA target failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     print(
@@ -222,12 +258,20 @@ def _run_info(target: str, as_json: bool = False) -> int:
     if as_json:
         from smartarray import memory
 
-        print(json.dumps({**rows, "simulator": bool(memory.SIMULATOR)}, indent=2))
+        flags = {"simulator": bool(memory.SIMULATOR), "fake_driver": fake_driver_on()}
+        print(json.dumps({**rows, **flags}, indent=2))
     else:
         width = max(len(k) for k in rows)
         for key, value in rows.items():
             print(f"{key:<{width}}  {value}")
     return 1 if any(value.startswith("FAIL") for value in rows.values()) else 0
+
+
+#: Printed under the demo's table on the fake CUDA driver.
+FAKE_DRIVER_TIMES_NOTE = (
+    "* these seconds come from the fake CUDA driver (kernels run in Python):\n"
+    "  they say nothing about a GPU. The transfers and bytes are what a GPU would move."
+)
 
 
 def _run_demo(args: argparse.Namespace, target: str) -> int:
@@ -254,9 +298,12 @@ def _run_demo(args: argparse.Namespace, target: str) -> int:
         print(f"target: {target}")
         print()
         simulated = "simulator" in target.lower()
-        print(_demo.format_table(report, simulator=simulated))
+        fake = target == FAKE_DRIVER_TARGET
+        print(_demo.format_table(report, simulator=simulated or fake))
         if simulated:
             print(_demo.SIMULATOR_TIMES_NOTE)
+        elif fake:
+            print(FAKE_DRIVER_TIMES_NOTE)
         print()
         verdict = "yes" if report["results_agree"] else "NO"
         print(
@@ -331,8 +378,11 @@ def run_on_target(
     """
     target = choose_target(argv, module)
     errors = _cuda_errors()
+    toolkit = _toolkit_missing()
     try:
         return body(target)
+    except toolkit as exc:
+        return _toolkit_failed(exc)
     except errors as exc:
         return _cuda_failed(exc)
     except KeyboardInterrupt:
@@ -394,6 +444,17 @@ def _parser() -> argparse.ArgumentParser:
         help="draw the three strategies' transfer timelines side by side into PATH "
         "(e.g. out.png; needs matplotlib)",
     )
+    run = commands.add_parser(
+        "run",
+        help="run a Python script after smartarray chose its target (SMARTARRAY_FAKE_GPU too)",
+        usage=f"{prog} run SCRIPT [ARGS ...]",
+        description=(
+            "Run SCRIPT as `python SCRIPT ARGS` would (as __main__, with sys.argv set to "
+            "SCRIPT ARGS), after smartarray was imported: SMARTARRAY_FAKE_GPU=1 and "
+            "SMARTARRAY_STRICT=1 then take effect even where the script imports numba first."
+        ),
+    )
+    run.add_argument("script", type=Path, help="the Python script to run")
     commands.add_parser(
         "bench",
         help="the benchmark suite: runs `python -m benchmarks` (a source checkout only)",
@@ -414,10 +475,37 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_script(script: str, args: Sequence[str]) -> int:
+    """``run``: execute ``script`` as ``__main__`` with ``sys.argv = [script, *args]``.
+
+    smartarray is imported already (``python -m smartarray`` imports the package first), so
+    the fake driver or strict mode is chosen before the script's own imports.
+    """
+    import runpy
+
+    if not os.path.isfile(script):
+        print(f"smartarray run: no such script: {script}", file=sys.stderr)
+        return 2
+    sys.argv = [script, *args]
+    # As `python script.py` does: the script's folder first on sys.path.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code
+        if code is None or isinstance(code, int):
+            return code or 0
+        print(code, file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"] and len(argv) > 1 and not argv[1].startswith("-"):
+        return _run_script(argv[1], argv[2:])  # the script's own options are not ours
     # `bench` passes its options on to the benchmarks' runner, which parses them.
     args, rest = parser.parse_known_args(argv)
     if rest and args.command != "bench":
@@ -427,6 +515,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "bench":  # the runner chooses the CUDA target in its own process
         return _delegate_bench(rest)
+    if args.command == "run":  # `run --help`, or a script whose name starts with '-'
+        return _run_script(str(args.script), rest)
     if args.command == "info":
         return _run_info(choose_target(argv), as_json=args.json)
     return run_on_target(argv, lambda target: _run_demo(args, target))

@@ -16,10 +16,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Option", "parse_example_args", "run_on_a_working_target"]
+__all__ = [
+    "FAKE_DRIVER_TARGET",
+    "Option",
+    "fake_driver_on",
+    "parse_example_args",
+    "run_on_a_working_target",
+]
 
 # The same variable as smartarray.__main__: why the simulator was chosen.
 _SIMULATOR_REASON = "_SMARTARRAY_SIMULATOR_REASON"
+
+
+#: How the target is named where the fake CUDA driver runs numba-cuda's real target.
+FAKE_DRIVER_TARGET = (
+    "fake CUDA driver (SMARTARRAY_FAKE_GPU: numba-cuda's real target, kernels run in Python; "
+    "no GPU)"
+)
+
+
+def fake_driver_on() -> bool:
+    """Whether smartarray loaded its fake CUDA driver (``SMARTARRAY_FAKE_GPU``) in this process.
+
+    Asked of the loaded module only: this never loads the fake driver.
+    """
+    fakegpu = sys.modules.get("smartarray._fakegpu")
+    return fakegpu is not None and fakegpu.current() is not None
 
 
 @dataclass(frozen=True)
@@ -33,7 +55,8 @@ class Option:
     help : str
         What it sets.
     gpu, simulator : int
-        The default on a GPU and on the CUDA simulator (kernels run in Python threads there).
+        The default on a GPU and on the CUDA simulator or the fake CUDA driver (kernels run in
+        Python there).
     aliases : tuple of str
         Other accepted spellings (earlier names of the option).
     """
@@ -58,7 +81,7 @@ def run_on_a_working_target(argv: Sequence[str] | None = None) -> str:
     from numba import cuda
 
     if cuda.is_available():
-        return "CUDA GPU"
+        return FAKE_DRIVER_TARGET if fake_driver_on() else "CUDA GPU"
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
     env[_SIMULATOR_REASON] = "no usable CUDA GPU or driver found"
     args = list(sys.argv if argv is None else argv)
@@ -68,13 +91,23 @@ def run_on_a_working_target(argv: Sequence[str] | None = None) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _quiet_small_grids() -> None:
+    """numba-cuda warns of a grid under 128 blocks (GPU under-use): the fake driver's sizes are
+    small on purpose (kernels run in Python), so the warning says nothing there."""
+    try:
+        from numba.cuda.core import config  # type: ignore[import-not-found]  # redirected at run time
+    except ImportError:  # a numba-cuda without that module warns as before
+        return
+    config.CUDA_LOW_OCCUPANCY_WARNINGS = False
+
+
 def parse_example_args(
     doc: str, options: Sequence[Option], argv: Sequence[str] | None = None
 ) -> argparse.Namespace:
     """Parse an example's command line, pick the CUDA target, fill in defaults for it.
 
     Options left out get the GPU default on a GPU and the (small) simulator default on the
-    simulator; the target and the sizes chosen are printed first.
+    simulator and the fake CUDA driver; the target and the sizes chosen are printed first.
     """
     parser = argparse.ArgumentParser(
         description=doc.strip().splitlines()[0],
@@ -91,20 +124,24 @@ def parse_example_args(
             type=int,
             default=None,
             metavar=opt.name.upper(),
-            help=f"{opt.help} (default: {opt.gpu} on a GPU, {opt.simulator} on the simulator)",
+            help=f"{opt.help} (default: {opt.gpu} on a GPU, {opt.simulator} on the simulator "
+            "and the fake CUDA driver)",
         )
     args = parser.parse_args(None if argv is None else list(argv))
     target = run_on_a_working_target()
     simulator = target.startswith("CUDA simulator")
+    fake = target == FAKE_DRIVER_TARGET
     chosen: dict[str, Any] = {}
     for opt in options:
         if getattr(args, opt.name) is None:
-            value = opt.simulator if simulator else opt.gpu
+            value = opt.simulator if simulator or fake else opt.gpu
             setattr(args, opt.name, value)
             chosen[opt.name] = value
+    if fake:
+        _quiet_small_grids()
     print(f"target: {target}")
     if chosen:
-        kind = "simulator-sized" if simulator else "GPU-sized"
+        kind = "simulator-sized" if simulator else "fake-driver-sized" if fake else "GPU-sized"
         sizes = " ".join(f"--{k} {v}" for k, v in chosen.items())
         print(f"defaults ({kind}): {sizes}")
     return args

@@ -52,7 +52,7 @@ from ._engine.buffer import HOST, INOUT
 from ._engine.buffer import Buffer as _Buffer
 from ._interop import foreign as _foreign
 from ._memory import devices as _devices
-from ._memory.checks import _check_array_dtype, _check_shape
+from ._memory.checks import _check_array_dtype, _check_shape, _check_stream
 from ._numba import njit as _numba_cpu
 from ._numba.kernels import ArrayArgument
 
@@ -100,6 +100,11 @@ class SmartArray(ArrayArgument):
     name : str, optional
         The name transfer events, summaries and guard errors show for this array (and its
         views). Default: a short automatic name, ``'a0'``, ``'a1'``, ...
+    stream : int or Stream, optional
+        The stream this array's copies that name none go on (``get``, ``gpu()``, host reads)
+        while no device work is queued on it, as ``numba.cuda.to_device(x, stream)`` puts its
+        upload on ``stream``; nothing moves at construction (a launch moves what it needs, on
+        its own stream). 0, the default: the default stream.
 
     Raises
     ------
@@ -157,6 +162,7 @@ class SmartArray(ArrayArgument):
         where: str = "host",
         pinned: bool = False,
         name: str | None = None,
+        stream: Any = 0,
     ) -> None:
         if (
             obj.__class__ is np.ndarray
@@ -181,6 +187,7 @@ class SmartArray(ArrayArgument):
             return
         where = _check_where(where)
         name = _check_name(name)
+        stream = _check_stream(stream)
         if order not in _ORDERS:
             raise ValueError(f"order must be None, 'C', 'F', 'A' or 'K', got {order!r}")
         dt = None if dtype is None else _check_array_dtype(self._dtype_of(dtype))
@@ -191,12 +198,14 @@ class SmartArray(ArrayArgument):
             dt = np.dtype(np.float64) if dt is None else dt
             _check_shape(shape, itemsize=dt.itemsize)  # exact: no int64 wrap-around
             self._init_empty(dims, dt, order, pinned, name)
+            self._buf.use_stream(stream)
             return
         # -- interop (issue 16): device memory is copied device to device; see _foreign --
         if _foreign.is_device_object(obj):
             src, dims, dt, layout = _foreign.device_source(obj, copy, dims, dt, order, bool(pinned))
             _check_shape(dims, itemsize=_check_array_dtype(dt).itemsize)
             self._init_empty(dims, dt, layout, pinned, name)  # then filled, current on the device
+            self._buf.use_stream(stream)
             _foreign.fill_from_device(self, src, copy)
             return
         obj = _foreign.host_dlpack(obj)  # an object that speaks DLPack only
@@ -246,6 +255,7 @@ class SmartArray(ArrayArgument):
         elif where == HOST:
             buf.ensure_host()[:] = raw  # (page-locked memory)
         self._init(buf, 0, ary.shape, strides, ary.dtype)
+        buf.use_stream(stream)
         if where != HOST:
             _copies.upload_initial(self, raw, where, adopt)
 

@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from ._memory import devices as _devices
+
 # SmartArray's byte ranges, the shared checks and the counted objects' internals are reached
 # through this module by the layers above (and by tests): hence the re-exports (F401).
 from ._memory.byte_ranges import (  # noqa: F401
@@ -64,6 +66,7 @@ __all__ = [
     "device_array_like",
     "mapped",
     "mapped_array",
+    "peer_pairs",
     "pinned",
     "pinned_array",
     "register",
@@ -421,3 +424,52 @@ def stream() -> Any:
     ...     d = sa.to_device(np.arange(4), stream=s)
     """
     return cuda.stream()
+
+
+def peer_pairs(devices: Any = None) -> list[tuple[int, int]]:
+    """The pairs of devices that copy peer to peer: ``(source, target)`` where ``target`` can
+    read ``source``'s memory directly.
+
+    smartarray copies between such a pair directly (counted ``d2d``) and between any other pair
+    through the host copy (``d2h`` then ``h2d``). The answer is the CUDA driver's
+    (``cuDeviceCanAccessPeer``), asked once per pair; the fake CUDA driver answers as
+    ``SMARTARRAY_FAKE_GPU_PEER`` says, the simulator (one device) has no pairs.
+
+    Parameters
+    ----------
+    devices : iterable of int, optional
+        The device ordinals to ask about (default: every visible device).
+
+    Returns
+    -------
+    list of (int, int)
+        The pairs, sorted; a list without ``(a, b)`` means ``a`` to ``b`` goes through the host.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``devices`` holds something other than the ordinal of a visible device.
+
+    Examples
+    --------
+    >>> import smartarray as sa
+    >>> sa.peer_pairs([0])
+    []
+    """
+    n = _devices.count()
+    if devices is None:
+        chosen = list(range(n))
+    else:
+        try:
+            chosen = list(devices)
+        except TypeError:
+            raise TypeError(
+                f"devices must be an iterable of device ordinals, got {type(devices).__name__}"
+            ) from None
+        for d in chosen:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+                raise TypeError(f"devices must hold device ordinals (int), got {d!r}")
+            if not 0 <= d < n:
+                raise ValueError(f"devices: no device {d}; this process sees {n} (0 to {n - 1})")
+        chosen = sorted({int(d) for d in chosen})
+    return [(a, b) for a in chosen for b in chosen if a != b and _devices.peer(a, b)]

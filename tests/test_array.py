@@ -647,7 +647,7 @@ def test_ufunc_out_with_where_keeps_unselected_elements_current():
     np.testing.assert_array_equal(np.asarray(out), [2.0, 5.0, 2.0, 5.0, 2.0, 5.0])
 
 
-def test_constructor_has_the_reference_signature_plus_pinned_and_name():
+def test_constructor_has_the_reference_signature_plus_pinned_name_and_stream():
     import inspect
 
     params = inspect.signature(SmartArray).parameters
@@ -660,6 +660,7 @@ def test_constructor_has_the_reference_signature_plus_pinned_and_name():
         ("where", "host"),
         ("pinned", False),
         ("name", None),
+        ("stream", 0),  # numba.cuda.to_device's stream, for ports
     ]
     for method, default in [("get", "host"), ("mark_changed", "host"), ("is_valid", "host")]:
         where = inspect.signature(getattr(SmartArray, method)).parameters["where"]

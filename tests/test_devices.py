@@ -496,3 +496,13 @@ def test_gpu_device_refuses_what_is_not_a_visible_device_naming_the_argument(
     with sa.trace() as t, pytest.raises(error, match=match):
         a.gpu(device=device)
     assert t.events == [] and a.valid_at == ("host",)
+
+
+def test_peer_pairs_checks_its_argument_before_asking():
+    assert sa.peer_pairs() == [] if sa.memory.SIMULATOR else isinstance(sa.peer_pairs(), list)
+    with pytest.raises(TypeError, match="devices must hold device ordinals"):
+        sa.peer_pairs(["0"])
+    with pytest.raises(ValueError, match="devices: no device 99"):
+        sa.peer_pairs([0, 99])
+    with pytest.raises(TypeError, match="iterable of device ordinals"):
+        sa.peer_pairs(3)

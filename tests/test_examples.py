@@ -55,6 +55,7 @@ def test_every_example_is_tested():
         "heat_devices",  # also on 2 and 4 devices of the fake driver, below
         "host_edits",
         "inferred_access",
+        "mpi_devices_heat",  # tests/test_mpi.py runs it under mpiexec, 2 fake devices a rank
         "mpi_heat",  # tests/test_mpi.py runs it under mpiexec
         "pipeline",
         "porting_numba_smartarray",
@@ -324,17 +325,10 @@ SMALL_ARGS = {
 
 
 def _example_command(name: str, args: list[str]) -> list[str]:
-    """How a child runs ``examples/NAME.py``: as a script, or on the fake driver's session
-    behind ``import smartarray`` (the examples import numba.cuda first, and numba-cuda looks
-    for its driver at import: the fake one must be loaded before)."""
-    path = str(EXAMPLES / f"{name}.py")
-    if _fakegpu.current() is None:
-        return [sys.executable, path, *args]
-    run = (
-        "import runpy, sys, smartarray; sys.argv = sys.argv[1:]; "
-        "runpy.run_path(sys.argv[0], run_name='__main__')"
-    )
-    return [sys.executable, "-c", run, path, *args]
+    """How a child runs ``examples/NAME.py``: as a script, on this session's target too (the
+    examples import smartarray before numba, so ``SMARTARRAY_FAKE_GPU=1`` loads its driver
+    first)."""
+    return [sys.executable, str(EXAMPLES / f"{name}.py"), *args]
 
 
 def _session_target_env() -> dict[str, str]:
@@ -425,6 +419,25 @@ def test_example_with_no_options_picks_its_target_and_sizes(name):
         assert first == "target: CUDA GPU"
         assert second.startswith("defaults (GPU-sized): --n ")
     assert "bytes" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["heat_devices", "quickstart"])
+def test_example_with_no_options_on_the_fake_driver_names_it_and_sizes_for_it(name):
+    """heat_devices' GPU sizes ran past 300 s there: kernels run in Python on the fake driver."""
+    env = _without_simulator_env()
+    env.update(SMARTARRAY_FAKE_GPU="1")
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    first, second = out.stdout.splitlines()[:2]
+    assert first.startswith("target: fake CUDA driver (SMARTARRAY_FAKE_GPU")
+    assert second.startswith("defaults (fake-driver-sized): --n ")
+    assert out.stderr == ""  # numba's warning of small grids included: small on purpose
 
 
 def test_readme_example_command_uses_the_options_of_every_example():

@@ -534,7 +534,8 @@ except CudaAPIError as exc:
 print(json.dumps({"error": error}))
 """
     )
-    assert out["error"] is not None and "LAUNCH_FAILED" in out["error"], out
+    # The fake driver's limit, not a GPU fault: its own error (not sticky), never a silent no-op.
+    assert out["error"] is not None and "CUDA_ERROR_NOT_SUPPORTED" in out["error"], out
     assert "uses_an_intrinsic" in out["_stderr"] and "forty_two" in out["_stderr"]
 
 
@@ -815,3 +816,39 @@ print(json.dumps({"code": code, "host": h.tolist()}))
     )
     assert out["code"] == 700  # CUDA_ERROR_ILLEGAL_ADDRESS
     assert out["host"] == [0.0] * 4
+
+
+GAP_THEN_A_KERNEL = """
+@cuda.jit
+def uses_a_gap(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        cuda.syncwarp()  # a warp-level primitive the simulator's interpreter lacks
+        a[i] = 1.0
+
+@cuda.jit
+def plain(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = a[i] + 1.0
+
+d = cuda.to_device(np.zeros(4))
+error = ""
+try:
+    uses_a_gap[1, 4](d)
+    cuda.synchronize()
+except Exception as exc:
+    error = f"{type(exc).__name__}: {exc}"
+a = sa.SmartArray(np.arange(4.0))
+plain[1, 4](a)
+print(json.dumps({"error": error, "after": np.asarray(a).tolist()}))
+"""
+
+
+def test_a_kernel_the_interpreter_cannot_run_fails_its_launch_only_and_loudly() -> None:
+    """An interpreter gap is not a GPU fault: that launch fails (CUDA_ERROR_NOT_SUPPORTED,
+    named on stderr), and the process goes on; a GPU fault (an illegal address) stays sticky."""
+    out = run_fake(GAP_THEN_A_KERNEL)
+    assert "CUDA_ERROR_NOT_SUPPORTED" in out["error"] or "801" in out["error"], out["error"]
+    assert "cannot run in Python" in out["_stderr"]
+    assert out["after"] == [1.0, 2.0, 3.0, 4.0]  # later work runs: nothing sticky

@@ -507,3 +507,22 @@ print(json.dumps({"locked": locked, "values": values}))
     )
     assert out["locked"] == [True, True]
     assert out["values"] == [0.0, 1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize(
+    ("peer", "pairs"),
+    [
+        ("1", [[0, 1], [0, 2], [1, 0], [1, 2], [2, 0], [2, 1]]),
+        ("0", []),
+        ("1:0,2:1", [[0, 1], [1, 2]]),
+    ],
+)
+def test_peer_pairs_says_which_devices_copy_peer_to_peer(peer: str, pairs: list) -> None:
+    """The public question (``A:B``: device A can access B's memory, so B -> A copies peer to
+    peer: the pair is (source B, target A))."""
+    out = run_fake(
+        "print(json.dumps({'all': sa.peer_pairs(), 'some': sa.peer_pairs([2, 1])}))",
+        env=_devices(3, SMARTARRAY_FAKE_GPU_PEER=peer),
+    )
+    assert out["all"] == pairs
+    assert out["some"] == [p for p in pairs if 0 not in p]

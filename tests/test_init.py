@@ -41,6 +41,7 @@ PUBLIC = [
     "mapped",
     "mapped_array",
     "njit",
+    "peer_pairs",
     "pinned",
     "pinned_array",
     "register",

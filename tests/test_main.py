@@ -99,8 +99,43 @@ def test_demo_on_the_real_target_prints_no_low_occupancy_warning():
     fake = {"SMARTARRAY_FAKE_GPU": "1", "SMARTARRAY_STRICT": "0"}  # (the fake driver: no strict)
     out = run_cli("demo", "--size", "6", "--steps", "3", extra_env=fake)
     assert out.returncode == 0, out.stderr
-    assert "target: CUDA GPU" in out.stdout
+    assert "target: fake CUDA driver (SMARTARRAY_FAKE_GPU" in out.stdout
+    assert "* these seconds come from the fake CUDA driver" in out.stdout
     assert "NumbaPerformanceWarning" not in out.stderr
+
+
+def test_info_on_the_fake_driver_names_it_and_its_emulated_memory():
+    fake = {"SMARTARRAY_FAKE_GPU": "1", "SMARTARRAY_STRICT": "0"}
+    out = run_cli("info", "--json", extra_env=fake)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert rows["target"].startswith("fake CUDA driver (SMARTARRAY_FAKE_GPU")
+    assert rows["fake_driver"] is True and rows["simulator"] is False
+    assert rows["pinned memory"].startswith("emulated by the fake driver")
+    assert "not page-locked" in rows["pinned memory"]
+    assert rows["mapped memory"].startswith("emulated by the fake driver")
+    # The compute capability once (the fake device's name carries it too).
+    assert rows["device"] == "smartarray fake GPU 0 (compute capability 9.0)"
+
+
+def test_missing_cuda_toolkit_libraries_end_in_one_line_naming_the_extra(monkeypatch, capsys):
+    """The README's `pip install .` brings no CUDA toolkit: numba-cuda's real target (the fake
+    driver's too) fails at its first compilation, deep in cuda-pathfinder."""
+    pathfinder = pytest.importorskip("cuda.pathfinder")
+    from smartarray import __main__ as cli
+    from smartarray import _demo
+
+    def no_toolkit(**kwargs):
+        raise pathfinder.DynamicLibNotFoundError(
+            'Failure finding "libnvrtc.so.13 or libnvrtc.so.12": No such file\nattempts: ...'
+        )
+
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    monkeypatch.setattr(_demo, "run", no_toolkit)
+    assert cli.main(["demo", "--steps", "1"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "the cu13 extra" in err and "pip install '.[cu13]'" in err and "libnvrtc" in err
 
 
 @pytest.mark.parametrize(
@@ -246,21 +281,25 @@ def test_console_command_runs_main():
 def test_gpu_the_command_and_the_examples_pick_the_gpu():
     """With a working GPU (or the fake driver) the command and the examples stay on it: no
     restart on the simulator."""
-    from smartarray import _cli
+    from smartarray import _cli, _fakegpu
     from smartarray.__main__ import choose_target
 
-    assert choose_target(["info"]) == "CUDA GPU"
-    assert _cli.run_on_a_working_target(["example.py"]) == "CUDA GPU"
+    target = "CUDA GPU" if _fakegpu.current() is None else _cli.FAKE_DRIVER_TARGET
+    assert choose_target(["info"]) == target
+    assert _cli.run_on_a_working_target(["example.py"]) == target
 
 
 @pytest.mark.gpu
 def test_gpu_info_names_the_device_and_real_page_locked_memory():
+    from smartarray import _fakegpu
     from smartarray.__main__ import info
 
     rows = info("CUDA GPU")
     assert "compute capability" in rows["device"]
-    assert rows["pinned memory"].startswith("real")
-    assert rows["mapped memory"].startswith("real")
+    # The fake driver's page-locked memory is ordinary host memory: info says so there.
+    kind = "real" if _fakegpu.current() is None else "emulated by the fake driver"
+    assert rows["pinned memory"].startswith(kind)
+    assert rows["mapped memory"].startswith(kind)
     assert rows["kernels"].startswith("compile")
 
 
@@ -319,7 +358,7 @@ def fake_benchmarks(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize(
-    ("args", "duration"), [(("--markdown",), "about 40 s"), (("--quick",), "a few seconds")]
+    ("args", "duration"), [(("--markdown",), "about 40 s"), (("--quick",), "under a minute")]
 )
 @pytest.mark.parametrize("how", ["smartarray bench", "python -m benchmarks"])
 def test_bench_says_how_long_it_takes_before_it_starts(tmp_path, args, duration, how):

@@ -371,6 +371,20 @@ def test_np_asarray_of_device_array_copies_not_aliases():
     assert delta(before).d2h_count == 2
 
 
+@pytest.mark.parametrize(
+    "make", [sa.to_device, lambda x: sa.device_array_like(x)], ids=["to_device", "device_array"]
+)
+def test_np_array_copy_false_of_a_device_array_is_refused_before_anything_moves(make):
+    """NumPy 2: copy=False never copies; device memory needs a copy to become an ndarray
+    (numba-cuda's device arrays raise ValueError too)."""
+    d = make(np.arange(4.0))
+    before = sa.stats()
+    with pytest.raises(ValueError, match="copy=False"):
+        np.array(d, copy=False)
+    assert delta(before).d2h_count == 0
+    np.testing.assert_array_equal(np.array(d, copy=None).shape, (4,))  # a copy is fine
+
+
 # --- pinned, mapped ----------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _targets import with_checkout
+from _targets import real_target_env, with_checkout
 
 import smartarray as sa
 from smartarray._distributed import mpi_halos as sampi
@@ -492,18 +492,20 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], ranks: int | None) -> str:
-    """Standard output of the command, rank by rank (ranks' lines never interleave)."""
+def _run(args: list[str], ranks: int | None, env: dict[str, str] | None = None) -> str:
+    """Standard output of the command, rank by rank (ranks' lines never interleave); ``env``:
+    the ranks' environment (default: the simulator's, :func:`_env`)."""
     cmd = [sys.executable, *args]
+    env = _env() if env is None else env
     if ranks is None:
-        out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert out.returncode == 0, out.stdout + out.stderr
         return out.stdout
     assert MPIEXEC is not None
     with tempfile.TemporaryDirectory() as tmp:
         pattern = os.path.join(tmp, "out.%r")  # MPICH's mpiexec: one file per rank
         cmd = [MPIEXEC, "-outfile-pattern", pattern, "-n", str(ranks), *cmd]
-        out = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
         files = [Path(tmp, f"out.{r}") for r in range(ranks)]
         texts = [f.read_text() if f.exists() else None for f in files]
     if out.returncode != 0 or None in texts:
@@ -724,3 +726,68 @@ def test_receives_from_proc_null_and_short_messages_with_mpi4py():
         "print('ok')\n"
     )
     assert "ok" in _run(["-c", script], None)
+
+
+def test_mpi_heat_without_mpi4py_ends_in_one_line_naming_the_extra():
+    run = (
+        "import runpy, sys; sys.modules['mpi4py'] = None; "  # what a missing mpi4py raises
+        "sys.argv = ['examples/mpi_heat.py']; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", run],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert out.returncode == 1
+    assert out.stderr.strip().splitlines() == [
+        "mpi_heat.py: smartarray.mpi needs mpi4py and an MPI library: from a clone of smartarray, "
+        "pip install '.[mpi]' (mpi4py>=4 and the mpich wheel)"
+    ]
+
+
+def _fake_devices_env(devices: int) -> dict[str, str]:
+    """Each rank on its own fake CUDA driver with ``devices`` devices (peer access between
+    them: the fake driver's default)."""
+    env = with_checkout(real_target_env())
+    env.update(
+        SMARTARRAY_FAKE_GPU="1",
+        SMARTARRAY_FAKE_GPU_DEVICES=str(devices),
+        NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0",
+    )
+    return env
+
+
+def _step_bytes(out: str) -> dict[int, tuple[list[int], list[int], list[int]]]:
+    steps = re.findall(
+        r"^rank (\d+) step bytes: h2d (\[.*\]) d2h (\[.*\]) d2d (\[.*\])$", out, re.M
+    )
+    return {int(r): tuple(ast.literal_eval(f) for f in figures) for r, *figures in steps}
+
+
+@needs_mpi
+def test_several_devices_per_rank_move_only_halo_rows():
+    """2 ranks x 2 fake devices: the same result as one process on one device; per step and
+    rank after the first, the row sent to the other rank comes down, the row received goes up,
+    and the two rows at the devices' parts' edges go peer to peer."""
+    heat = ["examples/mpi_devices_heat.py", "--n", "12", "--steps", "3"]
+    alone = _run(heat, None, _fake_devices_env(1))
+    out = _run(heat, 2, _fake_devices_env(2))
+    assert _digest(out) == _digest(alone)
+    assert "rank 0/2: rows 0..5 of 12x12 on device(s) [0, 1]" in out
+    assert "rank 1/2: rows 6..11 of 12x12 on device(s) [0, 1]" in out
+    row = 12 * 8
+    steps = _step_bytes(out)
+    assert sorted(steps) == [0, 1]
+    for h2d, d2h, d2d in steps.values():
+        assert h2d[1:] == d2h[1:] == [row, row]  # one neighbouring rank each
+        assert d2d[1:] == [2 * row, 2 * row]
+    assert _step_bytes(alone)[0][1][1:] == [0, 0]  # one process, one device: nothing moves
+    # docs/distributed.rst shows this run's output.
+    text = (ROOT / "docs" / "distributed.rst").read_text()
+    section = text.split("Several GPUs per rank\n", 1)[1]
+    shown = section.split(".. code-block:: text\n\n", 1)[1].split("\n\n", 1)[0]
+    printed = [line for line in out.splitlines() if not line.startswith(("target:", "defaults"))]
+    assert [line.strip() for line in shown.splitlines()] == printed

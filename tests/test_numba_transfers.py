@@ -10,6 +10,10 @@ from numba.cuda.random import create_xoroshiro128p_states, xoroshiro128p_uniform
 
 import smartarray as sa
 
+# xoroshiro128p wraps uint64 arithmetic by design; the simulator runs the kernels that draw
+# numbers with NumPy scalars, which warn on each wraparound (tests/conftest.py: numba's own).
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in scalar:RuntimeWarning")
+
 STATE_BYTES = 16  # numba.cuda.random's xoroshiro128p state: two uint64
 
 
@@ -130,3 +134,21 @@ def test_a_non_bool_is_a_type_error_changing_nothing(bad):
     with pytest.raises(TypeError, match="enabled must be a bool"):
         sa.count_all_transfers(bad)
     assert sa.count_all_transfers(False) is False
+
+
+def test_numbas_own_copies_are_traced_on_the_stream_the_program_passed(all_numba):
+    stream = cuda.stream()
+    host = np.arange(8.0)
+    with sa.trace() as t:
+        d = cuda.to_device(host, stream=stream)
+        d.copy_to_host(np.empty_like(host), stream=stream)
+        stream.synchronize()
+        cuda.to_device(host)  # the default stream
+    streams = [(e.direction, e.stream) for e in t.events]
+    # A smartarray copy on the same stream names it as the trace names every stream.
+    with sa.trace() as mine:
+        sa.to_device(host, stream=stream)
+    stream.synchronize()
+    label = mine.events[0].stream
+    assert label != "0"
+    assert streams == [("h2d", label), ("d2h", label), ("h2d", "0")]

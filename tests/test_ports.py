@@ -86,6 +86,9 @@ def monte_carlo_pi(threads: int, samples: int, seed: int) -> tuple[float, sa.Tra
     return estimate, t
 
 
+# xoroshiro128p wraps uint64 arithmetic by design; the simulator runs the kernel with NumPy
+# scalars, which warn on each wraparound (tests/conftest.py: numba's own).
+@pytest.mark.filterwarnings("ignore:overflow encountered in scalar:RuntimeWarning")
 def test_monte_carlo_with_rng_states():
     threads, samples = 64, 64
     estimate, t = monte_carlo_pi(threads, samples, seed=1)
@@ -264,3 +267,61 @@ def test_two_streams_timed_with_events():
         ("h2d", n * 8),
         ("d2h", 2 * n * 8),
     ]
+
+
+# -- the forms numba.cuda programs write: a stream at construction, copy_to_host(ary, stream) ----
+
+
+@cuda.jit
+def _twice(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 2.0 * x[i]
+
+
+def _label(stream) -> str:
+    """How a trace names ``stream``."""
+    with sa.trace() as t:
+        sa.to_device(np.zeros(1), stream=stream)
+    stream.synchronize()
+    return t.events[0].stream
+
+
+def test_a_stream_at_construction_moves_nothing_and_later_copies_use_it():
+    """``cuda.to_device(x, stream)`` becomes ``SmartArray(x, stream=stream)``: still lazy, and
+    the upload that ``get('gpu')`` makes goes on that stream."""
+    stream = cuda.stream()
+    x = np.arange(8.0)
+    with sa.trace() as t:
+        a = sa.SmartArray(x, stream=stream)
+    assert t.events == []
+    with sa.trace() as t:
+        a.get("gpu")
+    stream.synchronize()
+    assert [(e.direction, e.nbytes, e.stream) for e in t.events] == [("h2d", 64, _label(stream))]
+
+
+def test_a_bad_stream_at_construction_is_refused_naming_it():
+    with pytest.raises(ValueError, match="stream must be 0"):
+        sa.SmartArray(np.zeros(3), stream=5)
+    with pytest.raises(TypeError, match="stream must be 0"):
+        sa.SmartArray(np.zeros(3), stream="s")
+
+
+def test_a_numba_port_keeps_its_copy_to_host_and_moves_only_what_is_stale():
+    """``d = cuda.to_device(x, stream); k[g, b, stream](d); d.copy_to_host(out, stream)`` with
+    ``d = sa.SmartArray(x, stream=stream)``: the download happens once, when stale."""
+    stream = cuda.stream()
+    x = np.arange(16.0)
+    out = np.empty_like(x)
+    a = sa.SmartArray(x, stream=stream)
+    with sa.trace() as t:
+        a.copy_to_host(out, stream)  # current on the host: nothing moves
+    assert t.events == []
+    _twice[1, 16, stream](a)
+    with sa.trace() as t:
+        a.copy_to_host(out, stream)
+        a.copy_to_host(out, stream)  # current again: nothing more
+    stream.synchronize()
+    assert [(e.direction, e.nbytes) for e in t.events] == [("d2h", 128)]
+    np.testing.assert_array_equal(out, 2.0 * x)

@@ -392,7 +392,10 @@ def test_an_eviction_in_another_thread_during_a_fast_path_launch_loses_nothing(
             raced.append(1)
 
             def other():
-                sa.SmartArray(np.ones(N), name="t-other").gpu()
+                try:
+                    sa.SmartArray(np.ones(N), name="t-other").gpu()
+                except sa.DeviceMemoryError:
+                    pass  # it found the launch's pin: no room to make (the lost write is checked)
 
             worker = threading.Thread(target=other)
             worker.start()

@@ -101,6 +101,8 @@ class Buffer:
         "sole",
         "host_writers",
         "fast_views",
+        "home_stream",
+        "home_device",
         "name",
         "perf",
         "residency",
@@ -146,6 +148,10 @@ class Buffer:
         # Views whose njit fast-path calls still ran when their fast path was disarmed: copies
         # of their bytes wait for them (see _leave_host_only).
         self.host_writers: list[Any] = []
+        # The stream the array was made with (``SmartArray(x, stream=s)``) and its device:
+        # copies that name no stream go on it while no device work is queued (``use_stream``).
+        self.home_stream: Any = 0
+        self.home_device = 0
         # Views whose njit fast path is armed (bytes current on the host only): any transition
         # that makes device bytes current, or starts device work, disarms them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
@@ -199,6 +205,7 @@ class Buffer:
     copied_on = _device_work.copied_on
     wait_for_host_writers = _device_work.wait_for_host_writers
     _unnamed_stream = _device_work.unnamed_stream
+    use_stream = _device_work.use_stream
 
     # -- transitions --------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ __all__ = [
     "order_before",
     "queued",
     "unnamed_stream",
+    "use_stream",
     "wait_for_device",
     "wait_for_host_writers",
     "works_on",
@@ -284,10 +285,19 @@ def join(self: Buffer, stream: Any) -> None:
     self.sole = key
 
 
+def use_stream(self: Buffer, stream: Any) -> None:
+    """Put copies that name no stream on ``stream`` (a checked stream, or 0: the default
+    stream) while no device work is queued on this buffer; ``stream`` is the current device's.
+    """
+    self.home_stream = stream
+    self.home_device = _devices.current() if stream != 0 else 0
+
+
 def unnamed_stream(self: Buffer) -> Any:
     """The stream for copies that name none, ordered after all of the buffer's device work.
 
-    ``0`` (the default stream) when nothing is recorded in flight; the stream of the only
+    The array's own stream (``SmartArray(x, stream=s)``), else ``0`` (the default stream),
+    when nothing is recorded in flight; the stream of the only
     entry when it is waited for by its handle (never destroyed) or is the calling thread's
     default stream; otherwise smartarray's own
     copy stream, made to wait for every entry on the device (no host wait), which then stands
@@ -295,6 +305,11 @@ def unnamed_stream(self: Buffer) -> Any:
     """
     work = self.work
     if not work:
+        # Nothing queued: the array's own stream (its device's), else the default stream.
+        if self.home_stream != 0 and (
+            not _devices.several or self.home_device == _devices.current()
+        ):
+            return self.home_stream
         return 0
     device = _devices.current()
     if len(work) == 1:

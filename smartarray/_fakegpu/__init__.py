@@ -55,7 +55,9 @@ def enable() -> object:
     if "numba.cuda.cudadrv.driver" in sys.modules or _driver_already_loaded():
         raise RuntimeError(
             "SMARTARRAY_FAKE_GPU must be set before numba.cuda is imported: set it in the "
-            "environment and import smartarray first"
+            "environment and import smartarray first, or run the program as `python -m "
+            "smartarray run SCRIPT`; an installed smartarray's start-up hook does it for any "
+            "program (docs/testing.rst, 'The fake CUDA driver in any program')"
         )
     from . import _build
     from .driver import FakeDriver

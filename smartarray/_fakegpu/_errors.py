@@ -30,3 +30,13 @@ class CudaError(Exception):
     def __init__(self, code: int, message: str = "") -> None:
         super().__init__(message)
         self.code = code
+
+
+class InterpreterGap(CudaError):
+    """A kernel calls what the fake driver's interpreter cannot run (an intrinsic with no
+    Python body, a warp-level primitive): the fake driver's limit, not a GPU fault. The call
+    that ran it fails with ``CUDA_ERROR_NOT_SUPPORTED``, named on stderr; unlike a fault it is
+    not sticky, so one such kernel does not fail the rest of the process."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(CUDA_ERROR_NOT_SUPPORTED, message)

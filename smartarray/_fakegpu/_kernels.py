@@ -30,6 +30,7 @@ from ._errors import (
     CUDA_ERROR_LAUNCH_FAILED,
     CUDA_ERROR_MISALIGNED_ADDRESS,
     CudaError,
+    InterpreterGap,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -378,9 +379,9 @@ def _run_blocks(
                         f"READ_ONLY: {exc}",
                     ) from exc
                 if _beyond_the_interpreter(exc):
-                    # The fake driver's own limit, not the kernel's fault: never silent.
-                    raise CudaError(
-                        CUDA_ERROR_LAUNCH_FAILED,
+                    # The fake driver's own limit, not the kernel's fault: never silent, and
+                    # not sticky (a GPU would have run it).
+                    raise InterpreterGap(
                         f"kernel {fn.__qualname__} ({name}) calls what the fake driver cannot "
                         f"run in Python: {exc}",
                     ) from exc

@@ -31,6 +31,7 @@ from ._errors import (
     CUDA_ERROR_UNKNOWN,
     CUDA_SUCCESS,
     CudaError,
+    InterpreterGap,
 )
 from ._launch import ExecutionEntries
 from ._memory import DeviceHeaps, HostRegistry, device_sizes
@@ -256,9 +257,12 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         return fault
 
     def _run(self, fn: Callable[[], None]) -> None:
-        """Run queued work; a fault in a kernel or copy becomes sticky, as on a GPU."""
+        """Run queued work; a fault in a kernel or copy becomes sticky, as on a GPU (an
+        interpreter gap fails this call only: the fake driver's limit, not a fault)."""
         try:
             fn()
+        except InterpreterGap:
+            raise
         except CudaError as exc:
             self.sticky = exc
             raise

@@ -42,8 +42,12 @@ def _nbytes(ary: Any) -> int:
     return int(size if size is not None else getattr(ary, "nbytes", 0))
 
 
+#: What a measure says of one call: its direction, bytes and the stream the caller passed.
+Measured = tuple[str, int, Any]
+
+
 def _counting(
-    original: Callable[..., Any], name: str, measure: Callable[..., tuple[str, int] | None]
+    original: Callable[..., Any], name: str, measure: Callable[..., Measured | None]
 ) -> Callable[..., Any]:
     """``original``, counting each call that is not one of smartarray's own copies."""
 
@@ -55,31 +59,31 @@ def _counting(
             result = original(*args, **kwargs)
         what = measure(*args, **kwargs)
         if what is not None and what[1] > 0:
-            direction, nbytes = what
-            _stats.record(direction, nbytes, f"numba {name}", "numba.cuda")
+            direction, nbytes, stream = what
+            _stats.record(direction, nbytes, f"numba {name}", "numba.cuda", stream=stream)
         return result
 
     return wrapper
 
 
-def _driver_copy(direction: str) -> Callable[..., tuple[str, int]]:
-    def measure(dst: Any, src: Any, size: int, stream: Any = 0) -> tuple[str, int]:
-        return direction, int(size)
+def _driver_copy(direction: str) -> Callable[..., Measured]:
+    def measure(dst: Any, src: Any, size: int, stream: Any = 0) -> Measured:
+        return direction, int(size), stream
 
     return measure
 
 
-def _sim_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> tuple[str, int]:
-    return ("d2d" if _sim.is_fake_device_array(ary) else "h2d"), _nbytes(self)
+def _sim_copy_to_device(self: Any, ary: Any, stream: Any = 0) -> Measured:
+    return ("d2d" if _sim.is_fake_device_array(ary) else "h2d"), _nbytes(self), stream
 
 
-def _sim_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> tuple[str, int]:
-    return "d2h", _nbytes(self)
+def _sim_copy_to_host(self: Any, ary: Any = None, stream: Any = 0) -> Measured:
+    return "d2h", _nbytes(self), stream
 
 
 def _sim_to_device(ary: Any, stream: Any = 0, copy: bool = True, to: Any = None) -> Any:
     # With ``to``, the simulator copies through ``to.copy_to_device`` (counted there).
-    return None if to is not None else ("h2d", _nbytes(ary))
+    return None if to is not None else ("h2d", _nbytes(ary), stream)
 
 
 def _targets() -> list[tuple[Any, str, Callable[..., Any]]]:

@@ -57,6 +57,13 @@ class DeviceArrayGaps:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         # Gap: np.asarray of a simulated device array aliases device memory; a GPU copies to
         # the host here (through the counted copy_to_host, so the download is counted).
+        if copy is False:
+            # NumPy 2: copy=False never copies; device memory cannot be a host ndarray without
+            # one. numba-cuda's device arrays refuse it too (before anything moves).
+            raise ValueError(
+                "copy=False is not supported for a device array: its data is in device memory, "
+                "and NumPy needs a copy on the host; use np.asarray(d) or d.copy_to_host()"
+            )
         host = self.copy_to_host()
         return host if dtype is None else host.astype(dtype, copy=False)
 
