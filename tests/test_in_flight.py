@@ -24,10 +24,13 @@ from numba.cuda import args as numba_args
 import smartarray as sa
 from smartarray import SmartArray, _fakegpu
 from smartarray._memory import streams as _streams
+from smartarray._strict import state as _strict_state
 from smartarray.testing import strict
-from tests.conftest import STRICT
 
 FAKE_GPU = _fakegpu.current() is not None
+# (not imported from tests.conftest: a second import of it in a fake-driver session sets
+# NUMBA_ENABLE_CUDASIM in the environment, which later tests read)
+STRICT = _strict_state.get() is not None
 
 # The plain simulator runs a kernel inside its launch, with its thread-local kernel state
 # swapped in: another thread's launch cannot run while one is being prepared there.
@@ -41,14 +44,14 @@ ROUNDS = 4
 
 
 @cuda.jit
-def inc(x):
+def bump(x):
     i = cuda.grid(1)
     if i < x.size:
         x[i] += 1
 
 
 @cuda.jit
-def inc_held(x, unused):
+def bump_held(x, unused):
     i = cuda.grid(1)
     if i < x.size:
         x[i] += 1
@@ -101,10 +104,10 @@ def _bracketed_launches(stream: Any) -> None:
 
         def meanwhile(a: SmartArray = a) -> None:
             theirs = stream()  # (made in that thread: a per-thread default stream is its own)
-            inc[1, 32, theirs](a[HALF:])
+            bump[1, 32, theirs](a[HALF:])
 
         ours = stream()
-        inc_held[1, 32, ours](a[:HALF], RunsMeanwhile(meanwhile))
+        bump_held[1, 32, ours](a[:HALF], RunsMeanwhile(meanwhile))
         np.testing.assert_array_equal(np.asarray(a), np.ones(N))  # neither kernel's write lost
         cuda.synchronize()
         np.testing.assert_array_equal(a.host(), np.ones(N))
@@ -134,7 +137,7 @@ def _one_thread_after_another(stream: Any, threads: int = 3) -> SmartArray:
     def launch() -> None:
         try:
             mine = stream()
-            inc[2, 32, mine](a)
+            bump[2, 32, mine](a)
         except BaseException as exc:
             errors.append(exc)
 
@@ -256,7 +259,7 @@ def test_in_flight_says_whether_device_work_is_still_recorded_on_an_array():
         a = SmartArray(np.zeros(N))
         assert not a._buf.in_flight()
         s = cuda.stream()
-        inc[1, 32, s](a[:HALF])  # queued, not run (strict mode runs work when waited for)
+        bump[1, 32, s](a[:HALF])  # queued, not run (strict mode runs work when waited for)
         assert a._buf.in_flight()
         np.asarray(a)  # a host read waits for all of it
         assert not a._buf.in_flight()
@@ -364,30 +367,33 @@ print(json.dumps({"ok": True}))
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_fake_driver_threads_with_per_thread_default_streams_lose_no_write(seed):
-    """Handle 0 is each thread's own stream (CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1):
-    launches on the default stream from several threads are not ordered by the device."""
+@pytest.mark.parametrize("per_thread", ["0", "1"])
+def test_fake_driver_threads_lose_no_write(per_thread, seed):
+    """Bracketed launches and threads one after another, on the fake driver in a child, with
+    the legacy default stream and with per-thread default streams (handle 0 each thread's own
+    stream, CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM=1: launches on the default stream from
+    several threads are not ordered by the device)."""
     from tests.test_fakegpu import run_fake
 
-    env = {"CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM": "1"}
+    env = {"CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM": per_thread}
     assert run_fake(IN_FLIGHT_CHILD, seed=seed, env=env)["ok"]
 
 
 TWO_DEVICES_CHILD = """
-from tests.test_in_flight import RunsMeanwhile, inc, inc_held, N, HALF, ROUNDS
+from tests.test_in_flight import RunsMeanwhile, bump, bump_held, N, HALF, ROUNDS
 for peer_copy in (False, True):
     for _ in range(ROUNDS):
         a = sa.SmartArray(np.zeros(N))
         if peer_copy:
-            inc[2, 32](a)  # current on device 0 only: device 1 fills its copy peer to peer
+            bump[2, 32](a)  # current on device 0 only: device 1 fills its copy peer to peer
 
         def meanwhile(a=a):
             with cuda.gpus[1]:
                 theirs = cuda.stream()
-                inc[1, 32, theirs](a[HALF:])
+                bump[1, 32, theirs](a[HALF:])
 
         ours = cuda.stream()
-        inc_held[1, 32, ours](a[:HALF], RunsMeanwhile(meanwhile))
+        bump_held[1, 32, ours](a[:HALF], RunsMeanwhile(meanwhile))
         expect = np.full(N, 2.0 if peer_copy else 1.0)
         np.testing.assert_array_equal(np.asarray(a), expect)
 print(json.dumps({"ok": True}))

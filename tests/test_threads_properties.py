@@ -30,10 +30,13 @@ from numba import cuda
 
 import smartarray as sa
 from smartarray import _fakegpu, memory
+from smartarray._strict import state as _strict_state
 from smartarray.testing import strict
-from tests.conftest import STRICT
 
 FAKE_GPU = _fakegpu.current() is not None
+# (not imported from tests.conftest: a second import of it in a fake-driver session sets
+# NUMBA_ENABLE_CUDASIM in the environment, which later tests read)
+STRICT = _strict_state.get() is not None
 SLICE = 8  # elements each thread owns in each array
 ARRAYS = 2
 
@@ -204,12 +207,12 @@ print(json.dumps({"ok": True}))
 """
 
 
-@pytest.mark.parametrize("peer", ["1", "0"])
-def test_threads_on_three_fake_devices_match_numpy(peer):
+@pytest.mark.parametrize(("devices", "peer"), [("1", "1"), ("3", "1"), ("3", "0")])
+def test_threads_on_fake_devices_match_numpy(devices, peer):
     from tests.test_fakegpu import run_fake
 
     env = {
-        "SMARTARRAY_FAKE_GPU_DEVICES": "3",
+        "SMARTARRAY_FAKE_GPU_DEVICES": devices,
         "SMARTARRAY_FAKE_GPU_PEER": peer,
         "SMARTARRAY_THREAD_PROGRAMS": "6",
     }

@@ -182,7 +182,9 @@ def kernel_queued(self: Buffer, pending: Any, key: Hashable, event: Any) -> None
     """
     work = self.work
     entry = work.get(key)
-    if entry is not None and len(work) == 1:
+    if entry is not None and entry.event is None:
+        pass  # a stream waited for by its handle (a consumer's): that wait covers the kernel
+    elif entry is not None and len(work) == 1:
         # A loop of launches on one stream: the entry updated in place (no allocation).
         entry.stream = pending
         entry.event = event
