@@ -173,6 +173,8 @@ class SmartArray(ArrayArgument):
             and where == HOST
             and not pinned
             and name is None
+            and stream.__class__ is int
+            and stream == 0  # (the default; a stream given is checked and kept below)
         ):
             # The common case, ``SmartArray(x)`` of an ndarray: one copy, adopted as the host
             # copy, with no argument to check but x's dtype (before anything is copied).
