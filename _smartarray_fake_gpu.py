@@ -18,6 +18,10 @@ of numba's warning classes, before any conftest. This module closes the gap from
 :func:`install` imports nothing heavy either: it puts a finder on ``sys.meta_path`` that, once
 ``numba`` itself has been imported, imports smartarray, which loads the fake driver before
 ``numba.cuda``. A program that never imports numba pays nothing.
+
+PYTEST_DONT_REWRITE: the start-up hook imports this module before pytest starts, and pytest
+would otherwise warn that its plugin was imported too early to rewrite its asserts (an error
+in a suite whose filterwarnings is ``error``); it has no asserts to rewrite.
 """
 
 from __future__ import annotations
@@ -104,7 +108,10 @@ def _fake_driver_loaded() -> bool:
 
 
 def pytest_load_initial_conftests(early_config: Any, parser: Any, args: Any) -> None:
-    """As a pytest plugin, before any conftest: one line where numba.cuda came too early."""
+    """As a pytest plugin, before any conftest: the finder installed (this module may have been
+    imported before pytest, by the start-up hook, and its finder used or removed since), or one
+    line where numba.cuda came too early."""
+    install()
     if requested() and "numba.cuda" in sys.modules and not _fake_driver_loaded():
         import pytest
 
