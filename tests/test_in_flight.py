@@ -407,3 +407,88 @@ def test_fake_driver_a_launch_on_another_device_between_preparation_and_kernel(p
 
     env = {"SMARTARRAY_FAKE_GPU_DEVICES": "2", "SMARTARRAY_FAKE_GPU_PEER": peer}
     assert run_fake(TWO_DEVICES_CHILD, seed=seed, env=env)["ok"]
+
+
+# -- a host read between a launch's kernel and its post-launch record ------------------------
+
+
+class ReadsBeforeTheLock:
+    """A buffer's lock whose first acquisition by the launching thread inside a launch's
+    post-launch record (after the kernel was queued) first runs another thread's whole-array
+    host read to its end: the host may then hold pre-kernel bytes, marked current."""
+
+    def __init__(self, lock: Any, read: Any) -> None:
+        self.lock = lock
+        self.read = read
+        self.armed = False
+        self.errors: list[BaseException] = []
+
+    def __enter__(self) -> Any:
+        if self.armed and threading.current_thread() is threading.main_thread():
+            self.armed = False
+
+            def other() -> None:
+                try:
+                    self.read()
+                except BaseException as exc:  # reported in the launching thread
+                    self.errors.append(exc)
+
+            t = threading.Thread(target=other, daemon=True)
+            t.start()
+            t.join(60)
+            assert not t.is_alive(), "the other thread's read did not finish"
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.lock.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lock, name)
+
+
+def _read_between_kernel_and_record(stream: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from smartarray._engine import launch as _launch
+
+    for _ in range(ROUNDS):
+        a = SmartArray(np.zeros(N))
+        s = stream()
+        bump[2, 32, s](a)  # current on the device only: the next launch records nothing first
+        seen: list[np.ndarray] = []
+        hook = ReadsBeforeTheLock(a._buf.lock, lambda a=a, seen=seen: seen.append(np.array(a)))
+        a._buf.lock = hook
+        record = _launch.Launch._record
+
+        def armed(self: Any, record: Any = record, hook: Any = hook) -> Any:
+            hook.armed = True
+            try:
+                return record(self)
+            finally:
+                hook.armed = False
+
+        with monkeypatch.context() as m:
+            m.setattr(_launch.Launch, "_record", armed)
+            bump[2, 32, s](a)
+        a._buf.lock = hook.lock
+        if hook.errors:
+            raise hook.errors[0]
+        assert len(seen) == 1, "the other thread's read did not run"
+        assert seen[0][0] in (1.0, 2.0)  # (before or after the kernel: either is a valid read)
+        np.testing.assert_array_equal(np.asarray(a), np.full(N, 2.0))  # the write is not lost
+        cuda.synchronize()
+        np.testing.assert_array_equal(a.host(), np.full(N, 2.0))
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_a_host_read_between_a_kernel_and_its_record_loses_no_write(stream, monkeypatch):
+    _read_between_kernel_and_record(STREAMS[stream], monkeypatch)
+
+
+@pytest.mark.strict_mode
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("per_thread", [False, True])
+@pytest.mark.parametrize("stream", STREAMS)
+def test_strict_a_host_read_between_a_kernel_and_its_record_loses_no_write(
+    stream, per_thread, seed, monkeypatch
+):
+    with strict(seed=seed, per_thread_default_stream=per_thread):
+        _read_between_kernel_and_record(STREAMS[stream], monkeypatch)

@@ -149,21 +149,31 @@ class Launch:
         pending = self.pending
         event = _streams.launch_event()
         event.record(_streams.native(pending))
-        # Per buffer, its arguments whose write is to be recorded (in argument order).
-        writers: dict[Buffer, list[Any]] = {}
+        # Per buffer, its arguments (in argument order).
+        arguments: dict[Buffer, list[tuple[Any, str, bool]]] = {}
         for buf, view, intent, fast in self.entries:
-            views = writers.get(buf)
-            if views is None:
-                views = writers[buf] = []
-            # A fast argument's write needs no record unless the state moved since it was
-            # found current on the device only (a host read made the host current with
-            # pre-kernel values, in another thread or by a later argument's preparation).
-            if intent != IN and (not fast or view._gpu_only_at != buf.state.version):
-                views.append(view)
+            args = arguments.get(buf)
+            if args is None:
+                args = arguments[buf] = []
+            args.append((view, intent, fast))
         errors: list[TransferError] = []
-        for buf, views in writers.items():
+        for buf, args in arguments.items():
             with buf.lock:
-                buf.kernel_queued(pending, self.key, event)  # replaces this stream's entry only
+                # The launch's event first (replacing this stream's entry only): a host read
+                # from now on waits for the kernel. Then, under the same lock, which writes
+                # need a record: a fast argument's write needs none unless the state moved
+                # since it was found current on the device only (a host read made the host
+                # current with pre-kernel values, in another thread or by a later argument's
+                # preparation). Checked before the event was recorded, a read in between
+                # (another thread's) would download pre-kernel bytes and mark them current,
+                # and the kernel's write would be lost (issue 38).
+                buf.kernel_queued(pending, self.key, event)
+                version = buf.state.version
+                views = [
+                    view
+                    for view, intent, fast in args
+                    if intent != IN and (not fast or view._gpu_only_at != version)
+                ]
             if views:
                 writes = LaunchWrites(len(views))
                 for view in views:
