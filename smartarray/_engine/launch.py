@@ -166,7 +166,7 @@ class Launch:
                 # current with pre-kernel values, in another thread or by a later argument's
                 # preparation). Checked before the event was recorded, a read in between
                 # (another thread's) would download pre-kernel bytes and mark them current,
-                # and the kernel's write would be lost (issue 38).
+                # and the kernel's write would be lost.
                 buf.kernel_queued(pending, self.key, event)
                 version = buf.state.version
                 views = [
