@@ -492,3 +492,41 @@ def test_strict_a_host_read_between_a_kernel_and_its_record_loses_no_write(
 ):
     with strict(seed=seed, per_thread_default_stream=per_thread):
         _read_between_kernel_and_record(STREAMS[stream], monkeypatch)
+
+
+# -- an array dropped while its work is queued on another device -----------------------------
+
+DROPPED_CHILD = """
+import gc
+from tests.test_in_flight import bump, N
+for stream_kind in ("own", "default", "per-thread"):
+    for copies in (1, 2):  # a copy on device 1; copies on both devices
+        with cuda.gpus[1]:
+            other = cuda.current_context()
+            stream = {"own": cuda.stream(), "default": 0,
+                      "per-thread": cuda.per_thread_default_stream()}[stream_kind]
+        a = sa.SmartArray(np.zeros(N))
+        if copies == 2:
+            bump[1, 64](a)  # (device 0)
+        with cuda.gpus[1]:
+            bump[1, 64, stream](a)  # queued on device 1
+        del a
+        gc.collect()
+        # numba-cuda frees device 1's memory when its deferred frees are cleared, in
+        # whatever context is current then: device 0's, which waits for device 0 only.
+        with cuda.gpus[0]:
+            other.memory_manager.deallocations.clear()
+        with cuda.gpus[1]:
+            cuda.synchronize()  # the kernel ran on memory still allocated
+print(json.dumps({"ok": True}))
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fake_driver_an_array_dropped_with_work_queued_on_another_device(seed):
+    """An array whose last reference goes while a kernel on it is queued on another device
+    keeps its device memory until that kernel ran, whichever context frees it."""
+    from tests.test_fakegpu import run_fake
+
+    env = {"SMARTARRAY_FAKE_GPU_DEVICES": "2", "SMARTARRAY_FAKE_GPU_PEER": "1"}
+    assert run_fake(DROPPED_CHILD, seed=seed, env=env)["ok"]

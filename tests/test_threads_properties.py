@@ -145,8 +145,9 @@ def run_program(program: list[list[tuple[Any, ...]]]) -> None:
         with cuda.gpus[device]:
             cuda.current_context()
             # numba-cuda loads a kernel's module into a context at its first launch there, and
-            # two threads doing that at once fail ("key already in dictionary"): load it here.
-            k_add[1, 32](cuda.device_array(1), 0.0)
+            # two threads doing that at once fail ("key already in dictionary"): load it here,
+            # for the type the threads launch with (a SmartArray is its own specialization).
+            k_add[1, 32](sa.SmartArray(np.zeros(2 * SLICE))[:SLICE], 0.0)
             cuda.synchronize()
     arrays = [sa.SmartArray(np.zeros(threads * SLICE)) for _ in range(ARRAYS)]
     model = np.zeros((ARRAYS, threads * SLICE))

@@ -22,6 +22,12 @@ waiting is what a host read does; skipping it instead would make a loop of launc
 reads back unevictable. An evicted copy comes back lazily: the next device access allocates it
 again and uploads only the bytes it needs (the state says the device holds nothing).
 
+An array that dies while device work on it may still run keeps its device copies allocated
+(and counted) until that work ran: CUDA documents no wait in ``cuMemFree``, a driver may wait
+only for the freeing context's device, and numba-cuda frees from whichever context is current
+when its deferred frees are cleared. The next allocation or budget query frees those whose
+work finished (an event query); one that needs the room waits for their work first.
+
 Several devices: each has its own budget (the same number for each, or each one's own default)
 and its own registry of resident copies; an allocation on one device evicts copies on that
 device only. Recency is a tick stored in the buffer's :class:`Residency` record, set on every
@@ -38,9 +44,11 @@ import weakref
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
+from numba import cuda
 
 from .. import memory
 from .._memory import devices as _devices
+from .._memory import streams as _streams
 from .._platform import cuda_simulator as _sim
 from .._platform import sessions as _sessions
 from ..errors import DeviceMemoryError, TransferError, TransferGuardError
@@ -233,11 +241,14 @@ def adopt(buf: Buffer, device: int = 0) -> None:
 def _register(buf: Buffer, nbytes: int, device: int) -> None:
     rec = of(buf)
     key = (id(buf), device)
+    # The release needs them after the buffer is gone; both are only ever changed in place.
+    copies, work = buf.device_copies, buf.work
 
     def release() -> None:  # the buffer died: its device memory goes with it
         if _resident.get(key) is ref:
             del _resident[key]
-            _used[device] -= nbytes
+            copy = copies[device] if device < len(copies) else None
+            _retire(copy, list(work.values()), nbytes, device)
 
     # The callback takes no lock: the next holder of the registry lock releases (issue 25 E4, E5).
     ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))  # type: ignore[misc]  # (a default-argument lambda)
@@ -246,6 +257,61 @@ def _register(buf: Buffer, nbytes: int, device: int) -> None:
         rec.sizes[device] = nbytes
         rec.tick = next(_ticks)
         _used[device] = _used.get(device, 0) + nbytes
+
+
+class _Retired(NamedTuple):
+    """The device copy of a buffer that died while device work on it may still run."""
+
+    copy: Any
+    events: list[Any]  # one per stream that had work on the buffer, completed when it ran
+    nbytes: int
+    device: int
+
+
+# Copies kept allocated after their buffer died, until the work queued on them ran: a free
+# may wait only for the freeing context's device (CUDA documents no wait at all), and numba
+# frees from whatever context is current when its deferred frees are cleared.
+_retired: list[_Retired] = []
+
+
+def _pending_event(entry: Any) -> Any:
+    """An event that completes when the work of ``entry`` (a buffer's work record, see
+    smartarray/_engine/device_work.py) finished, or None if it has."""
+    event = entry.event
+    if event is None:  # work waited for by its stream's handle: an event recorded there now
+        with _devices.on(entry.device):
+            if entry.thread and entry.thread != _streams.this_thread():
+                cuda.synchronize()  # another thread's per-thread default stream: not named here
+                return None
+            event = _streams.new_event()
+            event.record(_streams.native(entry.stream))
+    return None if _streams.completed(event) else event
+
+
+def _retire(copy: Any, work: list[Any], nbytes: int, device: int) -> None:
+    """The buffer holding ``copy`` on ``device`` died with ``work`` recorded: free the copy
+    now if that work ran, else keep it (still counted) until it has. Registry lock held."""
+    events = [] if copy is None else [e for e in map(_pending_event, work) if e is not None]
+    if events:
+        _retired.append(_Retired(copy, events, nbytes, device))
+    else:
+        _used[device] -= nbytes
+
+
+def _free_retired(wait: bool = False) -> int:
+    """Free the retired copies whose work ran (``wait``: wait for it); return the bytes freed.
+    Registry lock held."""
+    freed = 0
+    for old in list(_retired):
+        if wait:
+            for event in old.events:
+                event.synchronize()
+        elif not all(_streams.completed(e) for e in old.events):
+            continue
+        _retired.remove(old)
+        _used[old.device] -= old.nbytes
+        freed += old.nbytes
+    return freed
 
 
 def _unregister(buf: Buffer, device: int) -> None:
@@ -287,6 +353,8 @@ def budget_of(device: int) -> DeviceBudget:
     """The budget, the bytes used and the resident copies on ``device`` (see
     smartarray._engine.budget.device_budget)."""
     with _lock:
+        if _retired and _free_retired():
+            _sim.give_back_freed()
         budget = _effective_budget(device)
         claimed = _claimed()
         entries = []
@@ -494,8 +562,15 @@ def allocate(buf: Buffer, device: int = 0) -> Any:
     """
     nbytes = buf.nbytes
     with _lock:
+        if _retired and _free_retired():
+            _sim.give_back_freed()
         budget = _effective_budget(device)
         used = _used.get(device, 0)
+        if budget is not None and used + nbytes > budget and _retired:
+            # Copies of dead arrays first: waiting for their work costs no transfer.
+            if _free_retired(wait=True):
+                _sim.give_back_freed()
+            used = _used.get(device, 0)
         if budget is not None and used + nbytes > budget:
             if nbytes > budget:
                 raise _no_room(buf, budget, "it is larger than the budget", device)
@@ -507,7 +582,10 @@ def allocate(buf: Buffer, device: int = 0) -> Any:
         except Exception as exc:
             if not _sim.out_of_memory(exc):
                 raise
-            if not _evict(max(nbytes, 1), buf, "out of memory", device):
+            retired = _free_retired(wait=True)
+            if retired:
+                _sim.give_back_freed()
+            if not _evict(max(nbytes, 1), buf, "out of memory", device) and not retired:
                 cause = f"the device is out of memory: {exc}"
                 raise _no_room(buf, budget, cause, device) from exc
             try:
