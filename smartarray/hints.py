@@ -29,6 +29,7 @@ from numba.cuda import args as _numba_args
 from numba.cuda.typing.typeof import Purpose, typeof
 
 from . import memory
+from ._engine import residency as _residency
 from ._engine.buffer import IN, INOUT, OUT
 from ._memory import streams as _streams
 from ._numba.kernels import ArrayArgument, kernel_argument
@@ -186,8 +187,10 @@ def _host_array_argument(value: np.ndarray, intent: str, retr: list[Any], stream
         if strided or (intent == IN and maybe_page_locked(value)):
             source = np.array(value, order=order)  # pageable: taken at the call
         dev = memory.to_device(source, stream=stream)
-    retr.append(lambda: dev)  # alive until the dispatcher ran the callbacks
-    if intent != IN:
+    if intent == IN:
+        # Nothing waits for the kernel: its free must not overtake it (see keep_until_ran).
+        retr.append(lambda: _residency.keep_until_ran(dev, stream))
+    else:
 
         def download() -> None:
             if not strided:

@@ -62,6 +62,13 @@ def reads(x):
     pass
 
 
+@cuda.jit
+def copy_in(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i]
+
+
 class RunsMeanwhile(numba_args.In):
     """A later kernel argument whose preparation blocks until ``meanwhile`` ran to its end in
     another thread: the launch is held between its first argument's preparation and its
@@ -498,7 +505,7 @@ def test_strict_a_host_read_between_a_kernel_and_its_record_loses_no_write(
 
 DROPPED_CHILD = """
 import gc
-from tests.test_in_flight import bump, N
+from tests.test_in_flight import bump, copy_in, N
 for stream_kind in ("own", "default", "per-thread"):
     for copies in (1, 2):  # a copy on device 1; copies on both devices
         with cuda.gpus[1]:
@@ -518,6 +525,18 @@ for stream_kind in ("own", "default", "per-thread"):
             other.memory_manager.deallocations.clear()
         with cuda.gpus[1]:
             cuda.synchronize()  # the kernel ran on memory still allocated
+    # A plain ndarray in sa.In: smartarray's upload of it, for a launch on device 1's stream.
+    x = np.arange(N, dtype=np.float64)
+    with cuda.gpus[1]:
+        other = cuda.current_context()
+        stream = {"own": cuda.stream(), "default": 0,
+                  "per-thread": cuda.per_thread_default_stream()}[stream_kind]
+        out = sa.SmartArray(np.zeros(N))
+        copy_in[1, 64, stream](sa.In(x), out)
+    gc.collect()
+    with cuda.gpus[0]:
+        other.memory_manager.deallocations.clear()
+    np.testing.assert_array_equal(np.asarray(out), x)
 print(json.dumps({"ok": True}))
 """
 

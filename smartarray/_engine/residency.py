@@ -64,6 +64,7 @@ __all__ = [
     "ResidentArray",
     "allocate",
     "budget_of",
+    "keep_until_ran",
     "set_budget",
 ]
 
@@ -260,11 +261,12 @@ def _register(buf: Buffer, nbytes: int, device: int) -> None:
 
 
 class _Retired(NamedTuple):
-    """The device copy of a buffer that died while device work on it may still run."""
+    """Device memory let go of while device work on it may still run: the copy of a buffer
+    that died, or a temporary (:func:`keep_until_ran`)."""
 
     copy: Any
     events: list[Any]  # one per stream that had work on the buffer, completed when it ran
-    nbytes: int
+    nbytes: int  # counted in the device's budget (0: a temporary, not counted)
     device: int
 
 
@@ -298,6 +300,21 @@ def _retire(copy: Any, work: list[Any], nbytes: int, device: int) -> None:
         _used[device] -= nbytes
 
 
+def keep_until_ran(held: Any, stream: Any) -> None:
+    """Keep ``held`` (device memory its owner lets go of now) alive until the work queued so
+    far on ``stream`` (of the current device; 0: the default stream) ran, without waiting.
+
+    For a temporary copy a kernel still reads (a plain ndarray in :class:`smartarray.In`):
+    its free must not overtake that kernel, whichever context numba-cuda frees it from.
+    """
+    event = _streams.new_event()
+    event.record(_streams.native(_streams.pending(stream)))
+    with _lock:
+        if _retired:
+            _free_retired()
+        _retired.append(_Retired(held, [event], 0, _devices.current()))
+
+
 def _free_retired(wait: bool = False) -> int:
     """Free the retired copies whose work ran (``wait``: wait for it); return the bytes freed.
     Registry lock held."""
@@ -309,7 +326,8 @@ def _free_retired(wait: bool = False) -> int:
         elif not all(_streams.completed(e) for e in old.events):
             continue
         _retired.remove(old)
-        _used[old.device] -= old.nbytes
+        if old.nbytes:
+            _used[old.device] -= old.nbytes
         freed += old.nbytes
     return freed
 
