@@ -506,3 +506,21 @@ def test_peer_pairs_checks_its_argument_before_asking():
         sa.peer_pairs([0, 99])
     with pytest.raises(TypeError, match="iterable of device ordinals"):
         sa.peer_pairs(3)
+
+
+# -- page-locked host copies on several devices ------------------------------------------------
+
+
+def test_a_pinned_host_copy_is_page_locked_for_every_device() -> None:
+    # cuMemHostAlloc without PORTABLE locks the memory for the allocating context only: the
+    # other devices' copies of it are staged as pageable ones (synchronous, the staged rate).
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(64.0), pinned=True)
+host = np.asarray(a)
+ptr, n = host.ctypes.data, host.nbytes
+print(json.dumps({"locked": [fake.host.page_locked(ptr, n, d) for d in range(len(cuda.gpus))]}))
+""",
+        devices=2,
+    )
+    assert out["locked"] == [True, True]
