@@ -861,6 +861,11 @@ def _halo_smartarray(u0: np.ndarray, p: Params, timer: Timer, options: bool) -> 
     grid, threads = _grid2(p.rows // 2, p.cols)
     read, write = pu, pv
     timer.start()
+    if options:  # each device's block starts up at once, side by side
+        for b, s in zip(read, streams, strict=True):
+            timer.smartarray_calls()
+            with cuda.gpus[b.device]:
+                b.owned.prefetch(f"gpu:{b.device}", stream=s)
     for _ in range(p.halo_steps):
         for bu, bv, s in zip(read, write, streams, strict=True):
             timer.smartarray_calls()

@@ -524,3 +524,37 @@ print(json.dumps({"locked": [fake.host.page_locked(ptr, n, d) for d in range(len
         devices=2,
     )
     assert out["locked"] == [True, True]
+
+
+def test_downloads_of_two_devices_rows_run_side_by_side_on_the_clock() -> None:
+    # Each device's download waits for the work that touches its bytes (its own kernel), not
+    # for the other device's download queued just before it.
+    out = run_fake(
+        PRELUDE
+        + """
+from smartarray._fakegpu._clock import PCIE5
+fake.clock.set_preset(PCIE5.scaled(1000))  # copies of 32 KiB modelled as 32 MB: long ones
+n = 1 << 12
+a = sa.SmartArray(np.zeros(2 * n), pinned=True)
+streams = []
+for d in range(2):
+    with cuda.gpus[d]:
+        s = sa.stream()
+        streams.append(s)
+        add_one[n // 32, 32, s](a[d * n:(d + 1) * n])
+for d in range(2):
+    with cuda.gpus[d]:
+        a[d * n:(d + 1) * n].prefetch("host", stream=streams[d])
+values = np.asarray(a)
+spans = {s.engine: (s.start, s.end) for s in fake.clock.spans if s.engine.endswith("d2h")}
+print(json.dumps({"ok": bool((values == 1).all()), "spans": spans}))
+""",
+        env={
+            "SMARTARRAY_FAKE_GPU_DEVICES": "2",
+            "SMARTARRAY_FAKE_GPU_PEER": "1",
+            "SMARTARRAY_FAKE_GPU_TIMING": "pcie5",
+        },
+    )
+    assert out["ok"]
+    (a0, a1), (b0, b1) = out["spans"]["gpu0.d2h"], out["spans"]["gpu1.d2h"]
+    assert a0 < b1 and b0 < a1  # they overlap
