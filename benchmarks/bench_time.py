@@ -892,7 +892,9 @@ def halo_smartarray(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
 
 
 def halo_smartarray_options(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
-    """As the default, with ``pinned=True``, a stream per device and ``sa.In``/``sa.Out``."""
+    """As the default, with ``pinned=True``, a stream per device, ``sa.In``/``sa.Out``, each
+    device's owned rows prefetched on its stream first (the halo rows then come from the other
+    device) and each device's rows prefetched to the host after the last step."""
     return _halo_smartarray(u0, p, timer, options=True)
 
 
