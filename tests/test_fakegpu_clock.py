@@ -230,3 +230,45 @@ def test_a_query_answers_not_ready_until_the_modelled_work_ended_and_never_waits
     assert out["answers"] == [False, False, False]
     assert out["spent"] < out["copy"] / 10  # the queries did not wait for the copy
     assert out["after"] is True
+
+
+def test_trace_events_carry_the_copies_modelled_times() -> None:
+    out = run_fake(
+        """
+        from smartarray import _fakegpu
+        clock = _fakegpu.current().clock
+        import smartarray as sa
+
+        @cuda.jit
+        def twice(x):
+            i = cuda.grid(1)
+            if i < x.size:
+                x[i] *= 2
+
+        a = sa.SmartArray(np.arange(1024.0), pinned=True)
+        s = sa.stream()
+        with sa.trace() as t:
+            a.prefetch("gpu", stream=s)
+            twice[32, 32, s](a)
+            a.host()
+        spans = [(sp.start, sp.end) for sp in clock.spans if sp.engine.endswith(("h2d", "d2h"))]
+        events = [(e.direction, e.modelled_start_s, e.modelled_end_s) for e in t.events]
+        print(json.dumps({"spans": spans[-2:], "events": events}))
+        """,
+        env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"},
+    )
+    (up, s0, e0), (down, s1, e1) = out["events"]
+    assert (up, down) == ("h2d", "d2h")
+    assert [[s0, e0], [s1, e1]] == out["spans"]
+    assert 0 < s0 < e0 <= s1 < e1
+
+
+def test_without_the_clock_trace_events_have_no_modelled_times() -> None:
+    import numpy as np
+
+    import smartarray as sa
+
+    a = sa.SmartArray(np.arange(8.0))
+    with sa.trace() as t:
+        a.gpu()
+    assert [(e.modelled_start_s, e.modelled_end_s) for e in t.events] == [(0.0, 0.0)]
