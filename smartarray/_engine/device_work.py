@@ -134,7 +134,8 @@ def _add(entry: Work, key: Hashable, items: list[Item] | None, event: Any) -> No
 
 
 def _absorb(entry: Work, other: Work) -> None:
-    """``entry``'s work is now ordered after ``other``'s: it stands for it, marks included."""
+    """``entry`` replaces ``other``, an entry of the same stream whose work may still run:
+    its marks go on (``entry``'s event, recorded later there, covers that work too)."""
     marks = entry.marks
     if marks is None:
         return
