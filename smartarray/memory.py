@@ -234,6 +234,20 @@ def pinned_array(
     )
 
 
+def _portable_pinned_bytes(nbytes: int) -> np.ndarray:
+    """``nbytes`` page-locked bytes (``uint8``) that every device copies as page-locked.
+
+    A SmartArray's ``pinned=True`` host copy: ``cuMemHostAlloc`` without ``PORTABLE`` locks
+    the memory for the allocating context only, and the driver may stage the other devices'
+    copies of it as pageable ones (synchronous, at the staged rate). With unified addressing
+    every allocation is portable anyway, so asking costs nothing.
+    """
+    if SIMULATOR or nbytes == 0:
+        return pinned_array(nbytes, np.uint8)
+    buffer = cuda.current_context().memhostalloc(nbytes, portable=True)
+    return _registry.track_allocation(np.ndarray((nbytes,), np.uint8, buffer=buffer))
+
+
 def mapped_array(
     shape: Any,
     dtype: Any = np.float64,

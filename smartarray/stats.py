@@ -161,6 +161,7 @@ def record(
     stream: Any = 0,
     began: _Began | None = None,
     between: tuple[str, str] = ("", ""),
+    modelled: tuple[float, float] = (0.0, 0.0),
 ) -> None:
     """Count one copy. Called by :mod:`smartarray.memory` after the copy was issued.
 
@@ -182,6 +183,9 @@ def record(
         What :func:`begin` returned before the copy.
     between : (str, str), optional
         The copy's source and target locations (see :attr:`TransferEvent.source`).
+    modelled : (float, float), optional
+        The copy's modelled start and end on the fake driver's clock (see
+        :attr:`TransferEvent.modelled_start_s`).
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -208,6 +212,7 @@ def record(
         began.lineno,
         threading.current_thread().name,
         *between,
+        *modelled,
     )
     if began.nvtx and _nvtx is not None:
         _nvtx.pop_range()

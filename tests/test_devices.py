@@ -506,3 +506,55 @@ def test_peer_pairs_checks_its_argument_before_asking():
         sa.peer_pairs([0, 99])
     with pytest.raises(TypeError, match="iterable of device ordinals"):
         sa.peer_pairs(3)
+
+
+# -- page-locked host copies on several devices ------------------------------------------------
+
+
+def test_a_pinned_host_copy_is_page_locked_for_every_device() -> None:
+    # cuMemHostAlloc without PORTABLE locks the memory for the allocating context only: the
+    # other devices' copies of it are staged as pageable ones (synchronous, the staged rate).
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(64.0), pinned=True)
+host = np.asarray(a)
+ptr, n = host.ctypes.data, host.nbytes
+print(json.dumps({"locked": [fake.host.page_locked(ptr, n, d) for d in range(len(cuda.gpus))]}))
+""",
+        devices=2,
+    )
+    assert out["locked"] == [True, True]
+
+
+def test_downloads_of_two_devices_rows_run_side_by_side_on_the_clock() -> None:
+    # Each device's download waits for the work that touches its bytes (its own kernel), not
+    # for the other device's download queued just before it.
+    out = run_fake(
+        PRELUDE
+        + """
+from smartarray._fakegpu._clock import PCIE5
+fake.clock.set_preset(PCIE5.scaled(1000))  # copies of 32 KiB modelled as 32 MB: long ones
+n = 1 << 12
+a = sa.SmartArray(np.zeros(2 * n), pinned=True)
+streams = []
+for d in range(2):
+    with cuda.gpus[d]:
+        s = sa.stream()
+        streams.append(s)
+        add_one[n // 32, 32, s](a[d * n:(d + 1) * n])
+for d in range(2):
+    with cuda.gpus[d]:
+        a[d * n:(d + 1) * n].prefetch("host", stream=streams[d])
+values = np.asarray(a)
+spans = {s.engine: (s.start, s.end) for s in fake.clock.spans if s.engine.endswith("d2h")}
+print(json.dumps({"ok": bool((values == 1).all()), "spans": spans}))
+""",
+        env={
+            "SMARTARRAY_FAKE_GPU_DEVICES": "2",
+            "SMARTARRAY_FAKE_GPU_PEER": "1",
+            "SMARTARRAY_FAKE_GPU_TIMING": "pcie5",
+        },
+    )
+    assert out["ok"]
+    (a0, a1), (b0, b1) = out["spans"]["gpu0.d2h"], out["spans"]["gpu1.d2h"]
+    assert a0 < b1 and b0 < a1  # they overlap

@@ -200,3 +200,75 @@ def test_the_timeline_plot_draws_one_lane_per_engine() -> None:
     lanes = [t.get_text() for t in axes.get_yticklabels()]
     assert lanes == ["gpu0.d2h", "gpu0.h2d", "host"]
     assert "gpu0.h2d:" in clock.timeline()
+
+
+def test_a_query_answers_not_ready_until_the_modelled_work_ended_and_never_waits() -> None:
+    # A query is not a wait: answering "ready" by running the work would move the host's
+    # clock to the work's end, a wait the program never made.
+    out = run_fake(
+        """
+        from smartarray import _fakegpu
+        clock = _fakegpu.current().clock
+        n = 1 << 24
+        pinned = cuda.pinned_array(n, np.uint8)
+        dev = cuda.device_array(n, np.uint8)
+        stream = cuda.stream()
+        done = cuda.event()
+        cuda.synchronize()
+        before = clock.host
+        dev.copy_to_device(pinned, stream=stream)
+        done.record(stream)
+        answers = [done.query() for _ in range(3)]
+        spent = clock.host - before
+        copy = clock.preset.copy_latency_s + n / clock.preset.h2d_Bps
+        stream.synchronize()
+        print(json.dumps({"answers": answers, "spent": spent, "copy": copy,
+                          "after": done.query()}))
+        """,
+        env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"},
+    )
+    assert out["answers"] == [False, False, False]
+    assert out["spent"] < out["copy"] / 10  # the queries did not wait for the copy
+    assert out["after"] is True
+
+
+def test_trace_events_carry_the_copies_modelled_times() -> None:
+    out = run_fake(
+        """
+        from smartarray import _fakegpu
+        clock = _fakegpu.current().clock
+        import smartarray as sa
+
+        @cuda.jit
+        def twice(x):
+            i = cuda.grid(1)
+            if i < x.size:
+                x[i] *= 2
+
+        a = sa.SmartArray(np.arange(1024.0), pinned=True)
+        s = sa.stream()
+        with sa.trace() as t:
+            a.prefetch("gpu", stream=s)
+            twice[32, 32, s](a)
+            a.host()
+        spans = [(sp.start, sp.end) for sp in clock.spans if sp.engine.endswith(("h2d", "d2h"))]
+        events = [(e.direction, e.modelled_start_s, e.modelled_end_s) for e in t.events]
+        print(json.dumps({"spans": spans[-2:], "events": events}))
+        """,
+        env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"},
+    )
+    (up, s0, e0), (down, s1, e1) = out["events"]
+    assert (up, down) == ("h2d", "d2h")
+    assert [[s0, e0], [s1, e1]] == out["spans"]
+    assert 0 < s0 < e0 <= s1 < e1
+
+
+def test_without_the_clock_trace_events_have_no_modelled_times() -> None:
+    import numpy as np
+
+    import smartarray as sa
+
+    a = sa.SmartArray(np.arange(8.0))
+    with sa.trace() as t:
+        a.gpu()
+    assert [(e.modelled_start_s, e.modelled_end_s) for e in t.events] == [(0.0, 0.0)]

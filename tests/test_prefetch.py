@@ -93,3 +93,29 @@ def test_bad_arguments_are_refused_before_anything_moves(
         a.prefetch(where, stream=stream)  # type: ignore[arg-type]
     assert t.events == []
     assert a.valid_at == ("host",)
+
+
+@pytest.mark.seeds
+def test_a_prefetch_waits_for_another_streams_kernel_on_the_same_bytes_only() -> None:
+    # Work on another stream is ordered before a prefetch where it touches the same bytes
+    # (a kernel writing the half downloaded); a kernel on the other half needs no order, and
+    # the host read still waits for it.
+    a = sa.SmartArray(np.zeros(16), pinned=True)
+    s1, s2, s3 = sa.stream(), sa.stream(), sa.stream()
+    a.prefetch("gpu", stream=s1)
+    add_one[1, 8, s1](a[8:])
+    add_one[1, 8, s2](a[:8])
+    a[8:].prefetch("host", stream=s3)
+    np.testing.assert_array_equal(a.host(), np.ones(16))
+
+
+@pytest.mark.seeds
+def test_launches_on_disjoint_halves_on_two_streams_then_one_over_both() -> None:
+    a = sa.SmartArray(np.zeros(16), pinned=True)
+    s1, s2, s3 = sa.stream(), sa.stream(), sa.stream()
+    for _ in range(3):
+        add_one[1, 8, s1](sa.InOut(a[:8]))
+        add_one[1, 8, s2](a[8:])
+    add_one[1, 16, s3](a)  # reads and writes what both wrote: ordered after both
+    a[4:12].prefetch("host", stream=s1)
+    np.testing.assert_array_equal(a.host(), np.full(16, 4.0))

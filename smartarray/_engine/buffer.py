@@ -437,27 +437,35 @@ class Buffer:
             self._leave_host_only()  # device work that writes these bytes starts
         if self.perf is not None and self.perf.pending:
             _perf.emit(self)  # before anything moves for this launch
-        if self.work and not self.works_on(launch_stream):
-            # Work on this buffer is queued on other streams (the default stream, another
-            # thread's stream included): order it before this launch on the device, with
-            # events. No host wait; this launch's stream then stands for it.
-            self.join(launch_stream)  # (recorded again by the launch's callback, after the kernel)
         state = self.state
+        record = intent != IN
         # (Held host arrays are stale only after a failure, a kernel that raised or a refresh
         # that failed: this launch must then refresh them, so it takes no fast path.)
-        if state.is_exclusive(where, lo, hi) and not self.held.any_stale(state.valid(HOST), lo, hi):
+        exclusive = state.is_exclusive(where, lo, hi) and not self.held.any_stale(
+            state.valid(HOST), lo, hi
+        )
+        plan = None
+        if not exclusive:
+            if record and self.held and guard.armed():
+                # Ask the guard about the refresh after the launch now, before anything moves:
+                # in the post-launch callbacks a refusal would stop the other arguments'.
+                for a, b in self.held.shown(lo, hi):
+                    guard.check("d2h", b - a, _REFRESH, self.name)
+            if intent != OUT or not covers:  # Out of a covering view: no upload
+                plan = self._plan_read(where, lo, hi, reason)
+        # What the launch touches: its copies' bytes, and the kernel's at ``where``.
+        items = _device_work.footprint(plan.copies if plan else (), where, lo, hi, record)
+        if self.work and not self.works_on(launch_stream):
+            # Work on this buffer is queued on other streams (the default stream, another
+            # thread's stream included): order the work touching these bytes before this
+            # launch on the device, with events. No host wait.
+            self.join(launch_stream, items)  # (recorded again by the launch's callback)
+        if exclusive:
             # Current on the device only (a loop of launches): nothing to upload, and a write
             # by the kernel changes nothing unless the host reads in between.
-            self.queued(launch_stream)
+            self.queued(launch_stream, items)
             return True
-        record = intent != IN
-        if record and self.held and guard.armed():
-            # Ask the guard about the refresh after the launch now, before anything moves: in
-            # the post-launch callbacks a refusal would stop the other arguments' callbacks.
-            for a, b in self.held.shown(lo, hi):
-                guard.check("d2h", b - a, _REFRESH, self.name)
-        if intent != OUT or not covers:  # Out of a covering view: no upload
-            plan = self._plan_read(where, lo, hi, reason)
+        if intent != OUT or not covers:
             if plan:
                 self._copy(plan, reason, launch)
                 state.apply(plan)
@@ -479,7 +487,7 @@ class Buffer:
         # nothing that waits on its stream's handle), and again by the launch's callback,
         # right after the kernel was queued (Buffer.kernel_queued): each replaces only this
         # stream's entry, so work another thread queued meanwhile on another stream stays.
-        self.queued(launch_stream)
+        self.queued(launch_stream, items)
         return False
 
     def release(

@@ -20,6 +20,16 @@ time), kept here as one concept: nothing else writes that state.
 
 :func:`in_flight` is the one cheap predicate over both.
 
+Marks: what an entry's work touches, where it is known: per (location, whether it writes,
+the stream it was queued on) the hull of byte ranges and the event recorded after the latest
+of that work (:class:`Mark`); ``None``: unknown, it may touch every byte anywhere. A launch and
+a prefetch pass their marks (their copies' and their kernel's bytes): work on another stream
+is ordered before them only where it touches bytes they touch at the same location and one of
+the two writes, and then after the event of that work, not of all work queued there since
+(:func:`order_before`). Every other caller orders after everything, as before. Two works that
+share no byte of any copy, or only read the same bytes, need no order between them; a host
+read still waits for every entry.
+
 Several devices: an event can be recorded only on a stream of its own device, but any
 device's stream may wait for it (CUDA's programming guide, "Stream and Event Behavior"). Work
 recorded without an event (a default stream or smartarray's copy stream, waited for by its
@@ -30,6 +40,7 @@ between the devices needs anyway.
 
 from __future__ import annotations
 
+import itertools
 import sys
 import time
 from collections.abc import Hashable
@@ -39,13 +50,16 @@ from numba import cuda
 
 from .._memory import devices as _devices
 from .._memory import streams as _streams
+from .._memory.devices import HOST
 from . import residency as _residency
 
 if TYPE_CHECKING:  # pragma: no cover
     from .buffer import Buffer
 
 __all__ = [
+    "Mark",
     "Work",
+    "footprint",
     "consumer_queued",
     "in_flight",
     "join",
@@ -61,6 +75,98 @@ __all__ = [
 ]
 
 
+class Mark:
+    """The bytes ``[lo, hi)`` that work of one stream touches at one location, and the event
+    recorded after the latest such work (``seq``: when it was recorded, counted per process:
+    of two marks of one stream the later covers the earlier)."""
+
+    __slots__ = ("lo", "hi", "event", "seq")
+
+    def __init__(self, lo: int, hi: int, event: Any, seq: int) -> None:
+        self.lo, self.hi, self.event, self.seq = lo, hi, event, seq
+
+    def __repr__(self) -> str:
+        return f"<mark [{self.lo}, {self.hi}) seq={self.seq}>"
+
+
+# An item of a footprint: (location: -1 the host, else a device ordinal; writes; lo; hi).
+Item = tuple[int, bool, int, int]
+Marks = dict[tuple[int, bool, Hashable], Mark]
+_seq = itertools.count(1)
+
+
+def footprint(
+    copies: Any, where: str | None = None, lo: int = 0, hi: int = 0, write: bool = True
+) -> list[Item]:
+    """The items of ``copies`` (a plan's: each reads its source and writes its target) and,
+    with ``where``, of a kernel touching bytes ``[lo, hi)`` there (writing them if
+    ``write``)."""
+    items: list[Item] = []
+    for c in copies:
+        items.append((_loc(c.source), False, c.start, c.stop))
+        items.append((_loc(c.target), True, c.start, c.stop))
+    if where is not None and hi > lo:
+        items.append((_loc(where), write, lo, hi))
+    return items
+
+
+def _loc(where: str) -> int:
+    return -1 if where == HOST else _devices.ordinal(where)
+
+
+def _add(entry: Work, key: Hashable, items: list[Item] | None, event: Any) -> None:
+    """Add ``items``, queued on ``key``'s stream before ``event`` was recorded there, to
+    ``entry``'s marks (``None``: unknown, the entry's marks become unknown)."""
+    marks = entry.marks
+    if marks is None:
+        return
+    if items is None:
+        entry.marks = None
+        return
+    seq = next(_seq)
+    for loc, write, lo, hi in items:
+        mkey = (loc, write, key)
+        m = marks.get(mkey)
+        if m is None:
+            marks[mkey] = Mark(lo, hi, event, seq)
+        else:  # (the same stream: the later event covers the earlier work)
+            m.lo, m.hi, m.event, m.seq = min(m.lo, lo), max(m.hi, hi), event, seq
+
+
+def _absorb(entry: Work, other: Work) -> None:
+    """``entry`` replaces ``other``, an entry of the same stream whose work may still run:
+    its marks go on (``entry``'s event, recorded later there, covers that work too)."""
+    marks = entry.marks
+    if marks is None:
+        return
+    if other.marks is None:
+        entry.marks = None
+        return
+    for mkey, m in other.marks.items():
+        mine = marks.get(mkey)
+        if mine is None:
+            marks[mkey] = Mark(m.lo, m.hi, m.event, m.seq)
+        else:
+            mine.lo, mine.hi = min(mine.lo, m.lo), max(mine.hi, m.hi)
+            if m.seq > mine.seq:
+                mine.event, mine.seq = m.event, m.seq
+
+
+def _conflicts(marks: Marks, items: list[Item], after: Hashable) -> list[Any]:
+    """The events of the marks that touch bytes ``items`` touch at the same location, one of
+    the two writing, except work of stream ``after`` (ordered before its later work already)."""
+    events: list[Any] = []
+    for (loc, write, origin), m in marks.items():
+        if origin == after:
+            continue
+        for iloc, iwrite, lo, hi in items:
+            if iloc == loc and (write or iwrite) and lo < m.hi and m.lo < hi:
+                if not any(e is m.event for e in events):
+                    events.append(m.event)
+                break
+    return events
+
+
 class Work:
     """The latest device work queued on a buffer on one stream.
 
@@ -73,14 +179,23 @@ class Work:
     thread whose stream it is (0 otherwise): only that thread can name it.
     """
 
-    __slots__ = ("stream", "event", "own", "device", "thread")
+    __slots__ = ("stream", "event", "own", "device", "thread", "marks")
 
-    def __init__(self, stream: Any, event: Any, own: Any, device: int, thread: int) -> None:
+    def __init__(
+        self,
+        stream: Any,
+        event: Any,
+        own: Any,
+        device: int,
+        thread: int,
+        marks: Marks | None = None,
+    ) -> None:
         self.stream = stream
         self.event = event
         self.own = own
         self.device = device
         self.thread = thread
+        self.marks = marks
 
     def __repr__(self) -> str:
         return f"<work on {self.stream!r} (device {self.device}) event={self.event!r}>"
@@ -150,8 +265,15 @@ def _own_event(entry: Work | None) -> Any:
     return _streams.new_event()
 
 
-def queued(self: Buffer, stream: Any) -> None:
-    """Device work on this buffer was just queued on ``stream`` (0: the default stream).
+def _marked(entry: Work) -> bool:
+    """Whether a mark of ``entry`` holds its own event."""
+    own, marks = entry.own, entry.marks
+    return marks is not None and any(m.event is own for m in marks.values())
+
+
+def queued(self: Buffer, stream: Any, items: list[Item] | None = None) -> None:
+    """Device work on this buffer was just queued on ``stream`` (0: the default stream);
+    ``items``: what it touches (:func:`footprint`), ``None``: unknown.
 
     Records the buffer's own event there, which host waits and cross-stream ordering use
     (the stream object may be gone by then); replaces only that stream's entry. Call with
@@ -163,34 +285,53 @@ def queued(self: Buffer, stream: Any) -> None:
     work = self.work
     old = work.get(key)
     if old is not None and old.event is None:
+        old.marks = None
         return  # a stream waited for by its handle: that wait covers this work too
-    event = _own_event(old)
-    event.record(_streams.native(pending))
     if old is not None and len(work) == 1:
+        event = _own_event(old)
+        event.record(_streams.native(pending))
         old.stream, old.event, old.own = pending, event, event  # (in place: no allocation)
+        _add(old, key, items, event)
         return
-    _set(self, key, Work(pending, event, event, device, _thread_of(key)))
+    # Several streams: a mark keeps the event recorded after its own work (recording the
+    # buffer's event again would make another stream wait for this later work too).
+    event = _own_event(None if old is None or _marked(old) else old)
+    event.record(_streams.native(pending))
+    entry = Work(pending, event, event, device, _thread_of(key), {})
+    if old is not None:
+        _absorb(entry, old)  # (the same stream: its earlier work is still in flight)
+    _add(entry, key, items, event)
+    _set(self, key, entry)
 
 
-def kernel_queued(self: Buffer, pending: Any, key: Hashable, event: Any) -> None:
+def kernel_queued(
+    self: Buffer, pending: Any, key: Hashable, event: Any, items: list[Item] | None = None
+) -> None:
     """A kernel using this buffer was just queued on ``pending`` (see
     :func:`smartarray._memory.streams.pending`), whose entry key is ``key``, and ``event``
     recorded there after it: the launch's own event (see
     :class:`smartarray._engine.launch.Launch`), never recorded again. Replaces only that
     stream's entry: work other threads queued meanwhile on other streams stays recorded.
-    Marks the device copy used now (LRU order). Call with the lock held.
+    ``items``: the bytes the kernel touches (:func:`footprint`), ``None``: unknown. Marks the
+    device copy used now (LRU order). Call with the lock held.
     """
     work = self.work
     entry = work.get(key)
     if entry is not None and entry.event is None:
-        pass  # a stream waited for by its handle (a consumer's): that wait covers the kernel
+        entry.marks = None  # a stream waited for by its handle (a consumer's): that wait
+        # covers the kernel
     elif entry is not None and len(work) == 1:
         # A loop of launches on one stream: the entry updated in place (no allocation).
         entry.stream = pending
         entry.event = event
+        _add(entry, key, items, event)
     else:
         own = entry.own if entry is not None else None
-        _set(self, key, Work(pending, event, own, _devices.current(), _thread_of(key)))
+        new = Work(pending, event, own, _devices.current(), _thread_of(key), {})
+        if entry is not None:
+            _absorb(new, entry)
+        _add(new, key, items, event)
+        _set(self, key, new)
     _residency.touch(self)
 
 
@@ -242,27 +383,39 @@ def wait_for_device(self: Buffer) -> None:
         self.sole = None
 
 
-def order_before(self: Buffer, after: Any) -> None:
+def order_before(self: Buffer, after: Any, items: list[Item] | None = None) -> list[Hashable]:
     """Make work queued later on ``after`` wait for this buffer's device work on every other
-    stream.
+    stream; with ``items`` (what that work touches: :func:`footprint`), only for the work
+    that touches the same bytes at the same location, one of the two writing. Returns the
+    keys of the entries ordered so (those still recorded).
 
-    On the device, with events (the host does not wait): the entry's event once recorded,
-    or an event recorded now on a stream that is never destroyed. Work on another device
-    without an event, or on another thread's per-thread default stream, is waited for on the
-    host (nothing on this device can name it).
+    On the device, with events (the host does not wait): the entry's event once recorded
+    (with ``items``, the events of the marks that conflict), or an event recorded now on a
+    stream that is never destroyed. Work on another device without an event, or on another
+    thread's per-thread default stream, is waited for on the host (nothing on this device
+    can name it).
     """
     work = self.work
     if not work:
-        return
+        return []
     after = _streams.pending(after)
     device = _devices.current()
     key = key_of(after, device)
     native = _streams.native(after)
+    ordered: list[Hashable] = []
     for k, entry in list(work.items()):
         if k == key:
             continue  # the same stream: ordered already
+        if items is not None and entry.marks is not None and entry.event is not None:
+            events = _conflicts(entry.marks, items, key)
+            if events:
+                for event in events:
+                    event.wait(native)  # (any device's stream may wait for it)
+                ordered.append(k)
+            continue  # (nothing of it touches these bytes: no order needed)
         if entry.event is not None:
             entry.event.wait(native)  # (any device's stream may wait for it)
+            ordered.append(k)
         elif (_devices.several and entry.device != device) or (
             entry.thread and entry.thread != _streams.this_thread()
         ):
@@ -270,20 +423,28 @@ def order_before(self: Buffer, after: Any) -> None:
             del work[k]
         else:
             _streams.order(entry.stream, after)
+            ordered.append(k)
     self.sole = next(iter(work)) if len(work) == 1 else None
+    return ordered
 
 
-def join(self: Buffer, stream: Any) -> None:
+def join(self: Buffer, stream: Any, items: list[Item] | None = None) -> None:
     """Order every other stream's work on this buffer before work queued next on ``stream``,
     and record that: ``stream``'s entry then stands for all of it (the set shrinks to one).
-    Call with the lock held."""
-    order_before(self, stream)
-    queued(self, stream)
+    With ``items`` (what that work touches), only the work that touches its bytes is ordered,
+    by the events of the marks it conflicts with, and every entry stays (``stream``'s event
+    does not cover the other marks' work: host reads wait for each entry). Call with the
+    lock held."""
+    order_before(self, stream, items)
+    queued(self, stream, items)
+    if items is not None:
+        return
     pending = _streams.pending(stream)
     key = key_of(pending, _devices.current())
-    entry = self.work[key]
-    self.work.clear()
-    self.work[key] = entry
+    work = self.work
+    entry = work[key]
+    work.clear()
+    work[key] = entry
     self.sole = key
 
 

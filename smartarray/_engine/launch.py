@@ -29,6 +29,7 @@ import weakref
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from .._memory import devices as _devices
 from .._memory import streams as _streams
 from ..errors import TransferError
 from . import device_work as _device_work
@@ -151,6 +152,7 @@ class Launch:
         event.record(_streams.native(pending))
         # Per buffer, its arguments (in argument order).
         arguments: dict[Buffer, list[tuple[Any, str, bool]]] = {}
+        device = _devices.current()
         for buf, view, intent, fast in self.entries:
             args = arguments.get(buf)
             if args is None:
@@ -167,7 +169,8 @@ class Launch:
                 # preparation). Checked before the event was recorded, a read in between
                 # (another thread's) would download pre-kernel bytes and mark them current,
                 # and the kernel's write would be lost.
-                buf.kernel_queued(pending, self.key, event)
+                items = [(device, intent != IN, view._lo, view._hi) for view, intent, _ in args]
+                buf.kernel_queued(pending, self.key, event, items)
                 version = buf.state.version
                 views = [
                     view

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .._memory import devices as _devices
 from .._memory import streams as _streams
 from .._memory.devices import HOST
+from . import device_work as _device_work
 
 if TYPE_CHECKING:  # pragma: no cover
     from .buffer import Buffer
@@ -54,17 +55,21 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
         if not plan.copies:
             return
         _devices.ensure_context()
+        items = _device_work.footprint(plan.copies)
         if stream is None:
             stream = buf._unnamed_stream()
             if stream == 0:
                 stream = _streams.copy_stream()
         elif not buf.works_on(_streams.pending(stream)):
-            buf.order_before(stream)  # after the buffer's work on other streams, on the device
+            # After the buffer's work on other streams that touches these bytes, on the device
+            # (a download of one device's rows need not wait for another device's kernel).
+            buf.order_before(stream, items)
         download = where == HOST
         # A held host array is read without smartarray: its download is waited for now.
         buf._copy(plan, _REASON, stream, wait=not download or bool(buf.held))
         buf.state.apply(plan)
-        buf.queued(stream)  # later work on other streams (a kernel's write) orders after it
+        buf.queued(stream, items)  # later work on other streams (a kernel's write) orders
+        # after it
         if download and not buf.held:
             event = _streams.new_event()
             event.record(_streams.native(_streams.pending(stream)))

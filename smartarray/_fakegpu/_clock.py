@@ -242,6 +242,8 @@ class Clock:
         self._device_end: dict[int, float] = {}
         self.spans: list[Span] = []
         self._entry = ""
+        self.copies = 0  # copies placed on an engine so far (trace events read the last one)
+        self.last_copy: Span | None = None
 
     # configuration ----------------------------------------------------------------------------
     def set_preset(self, preset: Preset) -> None:
@@ -361,6 +363,8 @@ class Clock:
             rate = min(rate, p.pageable_Bps)
         label = f"{op.label} {nbytes} B" + (" pageable" if pageable else "")
         self._run_on(op, engine, p.copy_latency_s + nbytes / rate, label)
+        self.copies += 1
+        self.last_copy = self.spans[-1]
         device_to_device = source_device is not None and target_device is not None
         if pageable or (self._entry in _SYNCHRONOUS and not device_to_device):
             self._wait_until(op.end)

@@ -67,11 +67,14 @@ class ExecutionEntries(DriverState):
         """A query of pending work: "not ready" once, then the work runs (a GPU gets there).
 
         Answering "not ready" forever would hang a host that polls; answering "ready" at once
-        would hide a missing wait.
+        would hide a missing wait. With the clock, "not ready" also until the host's modelled
+        time reached the work's modelled end: a query is no wait (each query's API cost moves
+        the host on, so a polling host gets there too).
         """
         if op is None or op.done:
             return
-        if not op.polled:
+        clock = self.clock
+        if not op.polled or (clock is not None and op.end > clock.host):
             op.polled = True
             raise CudaError(CUDA_ERROR_NOT_READY, "work queued")
         self._run(lambda: self.queue.run_until([op]))

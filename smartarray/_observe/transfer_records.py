@@ -117,6 +117,9 @@ class TransferEvent:
         Where a SmartArray's copy took the bytes from and put them: ``'host'`` or
         ``'gpu:N'`` (device N), so a copy between devices names both; ``''`` for copies of
         plain arrays (:mod:`smartarray.memory`'s functions).
+    modelled_start_s, modelled_end_s : float
+        On the fake driver with its clock on (``SMARTARRAY_FAKE_GPU_TIMING``), when the copy
+        ran on its engine in modelled seconds (the clock's ``Clock.spans``); ``0.0`` otherwise.
     """
 
     direction: str
@@ -133,6 +136,8 @@ class TransferEvent:
     thread: str = ""
     source: str = ""
     target: str = ""
+    modelled_start_s: float = 0.0
+    modelled_end_s: float = 0.0
 
     @property
     def line(self) -> str:
