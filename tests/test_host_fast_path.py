@@ -296,3 +296,78 @@ def test_operators_and_slices_of_a_host_current_array_see_a_kernel():
     launch(a)
     assert delta(before).h2d_bytes == 8  # only the written element
     assert a[5] == 61.0 and a.tolist()[1] == 3.0
+
+
+def _widened(n: int, slow_writes: list[object]) -> tuple[SmartArray, np.ndarray]:
+    """A used array of ``n`` elements (both copies current, a held host array) whose host
+    wrote elements 0, 1, 2, ... until the writes stopped needing a record each."""
+    a = SmartArray(np.arange(float(n)))
+    launch(a)
+    held = a.host()
+    for k in range(n // 2):
+        a[k] = -float(k)
+    assert 8 <= len(slow_writes) < n // 2  # recorded one by one, then the whole array at once
+    return a, held
+
+
+def test_distinct_writes_of_a_used_array_become_fast_and_reach_the_next_launch(slow_writes):
+    a, held = _widened(100, slow_writes)
+    slow = len(slow_writes)
+    a[70] = 0.5  # the device's copy of a[70] was current: a fast write must still be uploaded
+    a[-1] = 0.25
+    assert len(slow_writes) == slow  # no record needed: the host holds the only copy
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 800  # the whole array (what the one record covered)
+    expected = np.arange(100.0) + 1
+    expected[:50] = -np.arange(50.0)
+    expected[70], expected[99] = 0.5, 0.25
+    assert a.tolist() == (expected + 1).tolist() and held.tolist() == (expected + 1).tolist()
+
+
+def test_distinct_writes_of_a_used_array_reach_an_explicit_upload_and_a_view(slow_writes):
+    a, held = _widened(64, slow_writes)
+    a[40] = 7.0  # fast
+    assert a.gpu().copy_to_host()[40] == 7.0 and a.gpu().copy_to_host()[0] == 0.0
+    a[41] = 8.0  # the upload moved the stamp: recorded again, the slow way
+    assert slow_writes[-1] == 41
+    b = a[40:48]
+    launch(b)  # a view's launch uploads the recorded element
+    assert a[40] == 8.0 and a[41] == 9.0 and held[41] == 9.0 and a[48] == 49.0
+
+
+def test_a_kernel_after_widened_writes_closes_their_fast_path(slow_writes):
+    a, held = _widened(64, slow_writes)
+    launch(a)  # the device writes every element: current there only
+    slow = len(slow_writes)
+    a[60] = 100.0  # must be recorded again, or the next launch keeps the device's value
+    assert len(slow_writes) == slow + 1
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8
+    assert a[60] == 101.0 and held[60] == 101.0 and a[0] == 2.0
+
+
+def test_a_few_writes_of_a_large_used_array_stay_recorded_exactly(slow_writes):
+    """Writes are recorded over the whole view only once recording them one at a time cost
+    more than uploading it: a few writes of a large array move only their own bytes."""
+    a = SmartArray(np.zeros(1_000_000))
+    a.gpu()
+    for k in range(0, 400, 20):
+        a[k] = 1.0
+    assert len(slow_writes) == 20
+    before = sa.stats()
+    a.gpu()
+    assert delta(before).h2d_bytes < 400 * 8
+
+
+def test_a_widened_write_racing_an_upload_is_recorded_again(slow_writes):
+    a, held = _widened(32, slow_writes)
+    slow = len(slow_writes)
+    a._host_item = a._host_item.view(_UploadBeforeWrite)
+    _UploadBeforeWrite.target = a
+    a[20] = 7.0  # another thread uploads the old a[20] between the stamp test and the write
+    assert _UploadBeforeWrite.target is None  # (the upload ran)
+    assert len(slow_writes) == slow + 1  # done again the slow way, and recorded
+    launch(a)
+    assert a[20] == 8.0 and held[20] == 8.0

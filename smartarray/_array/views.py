@@ -350,10 +350,9 @@ def _setitem(self: SmartArray, key: Any, value: Any) -> None:
         with buf.lock:
             buf.acquire(HOST, lo, hi, OUT, "host write gap")
             np.ndarray((), self._dtype, buffer=buf.ensure_host(), offset=lo)[()] = staged
-            buf.changed(HOST, lo, hi)
-            if self._host_at != buf.host_stamp:
-                self._open_host()
-            if self._host_item is not None:
+            if buf.host_wrote(lo, hi, self._lo, self._hi) or self._host_at != buf.host_stamp:
+                self._open_host()  # (the whole view current on the host only: fast from now)
+            if self._host_item is not None and self._host_only_at != buf.host_stamp:
                 # This element is current on the host only now (unless work in flight may
                 # still read it): the next write of it needs no record while the stamp holds.
                 at = buf.host_ready(lo, hi, only=True)

@@ -62,6 +62,11 @@ INOUT: Final = "inout"
 
 _REFRESH = "eager refresh of an exported view"  # the reason of a held host array's refresh
 
+#: What one host element write recorded the slow way (under the lock, in the state) costs
+#: more than a fast one, in seconds: about 5 us (``benchmarks/bench_host.py``, a used array
+#: written at distinct elements). :meth:`Buffer.host_wrote` weighs it against an upload.
+_RECORDED_WRITE_S = 5e-6
+
 # Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
 _names = itertools.count()
 
@@ -109,6 +114,7 @@ class Buffer:
         "held_stale",
         "arriving",
         "host_stamp",
+        "host_writes",
         "__weakref__",
     )
 
@@ -170,6 +176,9 @@ class Buffer:
         # ready for lock-free host access keeps the stamp it found; any transition that may
         # make host bytes stale or device bytes current moves it (:meth:`_leave_host_only`).
         self.host_stamp = 0
+        # Host element writes recorded one at a time since the host stamp last moved:
+        # ``(stamp, count)`` (see :meth:`host_wrote`).
+        self.host_writes = (0, 0)
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -313,6 +322,39 @@ class Buffer:
             self.record_write(where, lo, hi)
             if where != HOST:
                 self.refresh_exports(lo, hi)
+
+    def host_wrote(self, lo: int, hi: int, span_lo: int, span_hi: int) -> bool:
+        """Record a host write of one element, bytes ``[lo, hi)``, by a view over bytes
+        ``[span_lo, span_hi)``; return whether the whole view is now current on the host only.
+
+        Each element written where another copy is current too (a used array) is recorded
+        one at a time, under the lock, in the state: about 100 times NumPy's write. Once the
+        writes recorded so since the host stamp last moved cost more than one upload of the
+        view's bytes would (:data:`_RECORDED_WRITE_S` against the state's cost model: a
+        ski-rental rule, at most twice the cost of the better choice made in hindsight), and
+        the state's cap of runs is reached (fewer writes stay recorded exactly, as before),
+        the write is recorded over the whole view instead: the host holds the only current
+        copy of it, and every later write of it takes the host fast path with no record
+        until a device access moves the stamp. That upload is then paid by the next device
+        read of the view; nothing stale is ever marked current (the host is current over all
+        of the view, checked). Call with the lock held.
+        """
+        state = self.state
+        if state.is_exclusive(HOST, lo, hi):
+            self.changed(HOST, lo, hi)  # (nothing to record: held arrays, perf warnings)
+            return False
+        stamp, count = self.host_writes
+        count = count + 1 if stamp == self.host_stamp else 1
+        self.host_writes = (self.host_stamp, count)
+        widen = (
+            count >= state.max_runs
+            and count * _RECORDED_WRITE_S >= state.cost.seconds(1, span_hi - span_lo)
+            and state.is_valid(HOST, span_lo, span_hi)
+        )
+        if widen:
+            lo, hi = span_lo, span_hi
+        self.changed(HOST, lo, hi)
+        return widen
 
     def exported(self, lo: int, hi: int, where: str = GPU) -> None:
         """Record that bytes ``[lo, hi)`` of the device copy were shared with a consumer that
