@@ -299,11 +299,13 @@ class SmartArray(ArrayArgument):
         self._device_on = 0  # the device of the cached device view (several devices)
         # The host fast path (smartarray._array.views): the buffer's host stamp at which this
         # view's bytes were current on the host, and current there only; the writable host
-        # ndarray of a 1-D view of numbers that scalar indexing reaches then, and the read-only
-        # one NumPy's methods and ufuncs read (None: they take the slow path).
+        # ndarray of a 1-D view of numbers that scalar indexing reaches then, the same of a view
+        # of any shape (what a write reaches: set whenever the read-only one is, so that a
+        # fresh ``_host_only_at`` implies it), and the read-only one NumPy's methods and
+        # ufuncs read (None: they take the slow path).
         self._host_at = self._host_only_at = -1
         self._host_item: np.ndarray | None = None
-        self._host_cells: np.ndarray | None = None  # (of an N-D view: ``a[i, j] = v``)
+        self._host_cells: np.ndarray | None = None
         self._host_nd: np.ndarray | None = None
         # A key of this 1-D view whose element the host held as its only current copy at the
         # host stamp kept with it (a write recorded, or found recorded): later writes of it
@@ -353,8 +355,7 @@ class SmartArray(ArrayArgument):
             # Buffer.host_ready finds, known here without asking.
             if len(shape) == 1:
                 self._host_item = ary
-            elif shape:
-                self._host_cells = ary
+            self._host_cells = ary
             readable = ary.view()
             readable.setflags(write=False)
             self._host_nd = readable

@@ -145,8 +145,8 @@ def test_a_fast_write_racing_an_upload_is_recorded_again():
     device."""
     a = SmartArray(np.zeros(8))
     a[1] = 1.0  # opens the fast path: the host holds the only copy
-    assert a._host_item is not None
-    a._host_item = a._host_item.view(_UploadBeforeWrite)
+    assert a._host_cells is not None
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
     _UploadBeforeWrite.target = a
     a[1] = 2.0  # another thread uploads between the stamp test and the write
     assert _UploadBeforeWrite.target is None  # (the upload ran)
@@ -267,7 +267,7 @@ def test_a_repeated_write_racing_an_upload_is_recorded_again(slow_writes):
     a[1] = 5.0  # recorded
     a[1] = 6.0  # not recorded: the device's copy of a[1] is stale already
     assert slow_writes == [1]
-    a._host_item = a._host_item.view(_UploadBeforeWrite)
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
     _UploadBeforeWrite.target = a
     a[1] = 7.0  # another thread uploads the 6.0 between the stamp test and the write
     assert _UploadBeforeWrite.target is None  # (the upload ran)
@@ -364,10 +364,53 @@ def test_a_few_writes_of_a_large_used_array_stay_recorded_exactly(slow_writes):
 def test_a_widened_write_racing_an_upload_is_recorded_again(slow_writes):
     a, held = _widened(32, slow_writes)
     slow = len(slow_writes)
-    a._host_item = a._host_item.view(_UploadBeforeWrite)
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
     _UploadBeforeWrite.target = a
     a[20] = 7.0  # another thread uploads the old a[20] between the stamp test and the write
     assert _UploadBeforeWrite.target is None  # (the upload ran)
     assert len(slow_writes) == slow + 1  # done again the slow way, and recorded
     launch(a)
     assert a[20] == 8.0 and held[20] == 8.0
+
+
+def test_writes_at_any_key_of_a_host_only_array_take_the_fast_path(slow_writes):
+    a = SmartArray(np.zeros(10))
+    m = SmartArray(np.zeros((3, 4)))
+    a[2:5] = 1.0
+    a[np.array([7, 9])] = 2.0
+    a[a.host() > 1.5] = 3.0  # (a mask: NumPy's own indexing of the host copy)
+    a[0:2] = a[3:5]  # a SmartArray value: read through its own __array__
+    m[1] = 4.0
+    m[:, 3] = 5.0
+    assert slow_writes == []
+    launch(a)
+    launch(m.reshape(-1))
+    assert a.tolist() == [2.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 4.0, 1.0, 4.0]
+    assert m.tolist() == [[1.0, 1.0, 1.0, 6.0], [5.0, 5.0, 5.0, 6.0], [1.0, 1.0, 1.0, 6.0]]
+    with pytest.raises(ValueError):
+        a[0:2] = [1.0, 2.0, 3.0]  # NumPy's error, nothing written
+    assert a[0] == 2.0
+
+
+class _Launching:
+    """A value whose conversion runs a kernel on the array it is written to: the stamp moves
+    in the middle of a fast write."""
+
+    def __init__(self, a: SmartArray) -> None:
+        self.a: SmartArray | None = a
+
+    def __float__(self) -> float:
+        if self.a is not None:  # (once: the slow way converts the value again)
+            launch(self.a)  # uploads the host's values; then the device holds the only copy
+            self.a = None
+        return 7.0
+
+
+def test_a_fast_write_whose_value_runs_a_kernel_is_recorded_again(slow_writes):
+    a = SmartArray(np.zeros(4))
+    a[0] = 7.0  # fast
+    a[1] = _Launching(a)  # the kernel ran before NumPy wrote: the device copy is current
+    assert slow_writes == [1]  # done again the slow way, and recorded
+    assert a.tolist() == [8.0, 7.0, 1.0, 1.0]  # the kernel's values, and the write
+    launch(a)
+    assert a[1] == 8.0
