@@ -258,17 +258,20 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     A write the slow way of one element of a 1-D view leaves that element current on the host
     only; the view keeps its key and the stamp (``_host_key``), so writing the same element
     again (a boundary value, an accumulator) takes the fast path too while the stamp holds.
-    The key's class is tested only then (an index array compared with the key would be
-    ambiguous). The fast path itself tests no class: each test costs about a third of
+    The key is compared only then: by identity first (a loop's constant, a variable), else
+    by class (an index array compared with the key would be ambiguous) and value. The fast path itself tests no class: each test costs about a third of
     NumPy's whole write.
     """
+    buf = self._buf
     stamp = self._host_only_at
-    if stamp != self._buf.host_stamp:
-        stamp, known = self._host_key
-        if key.__class__ is not known.__class__ or key != known or stamp != self._buf.host_stamp:
+    if stamp != buf.host_stamp:
+        stamp, known = self._host_key  # (one tuple: a key and its stamp read together)
+        if stamp != buf.host_stamp or (
+            key is not known and (key.__class__ is not known.__class__ or key != known)
+        ):
             return _setitem(self, key, value)
     self._host_cells[key] = value  # type: ignore[index]  # (a fresh stamp: made)
-    if stamp != self._buf.host_stamp:
+    if stamp != buf.host_stamp:
         _setitem(self, key, value)
 
 
