@@ -259,8 +259,8 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     only; the view keeps its key and the stamp (``_host_key``), so writing the same element
     again (a boundary value, an accumulator) takes the fast path too while the stamp holds.
     The key is compared only then: by identity first (a loop's constant, a variable), else
-    by class (an index array compared with the key would be ambiguous) and value. The fast path itself tests no class: each test costs about a third of
-    NumPy's whole write.
+    by class (an index array compared with the key would be ambiguous) and value. The fast
+    path itself tests no class: each test costs about a third of NumPy's whole write.
     """
     buf = self._buf
     stamp = self._host_only_at
