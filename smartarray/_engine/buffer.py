@@ -70,6 +70,9 @@ _RECORDED_WRITE_S = 5e-6
 # Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
 _names = itertools.count()
 
+# Held while a buffer's lock is derived (see Buffer.__getattr__).
+_DERIVING = threading.Lock()
+
 
 def _refused(plan: Plan) -> bool:
     """Whether the guard refuses one of ``plan``'s copies made for a consolidation."""
@@ -115,6 +118,7 @@ class Buffer:
         "arriving",
         "host_stamp",
         "host_writes",
+        "adopted",
         "__weakref__",
     )
 
@@ -179,6 +183,49 @@ class Buffer:
         # Host element writes recorded one at a time since the host stamp last moved:
         # ``(stamp, count)`` (see :meth:`host_wrote`).
         self.host_writes = (0, 0)
+        # The ndarray a :meth:`host_only` buffer adopted (its bytes: ``host_bytes``, derived).
+        self.adopted: np.ndarray | None = None
+
+    @classmethod
+    def host_only(cls, host: np.ndarray, name: str | None = None) -> Buffer:
+        """A new buffer adopting ``host`` (a 1-D contiguous ndarray nobody else holds) as its
+        host copy, current there only: what ``Buffer(nbytes, HOST, False, name)`` then
+        :meth:`adopt_host` of its bytes make, for every NumPy result and
+        ``SmartArray(ndarray)``.
+
+        Only what the host fast path reads is set here (the size and the host stamp); the
+        rest, the lock, the host copy's bytes and the validity state included, is derived on
+        first use (:meth:`__getattr__`): most results are read on the host and dropped,
+        never asking.
+        """
+        self = object.__new__(cls)
+        self.nbytes = host.nbytes
+        self.adopted = host
+        self.host_stamp = 0
+        if name is not None:
+            self.name = name
+        return self
+
+    if not TYPE_CHECKING:  # (mypy sees every slot as set: a misspelt name stays an error)
+
+        def __getattr__(self, attr: str) -> Any:
+            """Derive an attribute a :meth:`host_only` buffer left unset, on its first use.
+
+            Python calls this only for a slot not set yet; once derived, the slot is read
+            directly. Derived under the lock (two threads asking first must not make two
+            states, one of which would lose the other's writes); the lock itself under one lock
+            of the module (two locks would exclude nothing).
+            """
+            derive = _DERIVED.get(attr)
+            if derive is None:
+                raise AttributeError(f"'Buffer' object has no attribute {attr!r}")
+            with _DERIVING if attr == "lock" else self.lock:
+                try:
+                    return object.__getattribute__(self, attr)  # (derived meanwhile)
+                except AttributeError:
+                    value = derive(self)
+                    object.__setattr__(self, attr, value)
+                    return value
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -572,3 +619,27 @@ class Buffer:
             return
         with self.lock:
             self.record_write_where_valid(where, lo, hi)
+
+
+#: What :meth:`Buffer.host_only` leaves unset, derived on first use: each as
+#: :meth:`Buffer.__init__` would have set it for a new buffer current on the host only.
+_DERIVED: Final[dict[str, Any]] = {
+    "lock": lambda buf: threading.RLock(),
+    "host_bytes": lambda buf: buf.adopted.view(np.uint8),
+    "state": lambda buf: BufferState.host_only(buf.nbytes, HOST, GPU),
+    "name": lambda buf: f"a{next(_names)}",
+    "perf": lambda buf: None,
+    "device_copies": lambda buf: [None],
+    "held": lambda buf: HeldHostArrays(),
+    "pinned": lambda buf: False,
+    "work": lambda buf: {},
+    "sole": lambda buf: None,
+    "host_writers": lambda buf: [],
+    "home_stream": lambda buf: 0,
+    "home_device": lambda buf: 0,
+    "fast_views": lambda buf: None,
+    "residency": lambda buf: None,
+    "held_stale": lambda buf: False,
+    "arriving": lambda buf: None,
+    "host_writes": lambda buf: (0, 0),
+}
