@@ -414,3 +414,30 @@ def test_a_fast_write_whose_value_runs_a_kernel_is_recorded_again(slow_writes):
     assert a.tolist() == [8.0, 7.0, 1.0, 1.0]  # the kernel's values, and the write
     launch(a)
     assert a[1] == 8.0
+
+
+def test_a_result_derives_one_lock_and_one_state_in_every_thread():
+    """A NumPy result's buffer derives its lock and state on first use: threads asking first
+    at once must share one of each (two states would lose one thread's record)."""
+    a = SmartArray(np.arange(64.0))
+    for _ in range(20):
+        r = a + 1
+        seen: list[tuple[int, int]] = []
+        start = threading.Barrier(4)
+
+        def ask(r: SmartArray = r, seen: list[tuple[int, int]] = seen) -> None:
+            start.wait()
+            buf = r._buf
+            seen.append((id(buf.lock), id(buf.state)))
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(seen)) == 1
+    fresh = a * 2.0
+    launch(fresh)  # a result never asked anything before its launch
+    fresh[0] = 5.0  # (a write after it: recorded, the device copy of it goes stale)
+    launch(fresh)
+    assert fresh.tolist() == [6.0, *(np.arange(1.0, 64.0) * 2 + 2)]
