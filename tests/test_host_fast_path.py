@@ -425,7 +425,11 @@ def test_a_result_derives_one_lock_and_one_state_in_every_thread():
         seen: list[tuple[int, int]] = []
         start = threading.Barrier(4)
 
-        def ask(r: SmartArray = r, seen: list[tuple[int, int]] = seen) -> None:
+        def ask(
+            r: SmartArray = r,
+            seen: list[tuple[int, int]] = seen,
+            start: threading.Barrier = start,
+        ) -> None:
             start.wait()
             buf = r._buf
             seen.append((id(buf.lock), id(buf.state)))

@@ -70,7 +70,7 @@ _RECORDED_WRITE_S = 5e-6
 # Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
 _names = itertools.count()
 
-# Held while a buffer's lock is derived (see Buffer.__getattr__).
+# Held while a new buffer's attributes are derived (see _LazyBuffer).
 _DERIVING = threading.Lock()
 
 
@@ -195,37 +195,16 @@ class Buffer:
 
         Only what the host fast path reads is set here (the size and the host stamp); the
         rest, the lock, the host copy's bytes and the validity state included, is derived on
-        first use (:meth:`__getattr__`): most results are read on the host and dropped,
+        first use (see :class:`_LazyBuffer`): most results are read on the host and dropped,
         never asking.
         """
-        self = object.__new__(cls)
+        self = object.__new__(_LazyBuffer)
         self.nbytes = host.nbytes
         self.adopted = host
         self.host_stamp = 0
         if name is not None:
             self.name = name
         return self
-
-    if not TYPE_CHECKING:  # (mypy sees every slot as set: a misspelt name stays an error)
-
-        def __getattr__(self, attr: str) -> Any:
-            """Derive an attribute a :meth:`host_only` buffer left unset, on its first use.
-
-            Python calls this only for a slot not set yet; once derived, the slot is read
-            directly. Derived under the lock (two threads asking first must not make two
-            states, one of which would lose the other's writes); the lock itself under one lock
-            of the module (two locks would exclude nothing).
-            """
-            derive = _DERIVED.get(attr)
-            if derive is None:
-                raise AttributeError(f"'Buffer' object has no attribute {attr!r}")
-            with _DERIVING if attr == "lock" else self.lock:
-                try:
-                    return object.__getattribute__(self, attr)  # (derived meanwhile)
-                except AttributeError:
-                    value = derive(self)
-                    object.__setattr__(self, attr, value)
-                    return value
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -619,6 +598,39 @@ class Buffer:
             return
         with self.lock:
             self.record_write_where_valid(where, lo, hi)
+
+
+class _LazyBuffer(Buffer):
+    """A :meth:`Buffer.host_only` buffer until anything but its size, host stamp and host
+    ndarray is first asked of it: then every attribute it lacks is derived at once, and it
+    becomes a plain :class:`Buffer`.
+
+    A class of its own: a class that defines ``__getattr__`` has every attribute read go
+    through it (CPython does not specialise those reads), which would slow every launch.
+    """
+
+    __slots__ = ()
+
+    if not TYPE_CHECKING:  # (mypy sees a Buffer: a misspelt name stays an error)
+
+        def __getattr__(self, attr: str) -> Any:
+            """Python calls this only for a slot not set yet: derive them all, then read it.
+
+            Under one lock of the module, which derivation holds for a microsecond and which
+            takes no other lock: two threads asking first must not make two locks or two
+            states (one would lose the other's records).
+            """
+            if attr not in _DERIVED:
+                raise AttributeError(f"'Buffer' object has no attribute {attr!r}")
+            with _DERIVING:
+                if self.__class__ is _LazyBuffer:
+                    for name, derive in _DERIVED.items():
+                        try:
+                            object.__getattribute__(self, name)
+                        except AttributeError:
+                            object.__setattr__(self, name, derive(self))
+                    self.__class__ = Buffer
+            return object.__getattribute__(self, attr)
 
 
 #: What :meth:`Buffer.host_only` leaves unset, derived on first use: each as
