@@ -602,35 +602,48 @@ class Buffer:
 
 class _LazyBuffer(Buffer):
     """A :meth:`Buffer.host_only` buffer until anything but its size, host stamp and host
-    ndarray is first asked of it: then every attribute it lacks is derived at once, and it
+    ndarray is first read or set: then every attribute it lacks is derived at once, and it
     becomes a plain :class:`Buffer`.
 
-    A class of its own: a class that defines ``__getattr__`` has every attribute read go
-    through it (CPython does not specialise those reads), which would slow every launch.
+    Each attribute it lacks is a property of this class (made below, from :data:`_DERIVED`)
+    that shadows the slot: the slots it has are read as fast as a Buffer's (a ``__getattr__``
+    would slow every attribute read: CPython does not specialise reads of such a class, and
+    the host fast path reads ``host_stamp`` twice per access).
     """
 
     __slots__ = ()
 
-    if not TYPE_CHECKING:  # (mypy sees a Buffer: a misspelt name stays an error)
+    def _derive(self) -> None:
+        """Set every attribute not set yet, then become a Buffer.
 
-        def __getattr__(self, attr: str) -> Any:
-            """Python calls this only for a slot not set yet: derive them all, then read it.
+        Under one lock of the module, which derivation holds for a microsecond and which
+        takes no other lock: two threads asking first must not make two locks or two states
+        (one would lose the other's records).
+        """
+        with _DERIVING:
+            if self.__class__ is _LazyBuffer:
+                for name, derive in _DERIVED.items():
+                    slot = _SLOTS[name]
+                    try:
+                        slot.__get__(self, Buffer)
+                    except AttributeError:
+                        slot.__set__(self, derive(self))
+                self.__class__ = Buffer  # type: ignore[assignment]  # (same slots)
 
-            Under one lock of the module, which derivation holds for a microsecond and which
-            takes no other lock: two threads asking first must not make two locks or two
-            states (one would lose the other's records).
-            """
-            if attr not in _DERIVED:
-                raise AttributeError(f"'Buffer' object has no attribute {attr!r}")
-            with _DERIVING:
-                if self.__class__ is _LazyBuffer:
-                    for name, derive in _DERIVED.items():
-                        try:
-                            object.__getattribute__(self, name)
-                        except AttributeError:
-                            object.__setattr__(self, name, derive(self))
-                    self.__class__ = Buffer
-            return object.__getattribute__(self, attr)
+
+def _derived(name: str) -> property:
+    """The property of :class:`_LazyBuffer` that stands for Buffer's slot ``name``."""
+    slot = _SLOTS[name]
+
+    def get(self: _LazyBuffer) -> Any:
+        self._derive()
+        return slot.__get__(self, Buffer)
+
+    def set(self: _LazyBuffer, value: Any) -> None:
+        self._derive()
+        slot.__set__(self, value)
+
+    return property(get, set, doc=f"Buffer.{name}, derived on first use")
 
 
 #: What :meth:`Buffer.host_only` leaves unset, derived on first use: each as
@@ -655,3 +668,8 @@ _DERIVED: Final[dict[str, Any]] = {
     "arriving": lambda buf: None,
     "host_writes": lambda buf: (0, 0),
 }
+
+# Buffer's slots (their descriptors), which _LazyBuffer's properties shadow.
+_SLOTS: Final[dict[str, Any]] = {name: Buffer.__dict__[name] for name in _DERIVED}
+for _name in _DERIVED:
+    setattr(_LazyBuffer, _name, _derived(_name))
