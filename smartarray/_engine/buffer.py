@@ -183,7 +183,7 @@ class Buffer:
         # Host element writes recorded one at a time since the host stamp last moved:
         # ``(stamp, count)`` (see :meth:`host_wrote`).
         self.host_writes = (0, 0)
-        # The ndarray a :meth:`host_only` buffer adopted (its bytes: ``host_bytes``, derived).
+        # The ndarray a :meth:`host_only` buffer adopted, until ``host_bytes`` (derived) views it.
         self.adopted: np.ndarray | None = None
 
     @classmethod
@@ -355,7 +355,7 @@ class Buffer:
 
         Each element written where another copy is current too (a used array) is recorded
         one at a time, under the lock, in the state: about 100 times NumPy's write. Once the
-        writes recorded so since the host stamp last moved cost more than one upload of the
+        writes recorded so far since the host stamp last moved cost more than one upload of the
         view's bytes would (:data:`_RECORDED_WRITE_S` against the state's cost model: a
         ski-rental rule, at most twice the cost of the better choice made in hindsight), and
         the state's cap of runs is reached (fewer writes stay recorded exactly, as before),
@@ -628,6 +628,7 @@ class _LazyBuffer(Buffer):
                         slot.__get__(self, Buffer)
                     except AttributeError:
                         slot.__set__(self, derive(self))
+                self.adopted = None  # (host_bytes views its memory now)
                 self.__class__ = Buffer  # type: ignore[assignment]  # (same slots)
 
 
