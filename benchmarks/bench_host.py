@@ -10,6 +10,8 @@ operation             SmartArray                         ndarray
 ====================  =================================  ====================
 ``get``               ``a[i]``                           ``x[i]``
 ``set``               ``a[i] = 2.5``                     ``x[i] = 2.5``
+``set_each``          ``a[j] = 2.5``, ``j`` the next     ``x[j] = 2.5``
+                      element each call (cycling)
 ``view``              ``a[1:5]``                         ``x[1:5]``
 ``add``               ``a + 1``                          ``x + 1``
 ``sin``               ``np.sin(a)``                      ``np.sin(x)``
@@ -33,6 +35,7 @@ fresh processes and prints the median of each figure, then every figure's min / 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -49,10 +52,12 @@ SIZES = (8, 1_000, 1_000_000)
 STATES = ("fresh", "used")
 
 #: name -> (SmartArray statement, ndarray statement); run in one namespace with ``a``, ``x``,
-#: ``i`` (an index in the middle), ``mask`` (every other element), ``np`` and ``sa``.
+#: ``i`` (an index in the middle), ``ja`` and ``jx`` (iterators cycling over every index),
+#: ``mask`` (every other element), ``np`` and ``sa``.
 OPERATIONS: dict[str, tuple[str, str]] = {
     "get": ("a[i]", "x[i]"),
     "set": ("a[i] = 2.5", "x[i] = 2.5"),
+    "set_each": ("a[next(ja)] = 2.5", "x[next(jx)] = 2.5"),
     "view": ("a[1:5]", "x[1:5]"),
     "add": ("a + 1", "x + 1"),
     "sin": ("np.sin(a)", "np.sin(x)"),
@@ -117,6 +122,7 @@ def measure(op: str, state: str, n: int, rounds: int, kernel: Any) -> dict[str, 
     mask = np.zeros(n, bool)
     mask[::2] = True
     namespace = {"a": a, "x": x, "i": n // 2, "mask": mask, "np": np, "sa": sa, "keep": keep}
+    namespace["ja"], namespace["jx"] = itertools.cycle(range(n)), itertools.cycle(range(n))
     smart, plain = OPERATIONS[op]
     number = _number(smart, namespace)  # the slower one sets the batch: both run as often
     return interleaved({"sa": smart, "np": plain}, number, rounds, namespace)

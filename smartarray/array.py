@@ -59,7 +59,6 @@ from ._numba.kernels import ArrayArgument
 __all__ = ["SmartArray"]
 
 _ORDERS = (None, "C", "F", "A", "K")
-_BYTE = np.dtype(np.uint8)
 _NUMBER_KINDS = "biufc"  # dtype kinds a SmartArray holds with no further check
 
 
@@ -299,11 +298,13 @@ class SmartArray(ArrayArgument):
         self._device_on = 0  # the device of the cached device view (several devices)
         # The host fast path (smartarray._array.views): the buffer's host stamp at which this
         # view's bytes were current on the host, and current there only; the writable host
-        # ndarray of a 1-D view of numbers that scalar indexing reaches then, and the read-only
-        # one NumPy's methods and ufuncs read (None: they take the slow path).
+        # ndarray of a 1-D view of numbers that scalar indexing reaches then, the same of a view
+        # of any shape (what a write reaches: set whenever the read-only one is, so that a
+        # fresh ``_host_only_at`` implies it), and the read-only one NumPy's methods and
+        # ufuncs read (None: they take the slow path).
         self._host_at = self._host_only_at = -1
         self._host_item: np.ndarray | None = None
-        self._host_cells: np.ndarray | None = None  # (of an N-D view: ``a[i, j] = v``)
+        self._host_cells: np.ndarray | None = None
         self._host_nd: np.ndarray | None = None
         # A key of this 1-D view whose element the host held as its only current copy at the
         # host stamp kept with it (a write recorded, or found recorded): later writes of it
@@ -336,8 +337,14 @@ class SmartArray(ArrayArgument):
 
     def _init_host(self, ary: np.ndarray, name: str | None) -> None:
         """Make this a new array adopting ``ary`` (a contiguous ndarray nobody else holds) as
-        its host copy, current there only, its host fast path open."""
-        shape, dtype, nbytes = ary.shape, ary.dtype, ary.nbytes
+        its host copy, current there only, its host fast path open.
+
+        Every slot of :meth:`_init` is stored once from what is known (no geometry to derive:
+        offset 0, the whole buffer); new arrays of NumPy's results are made this way. A slice
+        of a 1-D view makes the same stores inline (smartarray._array.views.__getitem__): a
+        slot added here goes there.
+        """
+        shape, dtype = ary.shape, ary.dtype
         if len(shape) == 1:
             flat = ary
             strides: tuple[int, ...] = (dtype.itemsize,)
@@ -345,48 +352,28 @@ class SmartArray(ArrayArgument):
             fortran = ary.flags.f_contiguous and not ary.flags.c_contiguous
             flat = ary.reshape(-1, order="F") if fortran else ary.reshape(-1)
             strides = _geometry.contiguous_strides(shape, dtype.itemsize, "F" if fortran else "C")
-        buf = _Buffer(nbytes, HOST, False, name)
-        buf.adopt_host(flat.view(_BYTE))
-        self._known(buf, 0, shape, strides, dtype, 0, nbytes)
+        self._buf = buf = _Buffer.host_only(flat, name)
+        self._offset = self._lo = 0
+        self._hi = buf.nbytes
+        self._shape = shape
+        self._strides = strides
+        self._dtype = dtype
+        self._device_view = self._njit_view = self._njit_fast = self._device_arg = None
+        self._gpu_only_at = self._device_at = -1
+        self._device_on = 0
+        self._host_key = _NO_KEY
         if dtype.names is None:
             # A new buffer current on the host only, nothing in flight: what
             # Buffer.host_ready finds, known here without asking.
-            if len(shape) == 1:
-                self._host_item = ary
-            elif shape:
-                self._host_cells = ary
+            self._host_item = ary if len(shape) == 1 else None
+            self._host_cells = ary
             readable = ary.view()
             readable.setflags(write=False)
             self._host_nd = readable
             self._host_at = self._host_only_at = buf.host_stamp
-
-    def _known(
-        self,
-        buf: _Buffer,
-        offset: int,
-        shape: tuple[int, ...],
-        strides: tuple[int, ...],
-        dtype: np.dtype,
-        lo: int,
-        hi: int,
-    ) -> None:
-        """:meth:`_init` from a geometry already known to be right: tuples of ints, and the
-        byte span ``[lo, hi)`` (all 0 when the view has no bytes), each slot set once (new
-        arrays of NumPy's results are made this way; a slice of a 1-D view makes the same
-        stores inline, in smartarray._array.views.__getitem__: a slot added here goes there)."""
-        self._buf = buf
-        self._offset = offset
-        self._shape = shape
-        self._strides = strides
-        self._dtype = dtype
-        self._lo = lo
-        self._hi = hi
-        self._device_view = self._njit_view = self._njit_fast = self._device_arg = None
-        self._gpu_only_at = self._device_at = -1
-        self._device_on = 0
-        self._host_at = self._host_only_at = -1
-        self._host_item = self._host_cells = self._host_nd = None
-        self._host_key = _NO_KEY
+        else:
+            self._host_item = self._host_cells = self._host_nd = None
+            self._host_at = self._host_only_at = -1
 
     # -- public API ---------------------------------------------------------------------------
 

@@ -145,8 +145,8 @@ def test_a_fast_write_racing_an_upload_is_recorded_again():
     device."""
     a = SmartArray(np.zeros(8))
     a[1] = 1.0  # opens the fast path: the host holds the only copy
-    assert a._host_item is not None
-    a._host_item = a._host_item.view(_UploadBeforeWrite)
+    assert a._host_cells is not None
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
     _UploadBeforeWrite.target = a
     a[1] = 2.0  # another thread uploads between the stamp test and the write
     assert _UploadBeforeWrite.target is None  # (the upload ran)
@@ -267,7 +267,7 @@ def test_a_repeated_write_racing_an_upload_is_recorded_again(slow_writes):
     a[1] = 5.0  # recorded
     a[1] = 6.0  # not recorded: the device's copy of a[1] is stale already
     assert slow_writes == [1]
-    a._host_item = a._host_item.view(_UploadBeforeWrite)
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
     _UploadBeforeWrite.target = a
     a[1] = 7.0  # another thread uploads the 6.0 between the stamp test and the write
     assert _UploadBeforeWrite.target is None  # (the upload ran)
@@ -296,3 +296,152 @@ def test_operators_and_slices_of_a_host_current_array_see_a_kernel():
     launch(a)
     assert delta(before).h2d_bytes == 8  # only the written element
     assert a[5] == 61.0 and a.tolist()[1] == 3.0
+
+
+def _widened(n: int, slow_writes: list[object]) -> tuple[SmartArray, np.ndarray]:
+    """A used array of ``n`` elements (both copies current, a held host array) whose host
+    wrote elements 0, 1, 2, ... until the writes stopped needing a record each."""
+    a = SmartArray(np.arange(float(n)))
+    launch(a)
+    held = a.host()
+    for k in range(n // 2):
+        a[k] = -float(k)
+    assert 8 <= len(slow_writes) < n // 2  # recorded one by one, then the whole array at once
+    return a, held
+
+
+def test_distinct_writes_of_a_used_array_become_fast_and_reach_the_next_launch(slow_writes):
+    a, held = _widened(100, slow_writes)
+    slow = len(slow_writes)
+    a[70] = 0.5  # the device's copy of a[70] was current: a fast write must still be uploaded
+    a[-1] = 0.25
+    assert len(slow_writes) == slow  # no record needed: the host holds the only copy
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 800  # the whole array (what the one record covered)
+    expected = np.arange(100.0) + 1
+    expected[:50] = -np.arange(50.0)
+    expected[70], expected[99] = 0.5, 0.25
+    assert a.tolist() == (expected + 1).tolist() and held.tolist() == (expected + 1).tolist()
+
+
+def test_distinct_writes_of_a_used_array_reach_an_explicit_upload_and_a_view(slow_writes):
+    a, held = _widened(64, slow_writes)
+    a[40] = 7.0  # fast
+    assert a.gpu().copy_to_host()[40] == 7.0 and a.gpu().copy_to_host()[0] == 0.0
+    a[41] = 8.0  # the upload moved the stamp: recorded again, the slow way
+    assert slow_writes[-1] == 41
+    b = a[40:48]
+    launch(b)  # a view's launch uploads the recorded element
+    assert a[40] == 8.0 and a[41] == 9.0 and held[41] == 9.0 and a[48] == 49.0
+
+
+def test_a_kernel_after_widened_writes_closes_their_fast_path(slow_writes):
+    a, held = _widened(64, slow_writes)
+    launch(a)  # the device writes every element: current there only
+    slow = len(slow_writes)
+    a[60] = 100.0  # must be recorded again, or the next launch keeps the device's value
+    assert len(slow_writes) == slow + 1
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8
+    assert a[60] == 101.0 and held[60] == 101.0 and a[0] == 2.0
+
+
+def test_a_few_writes_of_a_large_used_array_stay_recorded_exactly(slow_writes):
+    """Writes are recorded over the whole view only once recording them one at a time cost
+    more than uploading it: a few writes of a large array move only their own bytes."""
+    a = SmartArray(np.zeros(1_000_000))
+    a.gpu()
+    for k in range(0, 400, 20):
+        a[k] = 1.0
+    assert len(slow_writes) == 20
+    before = sa.stats()
+    a.gpu()
+    assert delta(before).h2d_bytes < 400 * 8
+
+
+def test_a_widened_write_racing_an_upload_is_recorded_again(slow_writes):
+    a, held = _widened(32, slow_writes)
+    slow = len(slow_writes)
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
+    _UploadBeforeWrite.target = a
+    a[20] = 7.0  # another thread uploads the old a[20] between the stamp test and the write
+    assert _UploadBeforeWrite.target is None  # (the upload ran)
+    assert len(slow_writes) == slow + 1  # done again the slow way, and recorded
+    launch(a)
+    assert a[20] == 8.0 and held[20] == 8.0
+
+
+def test_writes_at_any_key_of_a_host_only_array_take_the_fast_path(slow_writes):
+    a = SmartArray(np.zeros(10))
+    m = SmartArray(np.zeros((3, 4)))
+    a[2:5] = 1.0
+    a[np.array([7, 9])] = 2.0
+    a[a.host() > 1.5] = 3.0  # (a mask: NumPy's own indexing of the host copy)
+    a[0:2] = a[3:5]  # a SmartArray value: read through its own __array__
+    m[1] = 4.0
+    m[:, 3] = 5.0
+    assert slow_writes == []
+    launch(a)
+    launch(m.reshape(-1))
+    assert a.tolist() == [2.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 4.0, 1.0, 4.0]
+    assert m.tolist() == [[1.0, 1.0, 1.0, 6.0], [5.0, 5.0, 5.0, 6.0], [1.0, 1.0, 1.0, 6.0]]
+    with pytest.raises(ValueError):
+        a[0:2] = [1.0, 2.0, 3.0]  # NumPy's error, nothing written
+    assert a[0] == 2.0
+
+
+class _Launching:
+    """A value whose conversion runs a kernel on the array it is written to: the stamp moves
+    in the middle of a fast write."""
+
+    def __init__(self, a: SmartArray) -> None:
+        self.a: SmartArray | None = a
+
+    def __float__(self) -> float:
+        if self.a is not None:  # (once: the slow way converts the value again)
+            launch(self.a)  # uploads the host's values; then the device holds the only copy
+            self.a = None
+        return 7.0
+
+
+def test_a_fast_write_whose_value_runs_a_kernel_is_recorded_again(slow_writes):
+    a = SmartArray(np.zeros(4))
+    a[0] = 7.0  # fast
+    a[1] = _Launching(a)  # the kernel ran before NumPy wrote: the device copy is current
+    assert slow_writes == [1]  # done again the slow way, and recorded
+    assert a.tolist() == [8.0, 7.0, 1.0, 1.0]  # the kernel's values, and the write
+    launch(a)
+    assert a[1] == 8.0
+
+
+def test_a_result_derives_one_lock_and_one_state_in_every_thread():
+    """A NumPy result's buffer derives its lock and state on first use: threads asking first
+    at once must share one of each (two states would lose one thread's record)."""
+    a = SmartArray(np.arange(64.0))
+    for _ in range(20):
+        r = a + 1
+        seen: list[tuple[int, int]] = []
+        start = threading.Barrier(4)
+
+        def ask(
+            r: SmartArray = r,
+            seen: list[tuple[int, int]] = seen,
+            start: threading.Barrier = start,
+        ) -> None:
+            start.wait()
+            buf = r._buf
+            seen.append((id(buf.lock), id(buf.state)))
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(seen)) == 1
+    fresh = a * 2.0
+    launch(fresh)  # a result never asked anything before its launch
+    fresh[0] = 5.0  # (a write after it: recorded, the device copy of it goes stale)
+    launch(fresh)
+    assert fresh.tolist() == [6.0, *(np.arange(1.0, 64.0) * 2 + 2)]

@@ -91,8 +91,7 @@ def _open_host(self: SmartArray) -> None:
         host = self._host_view()
         if len(self._shape) == 1:
             self._host_item = host
-        elif self._shape:
-            self._host_cells = host
+        self._host_cells = host  # (every shape: what the write fast path writes)
         host = host.view()
         host.flags.writeable = False  # what NumPy reads may not write untracked
         self._host_nd = host

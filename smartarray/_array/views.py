@@ -208,7 +208,7 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
             stride *= step
             end = offset + (n - 1) * stride
             lo, hi = (offset, end) if end >= offset else (end, offset)
-            # (SmartArray._known's stores, inline: one call less on a path NumPy takes in 70 ns)
+            # (SmartArray._init_host's stores, inline: one call less on a path NumPy takes in 70 ns)
             view = object.__new__(self.__class__)
             view._buf = self._buf
             view._offset = offset
@@ -245,41 +245,34 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     """``self[key] = value``, as ``numpy.ndarray.__setitem__``, recorded on the host copy.
 
     The host fast path: while the host holds the only current copy of this view's bytes (its
-    ``_host_only_at`` is the buffer's ``host_stamp``), a number written at an integer index of a
-    1-D view (an integer per axis of an N-D one) goes to the host ndarray directly and needs no
-    record (nothing else is current to go stale). The stamp is read again after the write
-    (seqlock-style): if an upload began meanwhile (it moves the stamp before it reads the host
-    bytes), the write is done again the slow way, under the lock, and recorded, so the upload
-    cannot mark an old value current.
+    ``_host_only_at`` is the buffer's ``host_stamp``), a write at any key goes to the host
+    ndarray directly (``_host_cells``, made whenever the stamp is) and needs no record:
+    nothing else is current to go stale, and NumPy's indexing of the view writes none of the
+    buffer's other bytes. NumPy checks the key and the value (its errors, its casts); a value
+    that is itself a SmartArray is read through its own ``__array__``, under its own lock (this
+    write holds none). The stamp is read again after the write (seqlock-style): if a
+    transition began meanwhile (an upload moves the stamp before it reads the host bytes; a
+    value's conversion that runs device work moves it too), the write is done again the slow
+    way, under the lock, and recorded, so no old value is marked current elsewhere.
 
     A write the slow way of one element of a 1-D view leaves that element current on the host
     only; the view keeps its key and the stamp (``_host_key``), so writing the same element
     again (a boundary value, an accumulator) takes the fast path too while the stamp holds.
+    The key is compared only then: by identity first (a loop's constant, a variable), else
+    by class (an index array compared with the key would be ambiguous) and value. The fast
+    path itself tests no class: each test costs about a third of NumPy's whole write.
     """
-    if key.__class__ in _INT_KEYS and value.__class__ in _NUMBERS:
-        items = self._host_item
-        if items is not None:
-            stamp = self._host_only_at
-            if stamp != self._buf.host_stamp:
-                stamp, known = self._host_key
-                if known != key or stamp != self._buf.host_stamp:
-                    return _setitem(self, key, value)
-            items[key] = value  # type: ignore[call-overload]  # (narrowed to object by the tests above)
-            if stamp == self._buf.host_stamp:
-                return
-        return _setitem(self, key, value)
+    buf = self._buf
     stamp = self._host_only_at
-    if (
-        key.__class__ is tuple
-        and value.__class__ in _NUMBERS
-        and stamp == self._buf.host_stamp
-        and self._host_cells is not None
-        and _cell(self, key)
-    ):
-        self._host_cells[key] = value
-        if stamp == self._buf.host_stamp:
-            return
-    _setitem(self, key, value)
+    if stamp != buf.host_stamp:
+        stamp, known = self._host_key  # (one tuple: a key and its stamp read together)
+        if stamp != buf.host_stamp or (
+            key is not known and (key.__class__ is not known.__class__ or key != known)
+        ):
+            return _setitem(self, key, value)
+    self._host_cells[key] = value  # type: ignore[index]  # (a fresh stamp: made)
+    if stamp != buf.host_stamp:
+        _setitem(self, key, value)
 
 
 def _cell(self: SmartArray, key: tuple[Any, ...]) -> bool:
@@ -350,10 +343,9 @@ def _setitem(self: SmartArray, key: Any, value: Any) -> None:
         with buf.lock:
             buf.acquire(HOST, lo, hi, OUT, "host write gap")
             np.ndarray((), self._dtype, buffer=buf.ensure_host(), offset=lo)[()] = staged
-            buf.changed(HOST, lo, hi)
-            if self._host_at != buf.host_stamp:
-                self._open_host()
-            if self._host_item is not None:
+            if buf.host_wrote(lo, hi, self._lo, self._hi) or self._host_at != buf.host_stamp:
+                self._open_host()  # (the whole view current on the host only: fast from now)
+            if self._host_item is not None and self._host_only_at != buf.host_stamp:
                 # This element is current on the host only now (unless work in flight may
                 # still read it): the next write of it needs no record while the stamp holds.
                 at = buf.host_ready(lo, hi, only=True)

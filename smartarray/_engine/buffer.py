@@ -62,8 +62,16 @@ INOUT: Final = "inout"
 
 _REFRESH = "eager refresh of an exported view"  # the reason of a held host array's refresh
 
+#: What one host element write recorded the slow way (under the lock, in the state) costs
+#: more than a fast one, in seconds: about 5 us (``benchmarks/bench_host.py``, a used array
+#: written at distinct elements). :meth:`Buffer.host_wrote` weighs it against an upload.
+_RECORDED_WRITE_S = 5e-6
+
 # Automatic array names: a0, a1, ... (itertools.count is atomic under the GIL).
 _names = itertools.count()
+
+# Held while a new buffer's attributes are derived (see _LazyBuffer).
+_DERIVING = threading.Lock()
 
 
 def _refused(plan: Plan) -> bool:
@@ -109,6 +117,8 @@ class Buffer:
         "held_stale",
         "arriving",
         "host_stamp",
+        "host_writes",
+        "adopted",
         "__weakref__",
     )
 
@@ -170,6 +180,31 @@ class Buffer:
         # ready for lock-free host access keeps the stamp it found; any transition that may
         # make host bytes stale or device bytes current moves it (:meth:`_leave_host_only`).
         self.host_stamp = 0
+        # Host element writes recorded one at a time since the host stamp last moved:
+        # ``(stamp, count)`` (see :meth:`host_wrote`).
+        self.host_writes = (0, 0)
+        # The ndarray a :meth:`host_only` buffer adopted, until ``host_bytes`` (derived) views it.
+        self.adopted: np.ndarray | None = None
+
+    @classmethod
+    def host_only(cls, host: np.ndarray, name: str | None = None) -> Buffer:
+        """A new buffer adopting ``host`` (a 1-D contiguous ndarray nobody else holds) as its
+        host copy, current there only: what ``Buffer(nbytes, HOST, False, name)`` then
+        :meth:`adopt_host` of its bytes make, for every NumPy result and
+        ``SmartArray(ndarray)``.
+
+        Only what the host fast path reads is set here (the size and the host stamp); the
+        rest, the lock, the host copy's bytes and the validity state included, is derived on
+        first use (see :class:`_LazyBuffer`): most results are read on the host and dropped,
+        never asking.
+        """
+        self = object.__new__(_LazyBuffer)
+        self.nbytes = host.nbytes
+        self.adopted = host
+        self.host_stamp = 0
+        if name is not None:
+            self.name = name
+        return self
 
     # -- copies -----------------------------------------------------------------------------
 
@@ -313,6 +348,39 @@ class Buffer:
             self.record_write(where, lo, hi)
             if where != HOST:
                 self.refresh_exports(lo, hi)
+
+    def host_wrote(self, lo: int, hi: int, span_lo: int, span_hi: int) -> bool:
+        """Record a host write of one element, bytes ``[lo, hi)``, by a view over bytes
+        ``[span_lo, span_hi)``; return whether the whole view is now current on the host only.
+
+        Each element written where another copy is current too (a used array) is recorded
+        one at a time, under the lock, in the state: about 100 times NumPy's write. Once the
+        writes recorded so far since the host stamp last moved cost more than one upload of the
+        view's bytes would (:data:`_RECORDED_WRITE_S` against the state's cost model: a
+        ski-rental rule, at most twice the cost of the better choice made in hindsight), and
+        the state's cap of runs is reached (fewer writes stay recorded exactly, as before),
+        the write is recorded over the whole view instead: the host holds the only current
+        copy of it, and every later write of it takes the host fast path with no record
+        until a device access moves the stamp. That upload is then paid by the next device
+        read of the view; nothing stale is ever marked current (the host is current over all
+        of the view, checked). Call with the lock held.
+        """
+        state = self.state
+        if state.is_exclusive(HOST, lo, hi):
+            self.changed(HOST, lo, hi)  # (nothing to record: held arrays, perf warnings)
+            return False
+        stamp, count = self.host_writes
+        count = count + 1 if stamp == self.host_stamp else 1
+        self.host_writes = (self.host_stamp, count)
+        widen = (
+            count >= state.max_runs
+            and count * _RECORDED_WRITE_S >= state.cost.seconds(1, span_hi - span_lo)
+            and state.is_valid(HOST, span_lo, span_hi)
+        )
+        if widen:
+            lo, hi = span_lo, span_hi
+        self.changed(HOST, lo, hi)
+        return widen
 
     def exported(self, lo: int, hi: int, where: str = GPU) -> None:
         """Record that bytes ``[lo, hi)`` of the device copy were shared with a consumer that
@@ -538,3 +606,79 @@ class Buffer:
             return
         with self.lock:
             self.record_write_where_valid(where, lo, hi)
+
+
+class _LazyBuffer(Buffer):
+    """A :meth:`Buffer.host_only` buffer until anything but its size, host stamp and host
+    ndarray is first read or set: then every attribute it lacks is derived at once, and it
+    becomes a plain :class:`Buffer`.
+
+    Each attribute it lacks is a property of this class (made below, from :data:`_DERIVED`)
+    that shadows the slot: the slots it has are read as fast as a Buffer's (a ``__getattr__``
+    would slow every attribute read: CPython does not specialise reads of such a class, and
+    the host fast path reads ``host_stamp`` twice per access).
+    """
+
+    __slots__ = ()
+
+    def _derive(self) -> None:
+        """Set every attribute not set yet, then become a Buffer.
+
+        Under one lock of the module, which derivation holds for a microsecond and which
+        takes no other lock: two threads asking first must not make two locks or two states
+        (one would lose the other's records).
+        """
+        with _DERIVING:
+            if self.__class__ is _LazyBuffer:
+                for name, derive in _DERIVED.items():
+                    slot = _SLOTS[name]
+                    try:
+                        slot.__get__(self, Buffer)
+                    except AttributeError:
+                        slot.__set__(self, derive(self))
+                self.adopted = None  # (host_bytes views its memory now)
+                self.__class__ = Buffer  # type: ignore[assignment]  # (same slots)
+
+
+def _derived(name: str) -> property:
+    """The property of :class:`_LazyBuffer` that stands for Buffer's slot ``name``."""
+    slot = _SLOTS[name]
+
+    def get(self: _LazyBuffer) -> Any:
+        self._derive()
+        return slot.__get__(self, Buffer)
+
+    def set(self: _LazyBuffer, value: Any) -> None:
+        self._derive()
+        slot.__set__(self, value)
+
+    return property(get, set, doc=f"Buffer.{name}, derived on first use")
+
+
+#: What :meth:`Buffer.host_only` leaves unset, derived on first use: each as
+#: :meth:`Buffer.__init__` would have set it for a new buffer current on the host only.
+_DERIVED: Final[dict[str, Any]] = {
+    "lock": lambda buf: threading.RLock(),
+    "host_bytes": lambda buf: buf.adopted.view(np.uint8),
+    "state": lambda buf: BufferState.host_only(buf.nbytes, HOST, GPU),
+    "name": lambda buf: f"a{next(_names)}",
+    "perf": lambda buf: None,
+    "device_copies": lambda buf: [None],
+    "held": lambda buf: HeldHostArrays(),
+    "pinned": lambda buf: False,
+    "work": lambda buf: {},
+    "sole": lambda buf: None,
+    "host_writers": lambda buf: [],
+    "home_stream": lambda buf: 0,
+    "home_device": lambda buf: 0,
+    "fast_views": lambda buf: None,
+    "residency": lambda buf: None,
+    "held_stale": lambda buf: False,
+    "arriving": lambda buf: None,
+    "host_writes": lambda buf: (0, 0),
+}
+
+# Buffer's slots (their descriptors), which _LazyBuffer's properties shadow.
+_SLOTS: Final[dict[str, Any]] = {name: Buffer.__dict__[name] for name in _DERIVED}
+for _name in _DERIVED:
+    setattr(_LazyBuffer, _name, _derived(_name))
