@@ -72,13 +72,7 @@ STRICT_KNOWN_FAILURES: dict[str, str] = {}
 
 #: Tests the fake CUDA driver cannot run, by the part of a GPU it does not model (skipped under
 #: SMARTARRAY_FAKE_GPU=1 only, with the reason). Each names what is missing, never a defect.
-FAKE_GPU_GAPS: dict[str, str] = {
-    "tests/test_compat.py::test_numba_reduce_helper_accepts_smartarrays": (
-        "numba-cuda's reduction kernels use warp-level primitives (cuda.syncwarp), which the "
-        "simulator's thread interpreter that runs kernel bodies on the fake driver lacks "
-        "(the launch fails loudly there)"
-    ),
-}
+FAKE_GPU_GAPS: dict[str, str] = {}
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 

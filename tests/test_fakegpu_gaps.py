@@ -1,0 +1,186 @@
+"""What the fake CUDA driver's interpreter once could not run: warp-level primitives,
+``carray``/``farray`` over a pointer, captured device arrays, managed memory, kernel
+attributes.
+
+Each test runs a child process on the fake driver (:func:`tests.test_fakegpu.run_fake`) and
+checks the values a GPU computes, and the errors a GPU reports for what CUDA leaves undefined.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tests.test_fakegpu import run_fake
+
+WARPS = """
+FULL = 0xFFFFFFFF
+
+@cuda.jit
+def warps(x, total, ballot, match, up, rotated, after_syncwarp):
+    i = cuda.grid(1)
+    lane = cuda.threadIdx.x % 32
+    v = x[i]
+    # a tree reduction of the warp's values with shuffles
+    s = v
+    for offset in (16, 8, 4, 2, 1):
+        s += cuda.shfl_down_sync(FULL, s, offset)
+    total[i] = cuda.shfl_sync(FULL, s, 0)  # lane 0's sum, broadcast
+    ballot[i] = cuda.ballot_sync(FULL, v % 3 == 0)
+    match[i] = cuda.match_any_sync(FULL, v % 4)
+    up[i] = cuda.shfl_up_sync(FULL, v, 1)
+    rotated[i] = cuda.shfl_xor_sync(FULL, v, 1)
+    # syncwarp orders a lane's write before another lane's read
+    if lane == 5:
+        x[i] = 1000 * (cuda.blockIdx.x + 1) + i
+    cuda.syncwarp(FULL)
+    after_syncwarp[i] = x[i - lane + 5] if cuda.all_sync(FULL, True) else -1
+
+n = 128
+x = np.arange(n, dtype=np.int64) * 7 % 23
+outs = [cuda.device_array(n, dtype=np.int64) for _ in range(6)]
+warps[2, 64](cuda.to_device(x.copy()), *outs)
+total, ballot, match, up, rotated, after = (o.copy_to_host().tolist() for o in outs)
+print(json.dumps({"x": x.tolist(), "total": total, "ballot": ballot, "match": match,
+                  "up": up, "rotated": rotated, "after": after}))
+"""
+
+
+def test_warp_shuffles_votes_and_syncwarp_compute_what_a_gpu_does() -> None:
+    """Two blocks of two warps each: shuffles, votes, match and syncwarp, checked lane by lane
+    against what CUDA defines (the closed gap: ``cuda.syncwarp`` and the ``*_sync`` calls)."""
+    out = run_fake(WARPS)
+    x = out["x"]
+    for i in range(len(x)):
+        warp, lane = divmod(i, 32)
+        members = x[warp * 32 : warp * 32 + 32]
+        assert out["total"][i] == sum(members)
+        bits = sum(1 << n for n, v in enumerate(members) if v % 3 == 0)
+        assert out["ballot"][i] == (bits - (1 << 32) if bits >= 1 << 31 else bits)
+        same = sum(1 << n for n, v in enumerate(members) if v % 4 == x[i] % 4)
+        assert out["match"][i] == (same - (1 << 32) if same >= 1 << 31 else same)
+        assert out["up"][i] == (x[i - 1] if lane else x[i])  # lane 0 keeps its own
+        assert out["rotated"][i] == x[i ^ 1]
+        block = i // 64
+        assert out["after"][i] == 1000 * (block + 1) + warp * 32 + 5
+
+
+def _launch_failure(kernel: str, launch: str) -> dict:
+    return run_fake(
+        kernel
+        + f"""
+from numba.cuda.cudadrv.driver import CudaAPIError
+d = cuda.to_device(np.zeros(64))
+try:
+    {launch}
+    cuda.synchronize()
+    error = ""
+except CudaAPIError as exc:
+    error = str(exc)
+print(json.dumps({{"error": error}}))
+"""
+    )
+
+
+def test_a_warp_call_whose_mask_leaves_out_the_calling_lane_fails_the_launch() -> None:
+    """CUDA leaves it undefined: the fake fails the launch, naming the lane and the mask."""
+    out = _launch_failure(
+        """
+@cuda.jit
+def half(a):
+    i = cuda.grid(1)
+    a[i] = cuda.shfl_sync(0x0000FFFF, i, 0)  # lanes 16-31 are not in their own mask
+""",
+        "half[1, 32](d)",
+    )
+    assert "CUDA_ERROR_LAUNCH_FAILED" in out["error"], out
+    assert re.search(
+        r"shfl_sync: lane (1[6-9]|2\d|3[01]) of warp 0 .* mask 0x0000ffff", out["_stderr"]
+    )
+
+
+def test_a_syncwarp_that_waits_for_a_lane_at_syncthreads_fails_instead_of_hanging() -> None:
+    """A GPU hangs there; the fake names the lanes it waits for."""
+    out = _launch_failure(
+        """
+@cuda.jit
+def divergent(a):
+    i = cuda.threadIdx.x
+    if i == 0:
+        cuda.syncthreads()
+    else:
+        cuda.syncwarp()
+    a[i] = 1.0
+""",
+        "divergent[1, 32](d)",
+    )
+    assert "CUDA_ERROR_LAUNCH_FAILED" in out["error"], out
+    assert "wait at syncthreads" in out["_stderr"]
+
+
+CARRAY = """
+from numba import types
+from numba.cuda.np.numpy_support import carray, farray
+from numba.cuda.cudadrv.driver import CudaAPIError
+
+@cuda.jit(types.void(types.CPointer(types.float32), types.int64, types.int64))
+def fill(p, rows, cols):
+    c = carray(p, (rows, cols))  # the pointer's own dtype
+    f = farray(p, (cols, rows), dtype=cuda.float32)
+    i, j = cuda.grid(2)
+    if i < rows and j < cols:
+        c[i, j] = 10 * i + j
+    cuda.syncthreads()
+    if i < rows and j < cols:
+        c[i, j] += f[j, i] * 0  # the same element through the Fortran-ordered view
+
+d = cuda.to_device(np.zeros((3, 4), dtype=np.float32))
+fill[(1, 1), (4, 4)](d.device_ctypes_pointer.value, 3, 4)
+values = d.copy_to_host().tolist()
+
+small = cuda.to_device(np.zeros(4, dtype=np.float32))
+try:  # a view past the end of its allocation
+    fill[(1, 1), (1, 1)](small.device_ctypes_pointer.value, 1000, 1000)
+    cuda.synchronize()
+    error = ""
+except CudaAPIError as exc:
+    error = str(exc)
+print(json.dumps({"values": values, "error": error}))
+"""
+
+
+def test_carray_and_farray_over_a_pointer_read_and_write_device_memory() -> None:
+    """``carray``/``farray`` over a ``CPointer`` argument are views of the device memory it
+    points to; one that spans past its allocation faults as an access there would."""
+    out = run_fake(CARRAY)
+    assert out["values"] == [[10.0 * i + j for j in range(4)] for i in range(3)]
+    assert "CUDA_ERROR_ILLEGAL_ADDRESS" in out["error"], out
+    assert "carray(" in out["_stderr"]
+
+
+CAPTURE = """
+from numba.cuda.cudadrv.driver import CudaAPIError
+
+table = cuda.to_device(np.array([1.5, 2.5, 3.5, 4.5]))
+
+@cuda.jit(device=True)
+def lookup(i):
+    return table[i]
+
+@cuda.jit
+def gather(out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = lookup(out.size - 1 - i) * 2
+
+out = cuda.device_array(4)
+gather[1, 4](out)
+values = out.copy_to_host().tolist()
+print(json.dumps({"values": values}))
+"""
+
+
+def test_a_kernel_reads_a_device_array_it_captures_from_its_globals() -> None:
+    """A captured device array is read in place (it once deadlocked: the interpreter copied it
+    to the host through the driver while the driver ran the kernel)."""
+    out = run_fake(CAPTURE)
+    assert out["values"] == [9.0, 7.0, 5.0, 3.0]
