@@ -184,3 +184,39 @@ def test_a_kernel_reads_a_device_array_it_captures_from_its_globals() -> None:
     to the host through the driver while the driver ran the kernel)."""
     out = run_fake(CAPTURE)
     assert out["values"] == [9.0, 7.0, 5.0, 3.0]
+
+
+MANAGED = """
+from numba.cuda.cudadrv.driver import CudaAPIError, driver, binding
+
+a = cuda.managed_array(16, dtype=np.float64)
+a[:] = np.arange(16.0)  # the host writes managed memory in place
+
+@cuda.jit
+def double(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] *= 2
+
+double[1, 16](a)
+cuda.synchronize()
+values = np.asarray(a).tolist()
+attr = binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_IS_MANAGED
+managed = int(driver.cuPointerGetAttribute(attr, a.device_ctypes_pointer.value))
+plain = int(driver.cuPointerGetAttribute(attr, cuda.device_array(4).device_ctypes_pointer.value))
+try:
+    driver.cuMemAllocManaged(64, 3)  # both attach flags: invalid
+    error = ""
+except CudaAPIError as exc:
+    error = str(exc)
+print(json.dumps({"values": values, "managed": managed, "plain": plain, "error": error}))
+"""
+
+
+def test_managed_memory_is_shared_by_the_host_and_kernels() -> None:
+    """``cuda.managed_array``: the host and a kernel use the same memory, the pointer reads as
+    managed, and flags CUDA refuses are refused."""
+    out = run_fake(MANAGED)
+    assert out["values"] == [2.0 * i for i in range(16)]
+    assert (out["managed"], out["plain"]) == (1, 0)
+    assert "CUDA_ERROR_INVALID_VALUE" in out["error"], out

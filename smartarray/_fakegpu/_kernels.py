@@ -301,7 +301,8 @@ def _check_range(
     if found is not None and start + nbytes <= found[0] + found[1]:
         owner = driver.heaps.device_of(start)
         assert owner is not None  # a live allocation's device
-        if driver.can_access(device, owner):
+        # Managed memory: every device's kernels may touch it (concurrent managed access).
+        if driver.can_access(device, owner) or found[0] in driver.managed:
             return
         raise CudaError(
             CUDA_ERROR_ILLEGAL_ADDRESS,

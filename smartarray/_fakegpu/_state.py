@@ -37,6 +37,7 @@ class DriverState:
     libraries: dict[int, bytes]
     kernels: dict[int, str]  # CUkernel / CUfunction handle -> entry name
     globals: dict[tuple[int, str, int], int]  # (library, name, device) -> address
+    managed: dict[int, int]  # start of a managed allocation -> its cuMemAllocManaged flags
     launch_stack: list[tuple[str, str]]  # (file, function) of the latest launch's callers
     _handle_ids: Iterator[int]
     _ctx_device: dict[int, int]  # context handle -> device

@@ -30,6 +30,10 @@ WARP = 32
 FULL = 0xFFFFFFFF
 #: How long a rendezvous may make no progress at all before it is reported as a hang.
 STALL_SECONDS = 60.0
+#: How long the lanes a rendezvous waits for must all sit at syncthreads, with no progress
+#: in the block, before it is reported as a hang: the simulator releases a barrier's threads
+#: one by one, so for a moment a released lane sees others still marked as waiting there.
+SYNCTHREADS_SECONDS = 2.0
 
 
 class WarpFault(RuntimeError):
@@ -104,6 +108,7 @@ class Warps:
             meeting.values[lane] = value
             self.progress = time.monotonic()
             self.cond.notify_all()
+            suspect_since: float | None = None
             while meeting.results is None:
                 lanes = [n for n in range(WARP) if mask >> n & 1]
                 missing = [
@@ -117,7 +122,12 @@ class Warps:
                 if getattr(thread, "abort", False):  # another thread of the block failed
                     raise RuntimeError("abort flag set in a warp-level call")
                 waiting = [self.threads.get(warp * WARP + n) for n in missing]
-                if all(t is not None and t.syncthreads_blocked for t in waiting):
+                now = time.monotonic()
+                if not all(t is not None and t.syncthreads_blocked for t in waiting):
+                    suspect_since = None
+                elif suspect_since is None or suspect_since < self.progress:
+                    suspect_since = now
+                elif now - suspect_since > SYNCTHREADS_SECONDS:
                     raise WarpFault(
                         f"{op} with mask {mask:#010x} in warp {warp} never completes: lanes "
                         f"{missing} wait at syncthreads (a GPU hangs)"

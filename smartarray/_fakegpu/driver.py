@@ -166,6 +166,7 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         self.libraries: dict[int, bytes] = {}
         self.kernels: dict[int, str] = {}  # CUkernel / CUfunction handle -> entry name
         self.globals: dict[tuple[int, str, int], int] = {}  # (library, name, device)
+        self.managed: dict[int, int] = {}  # managed allocation's start -> its attach flags
         self.sticky: CudaError | None = None
         self.calls: Counter[str] = Counter()  # how often each entry point was called
         # Thread CPU time spent in the entry points (benchmarks subtract it: a GPU driver's
