@@ -220,3 +220,52 @@ def test_managed_memory_is_shared_by_the_host_and_kernels() -> None:
     assert out["values"] == [2.0 * i for i in range(16)]
     assert (out["managed"], out["plain"]) == (1, 0)
     assert "CUDA_ERROR_INVALID_VALUE" in out["error"], out
+
+
+PROPERTIES = """
+table = np.arange(32, dtype=np.int64)
+
+@cuda.jit("void(float32[::1], int64)", launch_bounds=(128,))
+def bounded(x, n):
+    sm = cuda.shared.array(100, dtype=np.float32)
+    C = cuda.const.array_like(table)
+    scratch = cuda.local.array(50, dtype=np.float64)
+    for j in range(n):
+        scratch[j] = x[j]
+    i = cuda.threadIdx.x
+    if i < 100:
+        sm[i] = x[i]
+    cuda.syncthreads()
+    x[i] = sm[(i + n) % 100] + C[n] + scratch[n]
+
+got = {
+    "threads": bounded.get_max_threads_per_block(),
+    "shared": bounded.get_shared_mem_per_block(),
+    "const": bounded.get_const_mem_size(),
+    "local": bounded.get_local_mem_per_thread(),
+    "regs": bounded.get_regs_per_thread(),
+}
+x = cuda.to_device(np.zeros(256, dtype=np.float32))
+bounded[1, 128](x, 3)
+cuda.synchronize()
+try:
+    bounded[1, 129](x, 3)  # one thread more than its launch bounds
+    cuda.synchronize()
+    got["error"] = ""
+except Exception as exc:  # cuda.core's CUDAError: the launch itself fails
+    got["error"] = str(exc)
+print(json.dumps(got))
+"""
+
+
+def test_kernel_properties_are_read_from_the_cubin_and_launch_bounds_hold() -> None:
+    """``get_max_threads_per_block`` & co. answer what the linked cubin records (numba-cuda
+    links it with the CUDA toolkit on the host), and a block past the launch bounds fails to
+    launch with CUDA_ERROR_INVALID_VALUE, as on a GPU."""
+    out = run_fake(PROPERTIES)
+    assert out["threads"] == 128
+    assert out["shared"] == 100 * 4
+    assert out["const"] >= 32 * 8  # the table
+    assert out["local"] >= 50 * 8
+    assert out["regs"] > 0
+    assert "CUDA_ERROR_INVALID_VALUE" in out["error"], out

@@ -36,6 +36,7 @@ class DriverState:
     peer_bytes: Counter[tuple[int, int]]  # (from, to) device: bytes
     libraries: dict[int, bytes]
     kernels: dict[int, str]  # CUkernel / CUfunction handle -> entry name
+    _kernel_attributes: dict[int, dict[int, int]]  # kernel handle -> what its cubin records
     globals: dict[tuple[int, str, int], int]  # (library, name, device) -> address
     managed: dict[int, int]  # start of a managed allocation -> its cuMemAllocManaged flags
     launch_stack: list[tuple[str, str]]  # (file, function) of the latest launch's callers
