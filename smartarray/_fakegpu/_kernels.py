@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _warp
+from . import _blocks, _warp
 from ._errors import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
@@ -568,10 +568,10 @@ def _run_blocks(
     with simkernel._push_kernel_context(fake_module):
         for grid_point in np.ndindex(*grid[::-1]):
             warps = _warp.Warps(block)
-            manager = simkernel.BlockManager(warps.body(fn), grid, block, kernel.debug)
-            manager.fakegpu_warps = warps  # type: ignore[attr-defined]  # (read by _warp)
             try:
-                manager.run(grid_point[::-1], *args)
+                _blocks.run_block(
+                    warps.body(fn), block, grid_point[::-1], args, kernel.debug, warps
+                )
             except _InKernelFault:
                 raise  # (_execute turns it into its CUDA error)
             except _warp.WarpFault as exc:
