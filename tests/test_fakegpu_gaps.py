@@ -269,3 +269,29 @@ def test_kernel_properties_are_read_from_the_cubin_and_launch_bounds_hold() -> N
     assert out["local"] >= 50 * 8
     assert out["regs"] > 0
     assert "CUDA_ERROR_INVALID_VALUE" in out["error"], out
+
+
+NRT = """
+from numba.cuda.memory_management.nrt import rtsys
+
+try:
+    rtsys.allocate()  # reads memsys_size, then launches memsys.cu's NRT_MemSys_set
+    error = ""
+except Exception as exc:
+    error = str(exc)
+size = int(rtsys._memsys.size) if rtsys._memsys is not None else None
+d = cuda.to_device(np.arange(4.0))
+d[:] = 2.0  # the process goes on: the gap was not a fault
+print(json.dumps({"memsys_size": size, "error": error, "after": d.copy_to_host().tolist()}))
+"""
+
+
+def test_module_globals_come_from_the_cubin_and_a_cuda_c_kernel_is_a_loud_gap() -> None:
+    """NRT's ``memsys_size`` (a ``__device__`` global of memsys.cu, 40 bytes of struct) reads
+    its initial value from the cubin; memsys.cu's kernels have no Python body: their launch
+    fails with CUDA_ERROR_NOT_SUPPORTED, named on stderr, and nothing is sticky."""
+    out = run_fake(NRT, env={"NUMBA_CUDA_ENABLE_NRT": "1"})
+    assert out["memsys_size"] == 40
+    assert "CUDA_ERROR_NOT_SUPPORTED" in out["error"], out
+    assert "NRT_MemSys_set is not one numba-cuda compiled from Python" in out["_stderr"]
+    assert out["after"] == [2.0] * 4

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 
-__all__ = ["elf_size", "function_attributes"]
+__all__ = ["elf_size", "function_attributes", "global_symbol"]
 
 _ELF_MAGIC = b"\x7fELF"
 _EIATTR_MAX_THREADS = 0x05
@@ -23,6 +23,7 @@ _EIATTR_REGCOUNT = 0x2F
 _EIFMT_SVAL = 0x04
 _RESERVED_SHARED = 1024  # CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK (cc >= 8.0)
 _SHT_SYMTAB = 2
+_SHT_NOBITS = 8
 
 #: CUfunction_attribute values answered from the image.
 MAX_THREADS_PER_BLOCK, SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES, NUM_REGS = range(5)
@@ -118,3 +119,25 @@ def _symbol_index(image: bytes, sections: list[tuple[str, int, int, int, int]], 
             if image[start : image.index(b"\0", start)].decode() == name:
                 return index
     return -1
+
+
+def global_symbol(image: bytes, name: str) -> bytes | None:
+    """The initial bytes of module global ``name`` (zeros for an uninitialised one), or
+    ``None`` when ``image`` defines no such symbol (or is not a cubin)."""
+    if elf_size(image[:64]) is None:
+        return None
+    try:
+        sections = _sections(image)
+        index = _symbol_index(image, sections, name)
+        if index < 0:
+            return None
+        symtab = next(s for s in sections if s[1] == _SHT_SYMTAB)
+        _, _, _, shndx, value, size = struct.unpack_from("<IBBHQQ", image, symtab[2] + 24 * index)
+        if not 0 < shndx < len(sections) or size == 0:
+            return None
+        _, stype, offset, _, _ = sections[shndx]
+        if stype == _SHT_NOBITS:
+            return bytes(size)
+        return image[offset + value : offset + value + size]
+    except (struct.error, ValueError, IndexError, StopIteration, UnicodeDecodeError):
+        return None

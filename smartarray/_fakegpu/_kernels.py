@@ -54,7 +54,12 @@ def _kernel_object(name: str) -> Any:  # numba-cuda's compiled kernel
                 kernel = _found[name] = obj
                 break
     if kernel is None:
-        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"no numba-cuda kernel named {name}")
+        # A kernel of CUDA C/C++ or PTX code loaded beside numba's (NRT's memsys.cu, a linked
+        # file's): a GPU runs it, the interpreter has no Python body for it.
+        raise InterpreterGap(
+            f"kernel {name} is not one numba-cuda compiled from Python: the fake driver's "
+            "interpreter runs Python kernel bodies only"
+        )
     return kernel
 
 

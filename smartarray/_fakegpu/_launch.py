@@ -220,20 +220,28 @@ class ExecutionEntries(DriverState):
 
     def _global(self, dptr: int, nbytes: int, lib: int | None, name: int) -> None:
         text = ctypes.string_at(name).decode()
-        if not text.endswith("__"):  # numba's exception globals; other globals are not modelled
+        if (lib or 0) not in self.libraries:
+            raise CudaError(CUDA_ERROR_INVALID_HANDLE, "library")
+        if text.endswith("__"):  # numba's exception globals (4-byte flags)
+            initial: bytes | None = bytes(4)
+        else:  # a global the cubin defines (NRT's memsys_size, say), with its initial bytes
+            initial = _cubin.global_symbol(self.libraries[lib or 0], text)
+        if initial is None:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"global {text}")
         if dptr:
-            _put(dptr, ctypes.c_uint64, self.global_address(lib or 0, text, self._current_device()))
+            address = self.global_address(lib or 0, text, self._current_device(), initial)
+            _put(dptr, ctypes.c_uint64, address)
         if nbytes:
-            _put(nbytes, ctypes.c_size_t, 4)
+            _put(nbytes, ctypes.c_size_t, len(initial))
 
-    def global_address(self, lib: int, name: str, device: int) -> int:
-        """Device address of a module's 4-byte global ``name`` in ``device``'s context (zeroed
-        when first asked): a library loaded in several contexts has a copy in each."""
+    def global_address(self, lib: int, name: str, device: int, initial: bytes = bytes(4)) -> int:
+        """Device address of a module's global ``name`` in ``device``'s context (``initial``
+        its bytes when first asked): a library loaded in several contexts has a copy in
+        each."""
         key = (lib, name, device)
         if key not in self.globals:
-            self.globals[key] = self.heaps[device].alloc(4)
-            ctypes.memset(self.globals[key], 0, 4)
+            self.globals[key] = self.heaps[device].alloc(len(initial))
+            ctypes.memmove(self.globals[key], initial, len(initial))
         return self.globals[key]
 
     def cuLibraryGetGlobal(self, dptr: int, nbytes: int, lib: int | None, name: int) -> None:
