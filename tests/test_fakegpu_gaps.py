@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from tests.test_fakegpu import run_fake
+from tests._targets import real_target_env, with_checkout
+from tests.test_fakegpu import _child, run_fake
 
 WARPS = """
 FULL = 0xFFFFFFFF
@@ -295,3 +296,44 @@ def test_module_globals_come_from_the_cubin_and_a_cuda_c_kernel_is_a_loud_gap() 
     assert "CUDA_ERROR_NOT_SUPPORTED" in out["error"], out
     assert "NRT_MemSys_set is not one numba-cuda compiled from Python" in out["_stderr"]
     assert out["after"] == [2.0] * 4
+
+
+EXIT = """
+import weakref
+
+class Keep:
+    pass
+
+keep = Keep()
+weakref.finalize(keep, lambda: None)  # weakref's exit hook registered before the driver's
+
+import numpy as np
+import smartarray
+from numba import cuda
+
+def add_one(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] += 1
+
+kernels = []
+d = cuda.to_device(np.zeros(4))
+for n in range(12):  # modules numba-cuda unloads at exit, more than it defers
+    k = cuda.jit("void(float64[::1])")(add_one)
+    k[1, 4](d)
+    kernels.append(k)
+print(d.copy_to_host().tolist())
+"""
+
+
+def test_a_program_that_ends_with_kernels_loaded_exits_without_driver_errors() -> None:
+    """numba-cuda unloads its modules at exit from weakref finalizers; when weakref's exit
+    hook was registered first (as under pytest) they ran after the fake driver closed:
+    ``CUDA_ERROR_DEINITIALIZED`` tracebacks at the end of every numba-cuda test file."""
+    env = real_target_env()
+    with_checkout(env)
+    env["SMARTARRAY_FAKE_GPU"] = "1"
+    done = _child(["-c", EXIT], env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith("[12.0, 12.0, 12.0, 12.0]")
+    assert "DEINITIALIZED" not in done.stderr, done.stderr
