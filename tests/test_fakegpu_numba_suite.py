@@ -3,7 +3,7 @@
 A child process runs a quick subset of the files ``tools/numba_cuda_suite.py`` measures, all
 in one process: a kernel the interpreter cannot run fails that test alone, and the warp-level
 primitives, ``carray`` over pointers and captured device arrays run. Marked ``numba_suite``:
-it runs in the fake-driver suite only (about a minute on two shared cores).
+it runs in the fake-driver suite only (one to two minutes on two loaded shared cores).
 """
 
 from __future__ import annotations

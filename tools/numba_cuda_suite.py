@@ -48,7 +48,8 @@ FILES = [
     "cudapy.test_blackscholes",
 ]
 
-#: A quick subset for CI (tests/test_fakegpu_numba_suite.py): a minute on two shared cores.
+#: A quick subset for CI (tests/test_fakegpu_numba_suite.py): one to two minutes on two
+#: loaded shared cores.
 QUICK = [
     "cudapy.test_array",
     "cudapy.test_warp_ops",
