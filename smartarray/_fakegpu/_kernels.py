@@ -615,12 +615,18 @@ def _run_blocks(
 def _beyond_the_interpreter(exc: Exception) -> bool:
     """Whether ``exc`` says the body called what the simulator's interpreter cannot run.
 
-    An intrinsic with no Python body, a part of ``numba.cuda`` the simulator lacks (warp-level
-    primitives such as ``syncwarp``), a device function the swaps above did not reach.
+    An intrinsic with no Python body, a part of ``numba.cuda`` the simulator lacks
+    (``activemask``), a device function the swaps above did not reach, numba's own errors.
     """
     text = str(exc)
+    # numba's own errors raised while the body runs in Python: the simulator lacks what the
+    # compiler did (a local array of a StructModel type cannot be a NumPy array).
+    numba_error = any(
+        c.__name__ == "NumbaError" and c.__module__.startswith("numba") for c in type(exc).__mro__
+    )
     return (
-        (isinstance(exc, NotImplementedError) and "pure-python" in text)
+        numba_error
+        or (isinstance(exc, NotImplementedError) and "pure-python" in text)
         or (isinstance(exc, AttributeError) and "'FakeCUDAModule'" in text)
         or (isinstance(exc, ValueError) and "launch configuration was not specified" in text)
     )
