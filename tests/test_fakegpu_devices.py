@@ -353,7 +353,7 @@ print(json.dumps({"launch": launch, "record": record, "wait": wait, "values": va
 """,
         env=_devices(2),
     )
-    assert "CUDA_ERROR_400" in out["launch"]  # CUDA_ERROR_INVALID_HANDLE
+    assert "CUDA_ERROR_INVALID_HANDLE" in out["launch"]
     assert out["record"] == 400
     assert out["wait"] == 0
     assert out["values"] == [2.0] * 4

@@ -17,6 +17,7 @@ import atexit
 import ctypes
 import os
 import sys
+import weakref
 
 __all__ = ["current", "enable", "enabled_from_environment"]
 
@@ -70,11 +71,27 @@ def enable() -> object:
     lib.fakecuda_set_resolver(resolver)
     # After Python's exit handlers, every entry answers CUDA_ERROR_DEINITIALIZED from C:
     # cuda.core releases contexts in C++ destructors once the interpreter is gone.
-    atexit.register(lib.fakecuda_shutdown)
+    atexit.register(_shutdown, lib)
     # numba-cuda's CUDA-Python binding path chooses the driver through cuda-bindings.
     os.environ.setdefault("NUMBA_CUDA_USE_NVIDIA_BINDING", "1")
     _DRIVER = fake
     return fake
+
+
+def _shutdown(lib: ctypes.CDLL) -> None:
+    """Close the fake driver at exit, after the finalizers that still call it.
+
+    numba-cuda frees memory and unloads modules from ``weakref.finalize`` callbacks, which
+    run at exit from an exit handler of the weakref module's own; when that one was registered
+    before this (pytest, say, made a finalizer first), it would run after the driver closed
+    and each unload would fail (``CUDA_ERROR_DEINITIALIZED`` tracebacks at exit). A GPU's
+    driver stays up until the process ends: those finalizers run now, while it answers.
+    """
+    try:
+        weakref.finalize._exitfunc()  # type: ignore[attr-defined]  # (CPython's own hook)
+    except Exception:  # a finalizer's error must not keep the driver open
+        pass
+    lib.fakecuda_shutdown()
 
 
 def _driver_already_loaded() -> bool:

@@ -27,6 +27,7 @@ from ._state import DriverState
 __all__ = ["MemoryEntries"]
 
 _CU_MEMORYTYPE_HOST, _CU_MEMORYTYPE_DEVICE = 1, 2
+_CU_MEM_ATTACH_GLOBAL, _CU_MEM_ATTACH_HOST = 1, 2
 
 
 def _put(ptr: int, ctype: type, value: object) -> None:
@@ -47,6 +48,18 @@ class MemoryEntries(DriverState):
         # no wait): other devices' queued work, even work using this memory, stays queued.
         self._wait_for_freeing_device()
         self.heaps.free(ptr)
+        self.managed.pop(ptr, None)
+
+    def cuMemAllocManaged(self, p: int, nbytes: int, flags: int) -> None:
+        """Managed memory: the current device's memory, which the host may also touch (the
+        fake's device memory is a host mapping) and every device's kernels may access (the
+        devices report concurrent managed access). ``flags``: exactly one of
+        ``CU_MEM_ATTACH_GLOBAL`` (1) and ``CU_MEM_ATTACH_HOST`` (2), else invalid."""
+        if flags not in (_CU_MEM_ATTACH_GLOBAL, _CU_MEM_ATTACH_HOST):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuMemAllocManaged flags {flags:#x}")
+        ptr = self.heaps[self._current_device()].alloc(nbytes)
+        self.managed[ptr] = flags
+        _put(p, ctypes.c_uint64, ptr)
 
     def _wait_for_freeing_device(self) -> None:
         device = self._current_device()
@@ -162,14 +175,15 @@ class MemoryEntries(DriverState):
         else:
             ordinal = self.host.range_of(ptr).device  # type: ignore[union-attr]  # (host: found)
         ctx = self.contexts[ordinal]
+        managed = bool(dev) and start in self.managed
         table = {
             1: (ctypes.c_void_p, ctx),  # CONTEXT
             2: (ctypes.c_uint, _CU_MEMORYTYPE_DEVICE if dev else _CU_MEMORYTYPE_HOST),
             3: (ctypes.c_uint64, ptr),  # DEVICE_POINTER
-            4: (ctypes.c_void_p, None if dev else ptr),  # HOST_POINTER
+            4: (ctypes.c_void_p, ptr if not dev or managed else None),  # HOST_POINTER
             6: (ctypes.c_uint, 0),  # SYNC_MEMOPS
             7: (ctypes.c_ulonglong, start),  # BUFFER_ID
-            8: (ctypes.c_int, 0),  # IS_MANAGED
+            8: (ctypes.c_int, int(managed)),  # IS_MANAGED
             9: (ctypes.c_int, ordinal),  # DEVICE_ORDINAL
             11: (ctypes.c_uint64, start),  # RANGE_START_ADDR
             12: (ctypes.c_size_t, size),  # RANGE_SIZE

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import _blocks, _warp
 from ._errors import (
     CUDA_ERROR_ILLEGAL_ADDRESS,
     CUDA_ERROR_INVALID_VALUE,
@@ -53,7 +54,12 @@ def _kernel_object(name: str) -> Any:  # numba-cuda's compiled kernel
                 kernel = _found[name] = obj
                 break
     if kernel is None:
-        raise CudaError(CUDA_ERROR_INVALID_VALUE, f"no numba-cuda kernel named {name}")
+        # A kernel of CUDA C/C++ or PTX code loaded beside numba's (NRT's memsys.cu, a linked
+        # file's): a GPU runs it, the interpreter has no Python body for it.
+        raise InterpreterGap(
+            f"kernel {name} is not one numba-cuda compiled from Python: the fake driver's "
+            "interpreter runs Python kernel bodies only"
+        )
     return kernel
 
 
@@ -100,7 +106,7 @@ def _decode(ty: Any, params: _Params) -> object:  # ty: a numba type
     if ty == types.complex128:
         return complex(params.read(ctypes.c_double), params.read(ctypes.c_double))
     if isinstance(ty, types.CPointer):
-        return params.read(ctypes.c_uint64)
+        return _Pointer(params.read(ctypes.c_uint64), ty.dtype)
     if isinstance(ty, types.BaseTuple):
         return tuple(_decode(t, params) for t in ty)  # type: ignore[attr-defined]  # (iterable; not in the stub)
     if isinstance(ty, types.EnumMember):
@@ -114,6 +120,18 @@ def _decode(ty: Any, params: _Params) -> object:  # ty: a numba type
     raise CudaError(CUDA_ERROR_INVALID_VALUE, f"fake GPU cannot decode kernel argument type {ty}")
 
 
+class _Pointer(int):
+    """A ``CPointer`` kernel argument: its address, and the numba type it points to (what
+    ``carray(ptr, shape)`` reads when it is given no dtype)."""
+
+    dtype: Any
+
+    def __new__(cls, address: int, dtype: Any) -> _Pointer:
+        pointer = super().__new__(cls, address)
+        pointer.dtype = dtype
+        return pointer
+
+
 def _materialise(
     driver: DriverState, kernel: str, argname: str, value: object, device: int
 ) -> object:
@@ -123,38 +141,160 @@ def _materialise(
         from numba.np import numpy_support
 
         dtype = numpy_support.as_dtype(ty.dtype if kind == "array" else ty)
-        lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n)
-        hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n) + itemsize
-        empty = any(n == 0 for n in shape)
-        if not empty:
-            _check_range(driver, kernel, argname, data + lo, hi - lo, device)
-            # An array typed unaligned (a packed record's field) compiles to byte-wise
-            # accesses: only an aligned type promises the hardware aligned loads.
-            aligned = kind == "record" or getattr(ty, "aligned", True)
-            if aligned and data % max(1, min(dtype.alignment, 16)):
-                raise CudaError(
-                    CUDA_ERROR_MISALIGNED_ADDRESS,
-                    f"kernel {kernel}: argument {argname!r} data pointer {data:#x} is misaligned",
-                )
-        from numba.cuda.simulator.cudadrv.devicearray import (
-            FakeCUDAArray,
-            FakeWithinKernelCUDAArray,
+        # An array typed unaligned (a packed record's field) compiles to byte-wise
+        # accesses: only an aligned type promises the hardware aligned loads.
+        aligned = kind == "record" or getattr(ty, "aligned", True)
+        arr = _device_view(
+            driver, kernel, argname, device, data, shape, strides, itemsize, dtype, aligned
         )
-
-        if empty:
-            arr = np.empty(shape, dtype=dtype)
-        else:
-            buf = (ctypes.c_char * (hi - lo)).from_address(data + lo)
-            arr = np.ndarray(shape, dtype=dtype, buffer=buf, offset=-lo, strides=strides)
-            pinned = driver.host.range_of(data + lo)
-            if pinned is not None and pinned.read_only:
-                arr.flags.writeable = False  # registered READ_ONLY: a device write fails
         if kind == "record":
             return arr.reshape(())[()]
-        return FakeWithinKernelCUDAArray(FakeCUDAArray(arr))
+        return _within_kernel(arr)
     if isinstance(value, tuple):
         return tuple(_materialise(driver, kernel, argname, v, device) for v in value)
     return value
+
+
+def _within_kernel(arr: np.ndarray) -> object:
+    """``arr`` as the simulator's kernel bodies index arrays (an index out of range raises)."""
+    from numba.cuda.simulator.cudadrv.devicearray import (
+        FakeCUDAArray,
+        FakeWithinKernelCUDAArray,
+    )
+
+    return FakeWithinKernelCUDAArray(FakeCUDAArray(arr))
+
+
+def _device_view(
+    driver: DriverState,
+    kernel: str,
+    argname: str,
+    device: int,
+    data: int,
+    shape: tuple,
+    strides: tuple,
+    itemsize: int,
+    dtype: np.dtype,
+    aligned: bool = True,
+) -> np.ndarray:
+    """A NumPy array over ``data`` that a kernel on ``device`` may touch: checks the range
+    (one live allocation, or mapped page-locked memory) and the alignment."""
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n)
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=False) if n) + itemsize
+    if any(n == 0 for n in shape):
+        return np.empty(shape, dtype=dtype)
+    _check_range(driver, kernel, argname, data + lo, hi - lo, device)
+    if aligned and data % max(1, min(dtype.alignment, 16)):
+        raise CudaError(
+            CUDA_ERROR_MISALIGNED_ADDRESS,
+            f"kernel {kernel}: argument {argname!r} data pointer {data:#x} is misaligned",
+        )
+    buf = (ctypes.c_char * (hi - lo)).from_address(data + lo)
+    arr = np.ndarray(shape, dtype=dtype, buffer=buf, offset=-lo, strides=strides)
+    pinned = driver.host.range_of(data + lo)
+    if pinned is not None and pinned.read_only:
+        arr.flags.writeable = False  # registered READ_ONLY: a device write fails
+    return arr
+
+
+class _InKernelFault(RuntimeError):
+    """A fault found while the body runs (a ``carray`` past its allocation): raised on a
+    simulator thread, which re-creates an exception from its message alone, so the class
+    carries the result code."""
+
+    code = CUDA_ERROR_ILLEGAL_ADDRESS
+
+
+class _InKernelMisaligned(_InKernelFault):
+    code = CUDA_ERROR_MISALIGNED_ADDRESS
+
+
+def _view_in_kernel(*args: Any) -> np.ndarray:
+    """:func:`_device_view` called from a kernel body."""
+    try:
+        return _device_view(*args)
+    except CudaError as exc:
+        fault = _InKernelMisaligned if exc.code == CUDA_ERROR_MISALIGNED_ADDRESS else _InKernelFault
+        raise fault(str(exc)) from exc
+
+
+class _Launch:
+    """What a kernel body's Python stand-ins need of the launch running it: the driver, the
+    device and the kernel's name (for fault messages)."""
+
+    def __init__(self, driver: DriverState, device: int, label: str) -> None:
+        self.driver = driver
+        self.device = device
+        self.label = label
+
+    def intrinsics(self) -> dict[int, Callable[..., object]]:
+        """:func:`_python_intrinsics` of this launch (made once)."""
+        table = self.__dict__.get("_intrinsics")
+        if table is None:
+            table = self._intrinsics = _python_intrinsics(self)
+        return table
+
+    def carray(self, ptr: int, shape: Any, dtype: Any = None, order: str = "C") -> object:
+        """``numba.carray`` / ``farray`` in a kernel: an array over device memory at ``ptr``
+        (checked as an argument is: inside one allocation the device may touch, aligned)."""
+        from numba.core import types as numba_types
+        from numba.np import numpy_support
+
+        if dtype is None:
+            dtype = getattr(ptr, "dtype", None)
+            if dtype is None:
+                raise TypeError("carray: explicit dtype required for a void* pointer")
+        if isinstance(dtype, numba_types.Type):
+            np_dtype = numpy_support.as_dtype(dtype)
+        else:
+            np_dtype = np.dtype(dtype)
+        dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+        dims = tuple(int(n) for n in dims)
+        if order == "F":
+            dims = dims[::-1]
+        strides: list[int] = []
+        step = np_dtype.itemsize
+        for n in reversed(dims):
+            strides.insert(0, step)
+            step *= n
+        arr = _view_in_kernel(
+            self.driver,
+            self.label,
+            f"{'f' if order == 'F' else 'c'}array({int(ptr):#x})",
+            self.device,
+            int(ptr),
+            dims,
+            tuple(strides),
+            np_dtype.itemsize,
+            np_dtype,
+        )
+        return _within_kernel(arr.T if order == "F" else arr)
+
+    def captured(self, value: object) -> object:
+        """A device array a kernel captured from its globals or closure, as the kernel sees
+        it: an array over the device memory its ``__cuda_array_interface__`` names."""
+        face = value.__cuda_array_interface__  # type: ignore[attr-defined]
+        data = face["data"][0] or 0
+        dtype = np.dtype(face["typestr"]) if not face.get("descr") else np.dtype(face["descr"])
+        shape = tuple(face["shape"])
+        strides = face.get("strides")
+        if strides is None:
+            strides, step = [], dtype.itemsize
+            for n in reversed(shape):
+                strides.insert(0, step)
+                step *= n
+        arr = _view_in_kernel(
+            self.driver,
+            self.label,
+            "a captured device array",
+            self.device,
+            data,
+            shape,
+            tuple(strides),
+            dtype.itemsize,
+            dtype,
+        )
+        return _within_kernel(arr)
 
 
 def _check_range(
@@ -166,7 +306,8 @@ def _check_range(
     if found is not None and start + nbytes <= found[0] + found[1]:
         owner = driver.heaps.device_of(start)
         assert owner is not None  # a live allocation's device
-        if driver.can_access(device, owner):
+        # Managed memory: every device's kernels may touch it (concurrent managed access).
+        if driver.can_access(device, owner) or found[0] in driver.managed:
             return
         raise CudaError(
             CUDA_ERROR_ILLEGAL_ADDRESS,
@@ -186,7 +327,12 @@ def _check_range(
             f"{'with' if pinned.flags & 2 else 'without'} DEVICEMAP, "
             f"{'' if pinned.flags & 1 else 'not '}PORTABLE)",
         )
-    where = "freed device memory" if driver.heaps.owns(start) else "not device memory"
+    if found is not None:
+        where = f"past the end of the {found[1]}-byte allocation at {found[0]:#x}"
+    elif driver.heaps.owns(start):
+        where = "freed device memory"
+    else:
+        where = "not device memory"
     raise CudaError(
         CUDA_ERROR_ILLEGAL_ADDRESS,
         f"kernel {kernel}: argument {argname!r} spans {nbytes} bytes at {start:#x} ({where})",
@@ -203,11 +349,13 @@ def _in_python_function(fn: Callable[..., object], fake_module: object) -> Calla
     reach where the simulator's do not: ``numba.cuda`` in closure cells
     (``devicearray._assign_kernel``), device functions in closures (kernel factories such as
     ``cuda.reduce``'s) and in other modules' globals, CPU ``numba.jit`` functions that kernels
-    may call (numba.cuda.random's), and the intrinsics listed below.
+    may call (numba.cuda.random's), the intrinsics listed below, and device arrays the body
+    captures (only those it names: a GPU kernel embeds the pointers of those alone).
     """
     globs = dict(fn.__globals__)
+    named = _names(fn.__code__)
     for name, value in fn.__globals__.items():
-        python = _in_python(value, fake_module)
+        python = _in_python(value, fake_module, capture=name in named)
         if python is not value:
             globs[name] = python
     cells = fn.__closure__
@@ -219,6 +367,15 @@ def _in_python_function(fn: Callable[..., object], fake_module: object) -> Calla
     return new
 
 
+def _names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the functions nested in it read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
 def _python_cell(cell: types.CellType, fake_module: object) -> types.CellType:
     try:
         value = cell.cell_contents
@@ -228,9 +385,10 @@ def _python_cell(cell: types.CellType, fake_module: object) -> types.CellType:
     return cell if python is value else types.CellType(python)
 
 
-def _in_python(value: object, fake_module: object) -> object:
+def _in_python(value: object, fake_module: object, capture: bool = True) -> object:
     """What a kernel body running in Python calls instead of ``value`` (``value`` itself if
-    it runs in Python as it is)."""
+    it runs in Python as it is); ``capture``: whether a device array becomes the array over
+    device memory that the body reads."""
     from numba import cuda
     from numba.cuda.dispatcher import CUDADispatcher
 
@@ -240,9 +398,26 @@ def _in_python(value: object, fake_module: object) -> object:
         # A CPU ``numba.jit`` function called from a kernel compiles for the device too
         # (numba.cuda.random's xoroshiro128p functions): in Python, its ``py_func`` runs.
         return _PythonDeviceFunction(value, fake_module)
-    if not isinstance(value, type):
-        return _python_intrinsics().get(id(value), value)
-    return value
+    if isinstance(value, type):
+        return value
+    launch: _Launch = fake_module._fakegpu_launch  # type: ignore[attr-defined]
+    if capture and _is_device_array(value):
+        return launch.captured(value)
+    return launch.intrinsics().get(id(value), value)
+
+
+def _is_device_array(value: object) -> bool:
+    """Whether ``value`` is a device array a kernel can capture: one exporting
+    ``__cuda_array_interface__`` without work (numba-cuda's, or a wrapper of one). A
+    SmartArray's export may move data: captured, its pointer is the one numba-cuda embedded
+    when it compiled the kernel, which its own rules keep (not modelled here)."""
+    module = type(value).__module__ or ""
+    if module.startswith("smartarray"):
+        return False
+    try:
+        return hasattr(value, "__cuda_array_interface__")
+    except Exception:  # a property that fails: not an array the body can read
+        return False
 
 
 def _is_cpu_dispatcher(value: object) -> bool:
@@ -270,12 +445,32 @@ class _PythonDeviceFunction:
         return self._fn(*args)
 
 
-def _python_intrinsics() -> dict[int, Callable[..., object]]:
-    """Python equivalents of the numba intrinsics numba-cuda's own kernels call (by id)."""
+def _python_intrinsics(launch: _Launch) -> dict[int, Callable[..., object]]:
+    """Python equivalents of the numba intrinsics kernels call (by id): numba-cuda's own
+    kernels' ``to_fixed_tuple``, and ``carray``/``farray`` over a pointer to device memory."""
     # (numba-cuda's module: numba.cuda redirects to it at run time, out of the checker's sight)
+    from numba.cuda.np import numpy_support as cuda_support  # type: ignore[import-not-found]
     from numba.cuda.np.unsafe.ndarray import to_fixed_tuple  # type: ignore[import-not-found]
 
-    return {id(to_fixed_tuple): lambda array, length: tuple(array[:length])}
+    def carray(ptr: int, shape: object, dtype: object = None) -> object:
+        return launch.carray(ptr, shape, dtype)
+
+    def farray(ptr: int, shape: object, dtype: object = None) -> object:
+        return launch.carray(ptr, shape, dtype, order="F")
+
+    table: dict[int, Callable[..., object]] = {
+        id(to_fixed_tuple): lambda array, length: tuple(array[:length]),
+        id(cuda_support.carray): carray,
+        id(cuda_support.farray): farray,
+    }
+    try:  # numba's own carray/farray (numba.carray) compile for CUDA too
+        import numba
+    except ImportError:  # numba-cuda without numba
+        return table
+    for name, fn in (("carray", carray), ("farray", farray)):
+        if hasattr(numba, name):
+            table[id(getattr(numba, name))] = fn
+    return table
 
 
 def footprint(name: str, params: int) -> tuple[str, int]:
@@ -335,14 +530,28 @@ def _execute(
     # (the queue's seeded order models asynchrony), so a sleep returns at once.
     # (an attribute the simulator's module lacks: the checker knows its class)
     fake_module.nanosleep = lambda ns: None  # type: ignore[attr-defined]
-    fn = _in_python_function(kernel.py_func, fake_module)
+    # numba's scalar types (``cuda.float32`` as carray's dtype, or a cast) are Python values.
+    from numba.core import types as numba_types
+
+    for tname in dir(numba_types):
+        ty = getattr(numba_types, tname)
+        if isinstance(ty, (numba_types.Number, numba_types.Boolean)) and not hasattr(
+            fake_module, tname
+        ):
+            setattr(fake_module, tname, ty)
+    _warp.install(fake_module)
+    label = f"{kernel.py_func.__qualname__} ({name})"
+    fake_module._fakegpu_launch = _Launch(driver, device, label)  # type: ignore[attr-defined]
     # The driver's lock is held while a kernel runs, and the interpreter starts threads: a
     # garbage collection in one of them would run numba's finalizers (cuEventDestroy, ...),
     # which wait for that lock forever. No automatic collection while the body runs.
     collecting = gc.isenabled()
     gc.disable()
     try:
+        fn = _in_python_function(kernel.py_func, fake_module)
         _run_blocks(driver, kernel, name, fn, fake_module, args, grid, block, device)
+    except _InKernelFault as exc:
+        raise CudaError(exc.code, str(exc)) from exc
     finally:
         if collecting:
             gc.enable()
@@ -363,9 +572,18 @@ def _run_blocks(
 
     with simkernel._push_kernel_context(fake_module):
         for grid_point in np.ndindex(*grid[::-1]):
-            manager = simkernel.BlockManager(fn, grid, block, kernel.debug)
+            warps = _warp.Warps(block)
             try:
-                manager.run(grid_point[::-1], *args)
+                _blocks.run_block(
+                    warps.body(fn), block, grid_point[::-1], args, kernel.debug, warps
+                )
+            except _InKernelFault:
+                raise  # (_execute turns it into its CUDA error)
+            except _warp.WarpFault as exc:
+                # Undefined in CUDA or a hang on a GPU: the launch fails, and stays failed.
+                raise CudaError(
+                    CUDA_ERROR_LAUNCH_FAILED, f"kernel {fn.__qualname__} ({name}): {exc}"
+                ) from exc
             except IndexError as exc:
                 raise CudaError(
                     CUDA_ERROR_ILLEGAL_ADDRESS,
@@ -397,12 +615,18 @@ def _run_blocks(
 def _beyond_the_interpreter(exc: Exception) -> bool:
     """Whether ``exc`` says the body called what the simulator's interpreter cannot run.
 
-    An intrinsic with no Python body, a part of ``numba.cuda`` the simulator lacks (warp-level
-    primitives such as ``syncwarp``), a device function the swaps above did not reach.
+    An intrinsic with no Python body, a part of ``numba.cuda`` the simulator lacks
+    (``activemask``), a device function the swaps above did not reach, numba's own errors.
     """
     text = str(exc)
+    # numba's own errors raised while the body runs in Python: the simulator lacks what the
+    # compiler did (a local array of a StructModel type cannot be a NumPy array).
+    numba_error = any(
+        c.__name__ == "NumbaError" and c.__module__.startswith("numba") for c in type(exc).__mro__
+    )
     return (
-        (isinstance(exc, NotImplementedError) and "pure-python" in text)
+        numba_error
+        or (isinstance(exc, NotImplementedError) and "pure-python" in text)
         or (isinstance(exc, AttributeError) and "'FakeCUDAModule'" in text)
         or (isinstance(exc, ValueError) and "launch configuration was not specified" in text)
     )

@@ -6,7 +6,7 @@ import ctypes
 import sys
 from types import FrameType
 
-from . import _kernels
+from . import _cubin, _kernels
 from ._errors import (
     CUDA_ERROR_INVALID_HANDLE,
     CUDA_ERROR_INVALID_VALUE,
@@ -41,6 +41,7 @@ class _LaunchConfig(ctypes.Structure):
 _MAX_BLOCK = (1024, 1024, 64)
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 _FUNC_ATTRIBUTES = {0: 1024, 1: 0, 2: 0, 3: 0, 4: 32, 5: 90, 6: 90, 7: 1, 8: 49152}
+_MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 _HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _STREAM_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
 
@@ -165,7 +166,10 @@ class ExecutionEntries(DriverState):
         if not image:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "no image")
         handle = next(self._handle_ids)
-        self.libraries[handle] = b""
+        # A cubin is kept: kernel-property queries read it (_cubin). Other images (PTX) are
+        # not: their kernels answer the device's defaults.
+        size = _cubin.elf_size(ctypes.string_at(image, 64))
+        self.libraries[handle] = ctypes.string_at(image, size) if size else b""
         _put(p, ctypes.c_void_p, handle)
 
     def cuLibraryLoadData(self, p: int, code: int, *options: object) -> None:
@@ -191,6 +195,9 @@ class ExecutionEntries(DriverState):
             raise CudaError(CUDA_ERROR_INVALID_HANDLE, "library")
         handle = next(self._handle_ids)
         self.kernels[handle] = ctypes.string_at(name).decode()
+        self._kernel_attributes[handle] = _cubin.function_attributes(
+            self.libraries[lib or 0], self.kernels[handle]
+        )
         _put(p, ctypes.c_void_p, handle)
 
     def cuLibraryGetKernel(self, p: int, lib: int | None, name: int) -> None:
@@ -216,20 +223,28 @@ class ExecutionEntries(DriverState):
 
     def _global(self, dptr: int, nbytes: int, lib: int | None, name: int) -> None:
         text = ctypes.string_at(name).decode()
-        if not text.endswith("__"):  # numba's exception globals; other globals are not modelled
+        if (lib or 0) not in self.libraries:
+            raise CudaError(CUDA_ERROR_INVALID_HANDLE, "library")
+        if text.endswith("__"):  # numba's exception globals (4-byte flags)
+            initial: bytes | None = bytes(4)
+        else:  # a global the cubin defines (NRT's memsys_size, say), with its initial bytes
+            initial = _cubin.global_symbol(self.libraries[lib or 0], text)
+        if initial is None:
             raise CudaError(CUDA_ERROR_NOT_FOUND, f"global {text}")
         if dptr:
-            _put(dptr, ctypes.c_uint64, self.global_address(lib or 0, text, self._current_device()))
+            address = self.global_address(lib or 0, text, self._current_device(), initial)
+            _put(dptr, ctypes.c_uint64, address)
         if nbytes:
-            _put(nbytes, ctypes.c_size_t, 4)
+            _put(nbytes, ctypes.c_size_t, len(initial))
 
-    def global_address(self, lib: int, name: str, device: int) -> int:
-        """Device address of a module's 4-byte global ``name`` in ``device``'s context (zeroed
-        when first asked): a library loaded in several contexts has a copy in each."""
+    def global_address(self, lib: int, name: str, device: int, initial: bytes = bytes(4)) -> int:
+        """Device address of a module's global ``name`` in ``device``'s context (``initial``
+        its bytes when first asked): a library loaded in several contexts has a copy in
+        each."""
         key = (lib, name, device)
         if key not in self.globals:
-            self.globals[key] = self.heaps[device].alloc(4)
-            ctypes.memset(self.globals[key], 0, 4)
+            self.globals[key] = self.heaps[device].alloc(len(initial))
+            ctypes.memmove(self.globals[key], initial, len(initial))
         return self.globals[key]
 
     def cuLibraryGetGlobal(self, dptr: int, nbytes: int, lib: int | None, name: int) -> None:
@@ -238,9 +253,17 @@ class ExecutionEntries(DriverState):
     def cuModuleGetGlobal(self, dptr: int, nbytes: int, mod: int | None, name: int) -> None:
         self._global(dptr, nbytes, mod, name)
 
-    def cuFuncGetAttribute(self, p: int, attrib: int, func: int | None) -> None:
+    def _function_attribute(self, attrib: int, func: int | None) -> int:
+        """A kernel's attribute: what its cubin records, else an sm_90 device's default."""
         self._kernel_name(func)
-        _put(p, ctypes.c_int, _FUNC_ATTRIBUTES.get(attrib, 0))
+        found = self._kernel_attributes.get(func or 0, {})
+        if attrib == _MAX_DYNAMIC_SHARED and _cubin.SHARED_SIZE_BYTES in found:
+            # The default opt-in limit: 48 KiB of static and dynamic shared memory together.
+            return max(0, _FUNC_ATTRIBUTES[attrib] - found[_cubin.SHARED_SIZE_BYTES])
+        return found.get(attrib, _FUNC_ATTRIBUTES.get(attrib, 0))
+
+    def cuFuncGetAttribute(self, p: int, attrib: int, func: int | None) -> None:
+        _put(p, ctypes.c_int, self._function_attribute(attrib, func))
 
     def cuKernelGetAttribute(self, p: int, attrib: int, kernel: int | None, dev: int) -> None:
         self.cuFuncGetAttribute(p, attrib, kernel)
@@ -301,6 +324,14 @@ class ExecutionEntries(DriverState):
         ):
             raise CudaError(
                 CUDA_ERROR_INVALID_VALUE, f"launch of {name} with grid {grid} block {block}"
+            )
+        most = self._function_attribute(0, f)  # CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+        if block[0] * block[1] * block[2] > most:
+            # A block larger than the kernel's launch bounds (.maxntid) does not launch.
+            raise CudaError(
+                CUDA_ERROR_INVALID_VALUE,
+                f"launch of {name} with block {block}: more than the {most} threads per block "
+                "its launch bounds allow",
             )
         run = _kernels.prepare(self, name, params, grid, block, smem, device)
         # Who launched: the Python frames above this callback (tests check that numba-cuda's

@@ -36,7 +36,9 @@ class DriverState:
     peer_bytes: Counter[tuple[int, int]]  # (from, to) device: bytes
     libraries: dict[int, bytes]
     kernels: dict[int, str]  # CUkernel / CUfunction handle -> entry name
+    _kernel_attributes: dict[int, dict[int, int]]  # kernel handle -> what its cubin records
     globals: dict[tuple[int, str, int], int]  # (library, name, device) -> address
+    managed: dict[int, int]  # start of a managed allocation -> its cuMemAllocManaged flags
     launch_stack: list[tuple[str, str]]  # (file, function) of the latest launch's callers
     _handle_ids: Iterator[int]
     _ctx_device: dict[int, int]  # context handle -> device
@@ -50,7 +52,7 @@ class DriverState:
         def _string_out(self, p: int, text: str) -> None: ...
         def count_copy(self, dst: int, src: int, n: int) -> None: ...
         def can_access(self, device: int, owner: int) -> bool: ...
-        def global_address(self, lib: int, name: str, device: int) -> int: ...
+        def global_address(self, lib: int, name: str, device: int, initial: bytes = ...) -> int: ...
         def _copy(
             self,
             dst: int,

@@ -165,7 +165,9 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         self._current = threading.local()
         self.libraries: dict[int, bytes] = {}
         self.kernels: dict[int, str] = {}  # CUkernel / CUfunction handle -> entry name
+        self._kernel_attributes: dict[int, dict[int, int]] = {}  # kernel -> its cubin's
         self.globals: dict[tuple[int, str, int], int] = {}  # (library, name, device)
+        self.managed: dict[int, int] = {}  # managed allocation's start -> its attach flags
         self.sticky: CudaError | None = None
         self.calls: Counter[str] = Counter()  # how often each entry point was called
         # Thread CPU time spent in the entry points (benchmarks subtract it: a GPU driver's
@@ -379,7 +381,14 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         pass
 
     def cuGetErrorName(self, code: int, p: int) -> None:
-        self._string_out(p, f"CUDA_ERROR_{code}")
+        # The enumerator's name, as a driver answers (cuda-bindings knows every one).
+        try:
+            from cuda.bindings import driver as bindings
+
+            name = bindings.CUresult(code).name
+        except (ImportError, ValueError):
+            raise CudaError(CUDA_ERROR_INVALID_VALUE, f"no CUresult {code}") from None
+        self._string_out(p, name)
 
     def cuGetErrorString(self, code: int, p: int) -> None:
         self._string_out(p, f"fake CUDA driver error {code}")
