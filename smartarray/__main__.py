@@ -125,7 +125,7 @@ def _kernel_compilation(major: int, minor: int) -> str:
     ``np.row_stack``, which NumPy 2.5 removed)."""
     from numba import cuda
 
-    def copy_one(x):  # pragma: no cover - compiled, never called
+    def copy_one(x: Any) -> None:  # pragma: no cover - compiled, never called
         x[0] = x[1]
 
     try:
@@ -133,7 +133,7 @@ def _kernel_compilation(major: int, minor: int) -> str:
     except _toolkit_missing() as exc:
         first = str(exc).splitlines()[0][:120]
         return f"FAIL: CUDA toolkit libraries not found ({first}): install the cu13 extra"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the check's answer
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
         return f"FAIL: numba-cuda cannot compile a kernel ({text})"
     return f"compile (PTX for compute capability {major}.{minor})"
@@ -251,7 +251,7 @@ class _VersionAction(argparse.Action):
 def _run_info(target: str, as_json: bool = False) -> int:
     try:
         rows = info(target)
-    except Exception as exc:  # a broken CUDA installation: say so, no traceback
+    except Exception as exc:  # noqa: BLE001 - a broken CUDA installation: no traceback
         print(f"smartarray: cannot query the CUDA target: {exc}", file=sys.stderr)
         print("Set NUMBA_ENABLE_CUDASIM=1 to use the CUDA simulator instead.", file=sys.stderr)
         return 1

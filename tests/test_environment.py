@@ -26,7 +26,7 @@ def test_a_switch_is_off_for_the_words_that_say_off(value):
     assert parse_flag("SMARTARRAY_STRICT", value) is False
 
 
-@pytest.mark.parametrize("value", ["2", "maybe", "enabled", "-1", "tru"])
+@pytest.mark.parametrize("value", ["2", "maybe", "enabled", "-1", "tru"])  # codespell:ignore tru
 def test_a_switch_refuses_what_is_neither(value):
     with pytest.raises(ValueError, match=r"SMARTARRAY_STRICT must be a boolean: 1, true, yes, on"):
         parse_flag("SMARTARRAY_STRICT", value)

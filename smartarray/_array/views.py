@@ -263,11 +263,13 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
             if stamp != self._buf.host_stamp:
                 stamp, known = self._host_key
                 if known != key or stamp != self._buf.host_stamp:
-                    return _setitem(self, key, value)
+                    _setitem(self, key, value)
+                    return
             items[key] = value  # type: ignore[call-overload]  # (narrowed to object by the tests above)
             if stamp == self._buf.host_stamp:
                 return
-        return _setitem(self, key, value)
+        _setitem(self, key, value)
+        return
     stamp = self._host_only_at
     if (
         key.__class__ is tuple
@@ -287,7 +289,7 @@ def _cell(self: SmartArray, key: tuple[Any, ...]) -> bool:
     (``a[i, j]``), which the host fast path reads or writes directly."""
     if len(key) != len(self._shape) or self._host_nd is None:
         return False
-    for k in key:
+    for k in key:  # noqa: SIM110 - the host fast path: all() over a generator costs more
         if k.__class__ not in _INT_KEYS:
             return False
     return True

@@ -425,9 +425,11 @@ class Clock:
         lines = []
         for engine in sorted({s.engine for s in self.spans}):
             lines.append(f"{engine}:")
-            for s in self.spans:
-                if s.engine == engine and s.end >= since:
-                    lines.append(f"  {s.start * 1e6:10.2f} - {s.end * 1e6:10.2f} us  {s.label}")
+            lines.extend(
+                f"  {s.start * 1e6:10.2f} - {s.end * 1e6:10.2f} us  {s.label}"
+                for s in self.spans
+                if s.engine == engine and s.end >= since
+            )
         return "\n".join(lines)
 
 

@@ -31,7 +31,7 @@ POISON = 0xDB
 def _bytes(text: str) -> int:
     text = text.strip().upper()
     for suffix, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if text.endswith(suffix) or text.endswith(suffix + "B") or text.endswith(suffix + "IB"):
+        if text.endswith((suffix, suffix + "B", suffix + "IB")):
             return int(float(text.rstrip("IB").rstrip(suffix)) * scale)
     return int(text)
 

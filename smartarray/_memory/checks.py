@@ -302,7 +302,5 @@ def _check_same_layout(dst: Any, src: Any, name: str) -> None:
 
 
 def _byte_extent(ary: np.ndarray) -> tuple[int, int]:
-    low, high = (
-        np.byte_bounds(ary) if hasattr(np, "byte_bounds") else np.lib.array_utils.byte_bounds(ary)
-    )
+    low, high = np.lib.array_utils.byte_bounds(ary)  # (numpy >= 2.0; the floor is 2.1)
     return int(low), int(high)
