@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ._cli import FAKE_DRIVER_TARGET, fake_driver_on
+from ._platform import environment as _environment
 
 _SIMULATOR_REASON = "_SMARTARRAY_SIMULATOR_REASON"
 
@@ -50,8 +51,8 @@ def choose_target(argv: Sequence[str], module: str = "smartarray") -> str:
         The module the command runs as (``python -m MODULE``), to restart it: ``"smartarray"``,
         or ``"benchmarks"`` for the benchmarks' runner.
     """
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        reason = os.environ.get(_SIMULATOR_REASON, "NUMBA_ENABLE_CUDASIM=1 was set")
+    if _environment.text("NUMBA_ENABLE_CUDASIM") == "1":
+        reason = _environment.text(_SIMULATOR_REASON, "NUMBA_ENABLE_CUDASIM=1 was set")
         return f"CUDA simulator ({reason})"
     from numba import cuda
 
@@ -161,7 +162,7 @@ def benchmarks_dir() -> Path:
     ``$SMARTARRAY_BENCHMARKS_DIR`` overrides it. ``bench`` runs it as a package
     (``python -m benchmarks``) in the folder above it.
     """
-    override = os.environ.get(BENCHMARKS_ENV)
+    override = _environment.text(BENCHMARKS_ENV)
     if override:
         return Path(override)
     return Path(__file__).resolve().parent.parent / "benchmarks"

@@ -55,6 +55,27 @@ def test_strict_said_off_neither_turns_strict_mode_on_nor_forces_the_simulator(v
     assert out.stdout.split() == ["False", "None"]
 
 
+def test_the_fake_driver_reads_strict_said_off_as_off():
+    code = "from smartarray import _fakegpu\nprint(_fakegpu.current() is not None)\n"
+    out = _import_smartarray({"SMARTARRAY_FAKE_GPU": "1", "SMARTARRAY_STRICT": "false"}, code)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
+
+
+@pytest.mark.parametrize(
+    "name, value, accepted",
+    [
+        ("SMARTARRAY_FAKE_GPU_LOG", "sometimes", "must be a boolean"),
+        ("SMARTARRAY_FAKE_GPU_SEED", "1.5", "must be an integer"),
+    ],
+)
+def test_the_fake_driver_refuses_a_switch_it_cannot_read(name, value, accepted):
+    out = _import_smartarray({"SMARTARRAY_FAKE_GPU": "1", name: value})
+    assert out.returncode != 0
+    assert f"ValueError: environment variable {name} {accepted}" in out.stderr
+    assert repr(value) in out.stderr
+
+
 @pytest.mark.parametrize(
     "name, value, accepted",
     [

@@ -15,6 +15,8 @@ Each rule's known exceptions are named here with a reason (issue 27):
   another layer defines: a layer reaches another's objects through their interface (public
   names, or a protocol the reading layer defines, such as the engine's
   ``_engine/interface.py``, whose functions the layers above call);
+- one module reads the environment, ``_platform/environment.py``; the other readers left are
+  named here with their reason (setting a variable, for numba or a child, is no read);
 - sizes are a report, not a rule: ``python tools/size_report.py`` lists modules over 500 lines,
   classes over 400 and functions over 80 (a hint to look, never a reason to carve a concept);
   the one test here checks that the report finds an oversized function.
@@ -511,6 +513,68 @@ def test_own_names_and_an_interface_protocol_pass(tmp_path: pathlib.Path) -> Non
         "def f(a):\n    return interface.buffer(a).lock, a.__class__\n",
     }
     assert private_reads(_tree(tmp_path, files)) == set()
+
+
+# -- the environment ------------------------------------------------------------------------
+
+ENVIRONMENT = "smartarray._platform.environment"
+# Modules that read the environment other than ENVIRONMENT, with the reason. Each must stay
+# exactly as listed (or vanish from here when fixed).
+KNOWN_ENVIRONMENT_READERS = {
+    "smartarray._cli": "copies it for a child process (with the simulator's switch)",
+    "smartarray.__main__": "copies it for a child process (the benchmarks', the fake driver's)",
+}
+_WRITES = ("setdefault", "pop", "update")  # (os.environ.setdefault(...): no read)
+
+
+def environment_readers(package: pathlib.Path) -> set[str]:
+    """The modules that read ``os.environ`` or call ``os.getenv`` (an assignment to
+    ``os.environ[name]`` or a call of its ``setdefault``, ``pop`` or ``update`` is no read)."""
+    found = set()
+    for module, path in module_files(package).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "os"
+                and any(a.name in ("environ", "environb", "getenv") for a in node.names)
+            ):
+                found.add(module)
+            if not (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+                and node.attr in ("environ", "environb", "getenv")
+            ):
+                continue
+            up = parents.get(node)
+            stored = isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store | ast.Del)
+            written = isinstance(up, ast.Attribute) and up.attr in _WRITES
+            if not (stored or written):
+                found.add(module)
+    return found - {ENVIRONMENT}
+
+
+def test_only_the_environment_module_reads_the_environment_but_the_known_ones() -> None:
+    assert environment_readers(PACKAGE) == set(KNOWN_ENVIRONMENT_READERS)
+
+
+@pytest.mark.parametrize(
+    "text, read",
+    [
+        ("import os\nx = os.environ.get('A')\n", True),
+        ("import os\nx = os.environ['A']\n", True),
+        ("import os\nx = 'A' in os.environ\n", True),
+        ("import os\nx = os.getenv('A')\n", True),
+        ("from os import environ\n", True),
+        ("import os\nos.environ['A'] = '1'\n", False),
+        ("import os\nos.environ.setdefault('A', '1')\n", False),
+    ],
+)
+def test_a_read_of_the_environment_is_found(tmp_path: pathlib.Path, text: str, read: bool) -> None:
+    package = _tree(tmp_path, {"__init__.py": "", "guard.py": text})
+    assert environment_readers(package) == ({"smartarray.guard"} if read else set())
 
 
 # Sizes a maintainer can hold in their head: reported by tools/size_report.py, never enforced

@@ -18,16 +18,13 @@ import ctypes
 import os
 import sys
 
-__all__ = ["current", "enable", "enabled_from_environment"]
+from .._platform import environment as _environment
+
+__all__ = ["current", "enable"]
 
 _DRIVER = None
 _RESOLVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64)
 _keep: list[object] = []
-
-
-def enabled_from_environment() -> bool:
-    """Whether ``SMARTARRAY_FAKE_GPU`` asks for the fake driver."""
-    return os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0")
 
 
 def enable() -> object:
@@ -42,12 +39,12 @@ def enable() -> object:
     global _DRIVER
     if _DRIVER is not None:
         return _DRIVER
-    if os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+    if _environment.flag("SMARTARRAY_STRICT"):
         raise RuntimeError(
             "SMARTARRAY_FAKE_GPU and SMARTARRAY_STRICT exclude each other: strict mode runs on "
             "the CUDA simulator, the fake driver under numba-cuda's real target; set one"
         )
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+    if _environment.text("NUMBA_ENABLE_CUDASIM") == "1":
         raise RuntimeError(
             "SMARTARRAY_FAKE_GPU runs numba-cuda's real target; unset NUMBA_ENABLE_CUDASIM "
             "(and SMARTARRAY_STRICT, which uses the simulator)"
