@@ -100,7 +100,7 @@ def budget():
         sa.set_device_budget(_kept_bytes() + nbytes)
 
     yield set_budget
-    sa.set_device_budget(None)
+    _residency.reset()
 
 
 def resident_names():
@@ -126,6 +126,18 @@ def test_set_device_budget_refuses_bad_input_and_changes_nothing():
         with pytest.raises(TypeError, match="nbytes must be an int"):
             sa.set_device_budget(bad)
     assert sa.device_budget().budget == before
+
+
+def test_reset_unsets_the_budget_and_keeps_live_copies_counted():
+    a = sa.SmartArray(np.ones(N), name="kept")
+    a.gpu()
+    used = sa.device_budget().used
+    sa.set_device_budget(used + 4096)
+    _residency.reset()
+    after = sa.device_budget()
+    assert after.used == used and "kept" in resident_names()  # the live array's copy
+    sa.set_device_budget(None)
+    assert after.budget == sa.device_budget().budget != used + 4096  # the default again
 
 
 def test_budget_is_read_back_and_none_restores_the_default(budget):
