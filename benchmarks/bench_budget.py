@@ -98,8 +98,7 @@ def access_sequence(p: BudgetParams) -> list[tuple[Any, ...]]:
         ops.append(("host", acc, 0, p.chunks * 8, False))
         k, a, b = _edit(p, step)
         ops.append(("host", k, a * 8, b * 8, True))
-    for k in range(p.chunks):
-        ops.append(("host", k, 0, p.n * 8, False))
+    ops.extend(("host", k, 0, p.n * 8, False) for k in range(p.chunks))
     return ops
 
 

@@ -29,12 +29,11 @@ def main(n: int = 1024, steps: int = 1) -> np.ndarray:
     host = sa.pinned_array(n, dtype=np.float32)  # page-locked: fast, asynchronous copies
     host[:] = np.arange(n, dtype=np.float32)
     s = sa.stream()
-    with sa.trace() as t:
-        with s.auto_synchronize():
-            d = sa.to_device(host, stream=s)
-            for _ in range(steps):
-                scale[(n + 127) // 128, 128, s](d, 2.0)
-            d.copy_to_host(host, stream=s)
+    with sa.trace() as t, s.auto_synchronize():
+        d = sa.to_device(host, stream=s)
+        for _ in range(steps):
+            scale[(n + 127) // 128, 128, s](d, 2.0)
+        d.copy_to_host(host, stream=s)
     assert np.array_equal(host, 2.0**steps * np.arange(n, dtype=np.float32))
     print(f"scaled {n} floats {steps} time(s) on the device; moved:")
     for event in t.events:

@@ -182,7 +182,7 @@ def _threaded_steps(
                     else:
                         launch(bv, bu)
                 barrier.wait()  # every device's blocks of this step were launched
-        except BaseException as exc:  # reported by the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             errors.append(exc)
             barrier.abort()
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ._cli import FAKE_DRIVER_TARGET, fake_driver_on
+from ._platform import environment as _environment
 
 _SIMULATOR_REASON = "_SMARTARRAY_SIMULATOR_REASON"
 
@@ -50,8 +51,8 @@ def choose_target(argv: Sequence[str], module: str = "smartarray") -> str:
         The module the command runs as (``python -m MODULE``), to restart it: ``"smartarray"``,
         or ``"benchmarks"`` for the benchmarks' runner.
     """
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        reason = os.environ.get(_SIMULATOR_REASON, "NUMBA_ENABLE_CUDASIM=1 was set")
+    if _environment.text("NUMBA_ENABLE_CUDASIM") == "1":
+        reason = _environment.text(_SIMULATOR_REASON, "NUMBA_ENABLE_CUDASIM=1 was set")
         return f"CUDA simulator ({reason})"
     from numba import cuda
 
@@ -125,7 +126,7 @@ def _kernel_compilation(major: int, minor: int) -> str:
     ``np.row_stack``, which NumPy 2.5 removed)."""
     from numba import cuda
 
-    def copy_one(x):  # pragma: no cover - compiled, never called
+    def copy_one(x: Any) -> None:  # pragma: no cover - compiled, never called
         x[0] = x[1]
 
     try:
@@ -133,7 +134,7 @@ def _kernel_compilation(major: int, minor: int) -> str:
     except _toolkit_missing() as exc:
         first = str(exc).splitlines()[0][:120]
         return f"FAIL: CUDA toolkit libraries not found ({first}): install the cu13 extra"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure is the check's answer
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
         return f"FAIL: numba-cuda cannot compile a kernel ({text})"
     return f"compile (PTX for compute capability {major}.{minor})"
@@ -161,7 +162,7 @@ def benchmarks_dir() -> Path:
     ``$SMARTARRAY_BENCHMARKS_DIR`` overrides it. ``bench`` runs it as a package
     (``python -m benchmarks``) in the folder above it.
     """
-    override = os.environ.get(BENCHMARKS_ENV)
+    override = _environment.text(BENCHMARKS_ENV)
     if override:
         return Path(override)
     return Path(__file__).resolve().parent.parent / "benchmarks"
@@ -251,7 +252,7 @@ class _VersionAction(argparse.Action):
 def _run_info(target: str, as_json: bool = False) -> int:
     try:
         rows = info(target)
-    except Exception as exc:  # a broken CUDA installation: say so, no traceback
+    except Exception as exc:  # noqa: BLE001 - a broken CUDA installation: no traceback
         print(f"smartarray: cannot query the CUDA target: {exc}", file=sys.stderr)
         print("Set NUMBA_ENABLE_CUDASIM=1 to use the CUDA simulator instead.", file=sys.stderr)
         return 1

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._platform import environment as _environment
+
 __all__ = [
     "FAKE_DRIVER_TARGET",
     "Option",
@@ -75,8 +77,8 @@ def run_on_a_working_target(argv: Sequence[str] | None = None) -> str:
     is none, the script (``sys.argv``, or ``argv``) is started again with
     ``NUMBA_ENABLE_CUDASIM=1``: numba.cuda cannot switch targets once imported.
     """
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        reason = os.environ.get(_SIMULATOR_REASON, "NUMBA_ENABLE_CUDASIM=1 was set")
+    if _environment.text("NUMBA_ENABLE_CUDASIM") == "1":
+        reason = _environment.text(_SIMULATOR_REASON, "NUMBA_ENABLE_CUDASIM=1 was set")
         return f"CUDA simulator ({reason})"
     from numba import cuda
 

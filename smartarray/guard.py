@@ -38,6 +38,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ._observe import frames as _frames
+from ._platform import environment as _environment
 from .errors import TransferGuardError
 
 __all__ = ["EXPLICIT_REASONS", "MODES", "check", "transfer_guard"]
@@ -85,13 +86,13 @@ def _check_direction(direction: Any) -> tuple[str, ...]:
 
 def _from_environment() -> dict[str, str]:
     modes: dict[str, str] = {}
-    value = os.environ.get(ENV, "").strip()
+    value = _environment.text(ENV)
     if value:
         mode = _check_mode(value, f"environment variable {ENV}")
         modes = dict.fromkeys(DIRECTIONS, mode)
     for d in DIRECTIONS:
         var = f"{ENV}_{d.upper()}"
-        value = os.environ.get(var, "").strip()
+        value = _environment.text(var)
         if value:
             modes[d] = _check_mode(value, f"environment variable {var}")
     return {d: m for d, m in modes.items() if m != "allow"}

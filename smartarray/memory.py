@@ -48,10 +48,13 @@ from ._memory.checks import (  # noqa: F401
     _check_stream,
     _copy_source,
     _host_array_from,
-    _is_device_array,
     check_compatibility,
 )
-from ._memory.counted import _adopt, _base_class, _raw, _Uncounted, describe  # noqa: F401
+from ._memory.checks import (
+    is_device_array as _is_device_array,
+)
+from ._memory.counted import _base_class, _raw, _Uncounted, describe  # noqa: F401
+from ._memory.counted import adopt as _adopt  # noqa: F401
 from ._memory.pinning import _mapping, _Registration, _registry
 from ._platform import cuda_simulator as _sim
 from ._platform.cuda_simulator import SIMULATOR
@@ -234,7 +237,7 @@ def pinned_array(
     )
 
 
-def _portable_pinned_bytes(nbytes: int) -> np.ndarray:
+def portable_pinned_bytes(nbytes: int) -> np.ndarray:
     """``nbytes`` page-locked bytes (``uint8``) that every device copies as page-locked.
 
     A SmartArray's ``pinned=True`` host copy: ``cuMemHostAlloc`` without ``PORTABLE`` locks

@@ -8,6 +8,7 @@ inside a ``with`` block. Counting is thread safe.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -281,10 +282,8 @@ def enable_nvtx(enabled: bool = True) -> bool:
 
 
 if _environment.flag("SMARTARRAY_NVTX"):
-    try:
+    with contextlib.suppress(ImportError):  # (the switch names an optional extra)
         enable_nvtx(True)
-    except ImportError:  # pragma: no cover - the switch names an optional extra
-        pass
 
 
 def stats() -> TransferStats:

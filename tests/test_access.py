@@ -570,7 +570,7 @@ def test_same_inference_on_the_real_cuda_target():
 
 
 def test_module_constants():
-    assert _access.NEG < -1000 and NEVER == float("inf")
+    assert _access.NEG < -1000 and float("inf") == NEVER
 
 
 # -- soundness: generated njit functions ------------------------------------------------------

@@ -492,7 +492,7 @@ def test_threads_disjoint_slices():
                 assert view[i % chunk] == t * 1000 + i
                 if i % 10 == 0:
                     view.gpu()
-        except BaseException as exc:  # pragma: no cover - reported below
+        except BaseException as exc:  # pragma: no cover  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]

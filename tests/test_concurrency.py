@@ -46,7 +46,7 @@ def run_opposite(
         try:
             for _ in range(rounds):
                 op(first, second)
-        except BaseException as exc:  # reported below, in the test's thread
+        except BaseException as exc:  # noqa: BLE001 - reported below, in the test's thread
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=pair, daemon=True) for pair in ((x, y), (y, x))]

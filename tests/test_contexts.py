@@ -35,7 +35,7 @@ def in_a_new_thread(fn: Callable[[], Any], leave_a_device_block: bool = False) -
                 with cuda.gpus[0]:
                     pass
             out["value"] = fn()
-        except BaseException as exc:  # re-raised in the test's thread
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
             out["error"] = exc
 
     t = threading.Thread(target=run)

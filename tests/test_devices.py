@@ -398,7 +398,7 @@ print(json.dumps({"values": np.asarray(a)[:3].tolist(), "budgets": [b.budget for
         env=env,
     )
     assert out["values"] == [2.0, 3.0, 4.0]
-    assert all(0 < b for b in out["budgets"])
+    assert all(b > 0 for b in out["budgets"])
     assert out["used"] == [8192, 8192]
 
 

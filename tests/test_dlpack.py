@@ -454,9 +454,8 @@ def test_bad_arguments_are_refused_before_anything_moves():
 
 def test_the_transfer_guard_refuses_before_anything_is_recorded():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
-    with sa.transfer_guard("disallow", "h2d"):
-        with pytest.raises(sa.TransferGuardError):
-            export(a)
+    with sa.transfer_guard("disallow", "h2d"), pytest.raises(sa.TransferGuardError):
+        export(a)
     assert a.valid_at == ("host",) and moved()["h2d"] == 0
     # Nothing was exported: the device copy may still be evicted.
     assert [r.kept for r in sa.device_budget().resident if r.name == a.name] == [""]

@@ -21,7 +21,7 @@ def _on_device(n: int = 16) -> sa.SmartArray:
 
 def test_locations_and_intents_are_the_strings_users_pass():
     assert LOCATIONS == (HOST, GPU) == ("host", "gpu")
-    assert (IN, OUT, INOUT) == (sa.In.intent, sa.Out.intent, sa.InOut.intent)
+    assert (sa.In.intent, sa.Out.intent, sa.InOut.intent) == (IN, OUT, INOUT)
 
 
 def test_host_in_downloads_only_the_stale_range_and_release_records_nothing():

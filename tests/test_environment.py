@@ -26,7 +26,7 @@ def test_a_switch_is_off_for_the_words_that_say_off(value):
     assert parse_flag("SMARTARRAY_STRICT", value) is False
 
 
-@pytest.mark.parametrize("value", ["2", "maybe", "enabled", "-1", "tru"])
+@pytest.mark.parametrize("value", ["2", "maybe", "enabled", "-1", "tru"])  # codespell:ignore tru
 def test_a_switch_refuses_what_is_neither(value):
     with pytest.raises(ValueError, match=r"SMARTARRAY_STRICT must be a boolean: 1, true, yes, on"):
         parse_flag("SMARTARRAY_STRICT", value)
@@ -53,6 +53,27 @@ def test_strict_said_off_neither_turns_strict_mode_on_nor_forces_the_simulator(v
     out = _import_smartarray({"SMARTARRAY_STRICT": value}, code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "None"]
+
+
+def test_the_fake_driver_reads_strict_said_off_as_off():
+    code = "from smartarray import _fakegpu\nprint(_fakegpu.current() is not None)\n"
+    out = _import_smartarray({"SMARTARRAY_FAKE_GPU": "1", "SMARTARRAY_STRICT": "false"}, code)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True"]
+
+
+@pytest.mark.parametrize(
+    "name, value, accepted",
+    [
+        ("SMARTARRAY_FAKE_GPU_LOG", "sometimes", "must be a boolean"),
+        ("SMARTARRAY_FAKE_GPU_SEED", "1.5", "must be an integer"),
+    ],
+)
+def test_the_fake_driver_refuses_a_switch_it_cannot_read(name, value, accepted):
+    out = _import_smartarray({"SMARTARRAY_FAKE_GPU": "1", name: value})
+    assert out.returncode != 0
+    assert f"ValueError: environment variable {name} {accepted}" in out.stderr
+    assert repr(value) in out.stderr
 
 
 @pytest.mark.parametrize(

@@ -27,9 +27,13 @@ def assert_coherent(a: SmartArray) -> None:
         dev = memory._Uncounted(buf.device_bytes).copy_to_host()
     for i in range(buf.nbytes):
         assert state.is_valid("host", i, i + 1) or state.is_valid("gpu", i, i + 1), i
-        if dev is not None and host is not None:
-            if state.is_valid("host", i, i + 1) and state.is_valid("gpu", i, i + 1):
-                assert host[i] == dev[i], f"byte {i} valid on both copies with different values"
+        if (
+            dev is not None
+            and host is not None
+            and state.is_valid("host", i, i + 1)
+            and state.is_valid("gpu", i, i + 1)
+        ):
+            assert host[i] == dev[i], f"byte {i} valid on both copies with different values"
 
 
 def fail_on_call(monkeypatch, n: int, direction: str | None = None) -> list[int]:

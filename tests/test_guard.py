@@ -33,9 +33,8 @@ def _stale_on_device(n=8, name="x"):
 def test_disallow_refuses_a_launch_upload_and_changes_nothing():
     a = _stale_on_device()
     before = sa.stats()
-    with sa.transfer_guard("disallow"):
-        with pytest.raises(sa.TransferGuardError) as info:
-            add_one[1, 8](a)  # line of the launch
+    with sa.transfer_guard("disallow"), pytest.raises(sa.TransferGuardError) as info:
+        add_one[1, 8](a)  # line of the launch
     exc = info.value
     assert (exc.array, exc.direction, exc.reason) == ("x", "h2d", "device use")
     assert exc.nbytes == 16  # only the stale bytes [16, 32) would have moved
@@ -66,9 +65,12 @@ def test_a_refused_plan_moves_none_of_its_copies():
     d[:] = 1.0
     a.gpu_changed()
     a[4:8] = 5.0  # host current on [32, 64) only: the read of all needs [0, 32) and [64, 128)
-    with sa.trace() as t, sa.transfer_guard("disallow", direction="d2h"):
-        with pytest.raises(sa.TransferGuardError):
-            a.sum()
+    with (
+        sa.trace() as t,
+        sa.transfer_guard("disallow", direction="d2h"),
+        pytest.raises(sa.TransferGuardError),
+    ):
+        a.sum()
     assert t.events == []
     assert not a.is_valid("host") and not a.is_valid("gpu")
     assert a[4:8].is_valid("host") and a[:4].is_valid("gpu")
@@ -121,7 +123,7 @@ def test_guard_is_thread_local():
     def other():
         try:
             add_one[1, 8](a)  # not guarded in this thread
-        except Exception as exc:  # pragma: no cover - the failure being tested
+        except Exception as exc:  # pragma: no cover  # noqa: BLE001 - the failure tested
             errors.append(exc)
 
     with sa.transfer_guard("disallow"):
@@ -138,9 +140,11 @@ def test_refused_eager_refresh_is_refused_before_the_launch():
     held = a.host()
     a.gpu()
     b.gpu()
-    with sa.transfer_guard("disallow", direction="d2h"):
-        with pytest.raises(sa.TransferGuardError) as info:
-            _inc2[1, 8](b, a)
+    with (
+        sa.transfer_guard("disallow", direction="d2h"),
+        pytest.raises(sa.TransferGuardError) as info,
+    ):
+        _inc2[1, 8](b, a)
     assert info.value.reason == "eager refresh of an exported view"
     # The refused argument changed nothing: still current everywhere, its held array intact.
     assert a.valid_at == ("host", "gpu")
@@ -161,11 +165,10 @@ def _inc2(x, y):
 
 def test_log_mode_logs_implicit_transfers_with_the_line(caplog):
     a = _stale_on_device(name="logged")
-    with caplog.at_level(logging.WARNING, logger="smartarray"):
-        with sa.transfer_guard("log"):
-            a.gpu()  # explicit: not logged
-            a[0] = 1.0
-            add_one[1, 8](a)  # implicit: logged
+    with caplog.at_level(logging.WARNING, logger="smartarray"), sa.transfer_guard("log"):
+        a.gpu()  # explicit: not logged
+        a[0] = 1.0
+        add_one[1, 8](a)  # implicit: logged
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1
     assert "h2d 8 B logged (device use) test_guard.py:" in messages[0]
@@ -173,9 +176,11 @@ def test_log_mode_logs_implicit_transfers_with_the_line(caplog):
 
 
 def test_log_explicit_logs_explicit_transfers_too(caplog):
-    with caplog.at_level(logging.WARNING, logger="smartarray"):
-        with sa.transfer_guard("log_explicit"):
-            sa.to_device(np.zeros(2))
+    with (
+        caplog.at_level(logging.WARNING, logger="smartarray"),
+        sa.transfer_guard("log_explicit"),
+    ):
+        sa.to_device(np.zeros(2))
     assert ["to_device" in r.getMessage() for r in caplog.records] == [True]
 
 
@@ -189,15 +194,16 @@ def test_log_explicit_logs_explicit_transfers_too(caplog):
     ],
 )
 def test_bad_arguments_are_refused(kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        with sa.transfer_guard(**kwargs):
-            pass  # pragma: no cover
+    with pytest.raises(ValueError, match=match), sa.transfer_guard(**kwargs):
+        pass  # pragma: no cover
 
 
 def test_a_direction_that_is_no_sequence_is_a_type_error():
-    with pytest.raises(TypeError, match="direction must be .* got int"):
-        with sa.transfer_guard("disallow", direction=5):
-            pass  # pragma: no cover
+    with (
+        pytest.raises(TypeError, match="direction must be .* got int"),
+        sa.transfer_guard("disallow", direction=5),
+    ):
+        pass  # pragma: no cover
 
 
 def test_environment_variable_guards_a_whole_run():
@@ -251,9 +257,11 @@ def test_njit_argument_construction_and_device_element_access_are_guarded():
             dev[1] = 7.0
     assert a.valid_at == ("gpu",) and float(total(a)) == 15.0
     np.testing.assert_array_equal(dev.copy_to_host(), [0.0, 1.0, 2.0])
-    with sa.transfer_guard("disallow_explicit"):
-        with pytest.raises(sa.TransferGuardError, match="construction"):
-            sa.SmartArray(np.zeros(3), where="gpu")
+    with (
+        sa.transfer_guard("disallow_explicit"),
+        pytest.raises(sa.TransferGuardError, match="construction"),
+    ):
+        sa.SmartArray(np.zeros(3), where="gpu")
 
 
 # -- internal consolidation under a guard (issue 25 E11) ---------------------------------------

@@ -85,7 +85,7 @@ class RunsMeanwhile(numba_args.In):
         def other() -> None:
             try:
                 self.meanwhile()
-            except BaseException as exc:  # reported in the launching thread
+            except BaseException as exc:  # noqa: BLE001 - reported in the launching thread
                 self.errors.append(exc)
             finally:
                 finished.set()
@@ -145,7 +145,7 @@ def _one_thread_after_another(stream: Any, threads: int = 3) -> SmartArray:
         try:
             mine = stream()
             bump[2, 32, mine](a)
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
             errors.append(exc)
 
     for _ in range(threads):
@@ -437,7 +437,7 @@ class ReadsBeforeTheLock:
             def other() -> None:
                 try:
                     self.read()
-                except BaseException as exc:  # reported in the launching thread
+                except BaseException as exc:  # noqa: BLE001 - reported in the launching thread
                     self.errors.append(exc)
 
             t = threading.Thread(target=other, daemon=True)

@@ -146,10 +146,9 @@ def test_inout_view_records_the_write_on_exit_for_held_host_arrays():
 def test_inout_view_records_the_write_even_when_the_consumer_fails():
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     held = a.get("host")
-    with pytest.raises(RuntimeError, match="consumer"):
-        with a.cuda_view() as v:
-            launch(add_one, sa.as_cuda_array(v))
-            raise RuntimeError("consumer failed after writing")
+    with pytest.raises(RuntimeError, match="consumer"), a.cuda_view() as v:
+        launch(add_one, sa.as_cuda_array(v))
+        raise RuntimeError("consumer failed after writing")
     np.testing.assert_array_equal(held, np.arange(N) + 1.0)
 
 
@@ -285,9 +284,11 @@ def test_bad_device_input_is_refused_before_anything_moves():
 
 def test_transfer_guard_sees_the_device_copy():
     d = cuda.to_device(np.arange(N, dtype=np.float64))
-    with sa.transfer_guard("disallow_explicit", "d2d"):
-        with pytest.raises(sa.TransferGuardError, match="d2d"):
-            sa.SmartArray(d)
+    with (
+        sa.transfer_guard("disallow_explicit", "d2d"),
+        pytest.raises(sa.TransferGuardError, match="d2d"),
+    ):
+        sa.SmartArray(d)
     assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
 
 
@@ -763,10 +764,9 @@ def test_cupy_writes_after_an_export_with_a_held_host_array():
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
     np.testing.assert_array_equal(h, np.arange(N) + 1.0)
     s = cp.cuda.Stream(non_blocking=True)
-    with a.cuda_view() as v:
-        with s:
-            y = cp.asarray(v)
-            y *= 2  # queued on a non-blocking stream, not waited for here
+    with a.cuda_view() as v, s:
+        y = cp.asarray(v)
+        y *= 2  # queued on a non-blocking stream, not waited for here
     np.testing.assert_array_equal(h, (np.arange(N) + 1.0) * 2)  # refreshed after it
     cap = a.__dlpack__(dl_device=(2, 0), stream=s.ptr, max_version=(1, 0))
     z = cp.from_dlpack(cap)

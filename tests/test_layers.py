@@ -11,6 +11,12 @@ Each rule's known exceptions are named here with a reason (issue 27):
 - a private package's ``__init__`` imports nothing and lists in ``__all__`` the modules the
   rest may import (``FACADES`` re-export names instead), and nothing outside it imports
   another of its modules, not even for types;
+- no module reads or writes a private name (``x._name``, or ``getattr(x, "_name")``) that only
+  another layer defines: a layer reaches another's objects through their interface (public
+  names, or a protocol the reading layer defines, such as the engine's
+  ``_engine/interface.py``, whose functions the layers above call);
+- one module reads the environment, ``_platform/environment.py``; the other readers left are
+  named here with their reason (setting a variable, for numba or a child, is no read);
 - sizes are a report, not a rule: ``python tools/size_report.py`` lists modules over 500 lines,
   classes over 400 and functions over 80 (a hint to look, never a reason to carve a concept);
   the one test here checks that the report finds an oversized function.
@@ -334,6 +340,241 @@ def test_production_importing_a_double_is_found(tmp_path: pathlib.Path) -> None:
     }
     found = double_imports(import_graph(_tree(tmp_path, files)))
     assert found == {("smartarray.engine", "smartarray._strict.state")}
+
+
+# -- private names across layers ----------------------------------------------------------
+
+# Reads of another layer's private names known today, (module, name) with the reason. Each
+# must stay exactly as listed (or vanish from here when fixed).
+_ARGUMENTS = "SmartArray's kernel-argument functions, array code in the engine's room"
+_HINT = "the In/Out/InOut hints forward numba's argument hooks to the SmartArray they wrap"
+_RECORD = "the record view is a subclass of SmartArray: its base class's own names"
+KNOWN_PRIVATE_READS: dict[tuple[str, str], str] = {
+    **{
+        ("smartarray._engine.arguments", name): _ARGUMENTS
+        for name in (
+            "_check_device_geometry",
+            "_covers",
+            "_device_on",
+            "_dtype",
+            "_host_view",
+            "_probe",
+            "_shape",
+            "_strides",
+        )
+    },
+    **{
+        ("smartarray.hints", name): _HINT
+        for name in (
+            "_njit_abort_as",
+            "_njit_enter_as",
+            "_njit_exit_as",
+            "_numba_in_type_",
+            "_prepare_launch",
+        )
+    },
+    **{("smartarray._record", name): _RECORD for name in ("_dtype", "_host_ro", "_view")},
+    ("smartarray._access.known", "_smartarray_access"): "smartarray.jit's wrappers' marker",
+    ("smartarray._numba.copy_counting", "_all_numba"): "stats' switch, a module global",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _layer(module: str) -> str:
+    return "doubles" if module.startswith(TEST_DOUBLES) else str(layer_of(module))
+
+
+def defined_names(package: pathlib.Path) -> dict[str, set[str]]:
+    """The names each layer defines, by layer: a module's top-level names, a class body's
+    (methods, attributes, ``__slots__``, a protocol's members) and what its methods assign
+    to ``self``."""
+    found: dict[str, set[str]] = {}
+    for name, path in module_files(package).items():
+        names = found.setdefault(_layer(name), set())
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))]:
+            for node in scope.body:
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    names.add(node.name)
+                targets = node.targets if isinstance(node, ast.Assign) else []
+                if isinstance(node, ast.AnnAssign):
+                    targets = [node.target]
+                for target in targets:
+                    names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+                    if isinstance(target, ast.Name) and target.id == "__slots__":
+                        names.update(ast.literal_eval(node.value))
+            if isinstance(scope, ast.ClassDef):
+                names.update(
+                    n.attr
+                    for n in ast.walk(scope)
+                    if isinstance(n, ast.Attribute)
+                    and isinstance(n.ctx, ast.Store)
+                    and isinstance(n.value, ast.Name)
+                    and n.value.id == "self"
+                )
+    return found
+
+
+_ATTRIBUTE_CALLS = ("getattr", "setattr", "hasattr", "delattr")
+
+
+def private_reads(package: pathlib.Path) -> set[tuple[str, str]]:
+    """(module, name) for each use of a private attribute ``name`` (``x._name``, or a
+    constant string given to ``getattr``, ``setattr``, ``hasattr``, ``delattr``) that the
+    module's layer does not define and another layer does. A class's methods using their own
+    ``self`` or ``cls`` are left out; names no layer defines (other libraries') too."""
+    defined = defined_names(package)
+    found = set()
+
+    def visit(node: ast.AST, module: str, own: set[str], in_method: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            name, owner = None, None
+            if isinstance(child, ast.Attribute):
+                name, owner = child.attr, child.value
+            elif (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Name)
+                and child.func.id in _ATTRIBUTE_CALLS
+                and len(child.args) >= 2
+                and isinstance(child.args[1], ast.Constant)
+                and isinstance(child.args[1].value, str)
+            ):
+                name, owner = child.args[1].value, child.args[0]
+            mine = in_method and isinstance(owner, ast.Name) and owner.id in ("self", "cls")
+            if (
+                name is not None
+                and _private(name)
+                and not mine
+                and name not in own
+                and any(name in names for names in defined.values())
+            ):
+                found.add((module, name))
+            method = isinstance(node, ast.ClassDef) and isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef
+            )
+            visit(child, module, own, in_method or method)
+
+    for module, path in module_files(package).items():
+        if module.startswith(TEST_DOUBLES):
+            continue  # doubles stand in for other libraries: DOUBLE_IMPORTS rules them
+        own = defined.get(_layer(module), set())
+        visit(ast.parse(path.read_text(encoding="utf-8")), module, own, False)
+    return found
+
+
+def test_no_layer_reads_another_layers_private_names_but_the_known_ones() -> None:
+    assert private_reads(PACKAGE) == set(KNOWN_PRIVATE_READS)
+
+
+_SMARTARRAY = "class SmartArray:\n    __slots__ = ('_buf', '_lo')\n    _buf: object\n"
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "def f(a):\n    return a._buf\n",
+        "def f(a):\n    return getattr(a, '_buf')\n",
+        "def f(a):\n    return hasattr(a, '_lo')\n",
+        "def f(a):\n    a._lo = 0\n",
+        "def f(self):\n    return self._buf\n",  # a function bound into SmartArray
+        "class V:\n    def f(self, a):\n        return a._buf\n",
+    ],
+)
+def test_a_read_of_another_layers_private_name_is_found(
+    tmp_path: pathlib.Path, statement: str
+) -> None:
+    files = {"__init__.py": "", "array.py": _SMARTARRAY, "_interop/exports.py": statement}
+    name = "_lo" if "_lo" in statement else "_buf"
+    assert private_reads(_tree(tmp_path, files)) == {("smartarray._interop.exports", name)}
+
+
+def test_a_renamed_slot_is_still_private_to_its_layer(tmp_path: pathlib.Path) -> None:
+    array = _SMARTARRAY.replace("_buf", "_buffer")
+    reads = "def f(a):\n    return a._buffer, a._buf, a._other\n"  # (_buf, _other: defined by none)
+    files = {"__init__.py": "", "array.py": array, "_interop/exports.py": reads}
+    assert private_reads(_tree(tmp_path, files)) == {("smartarray._interop.exports", "_buffer")}
+
+
+def test_own_names_and_an_interface_protocol_pass(tmp_path: pathlib.Path) -> None:
+    interface = (
+        "from typing import Protocol\n"
+        "class BufferView(Protocol):\n    _buf: object\n"
+        "def buffer(view):\n    return view._buf\n"  # the engine's interface
+    )
+    files = {
+        "__init__.py": "",
+        "array.py": _SMARTARRAY + "    def f(self):\n        return self._lo\n",
+        "_array/copies.py": "def f(self):\n    return self._buf, self._lo\n",  # same layer
+        "_engine/interface.py": interface,
+        "_interop/exports.py": "from .._engine import interface\n"
+        "def f(a):\n    return interface.buffer(a).lock, a.__class__\n",
+    }
+    assert private_reads(_tree(tmp_path, files)) == set()
+
+
+# -- the environment ------------------------------------------------------------------------
+
+ENVIRONMENT = "smartarray._platform.environment"
+# Modules that read the environment other than ENVIRONMENT, with the reason. Each must stay
+# exactly as listed (or vanish from here when fixed).
+KNOWN_ENVIRONMENT_READERS = {
+    "smartarray._cli": "copies it for a child process (with the simulator's switch)",
+    "smartarray.__main__": "copies it for a child process (the benchmarks', the fake driver's)",
+}
+_WRITES = ("setdefault", "pop", "update")  # (os.environ.setdefault(...): no read)
+
+
+def environment_readers(package: pathlib.Path) -> set[str]:
+    """The modules that read ``os.environ`` or call ``os.getenv`` (an assignment to
+    ``os.environ[name]`` or a call of its ``setdefault``, ``pop`` or ``update`` is no read)."""
+    found = set()
+    for module, path in module_files(package).items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        parents = {c: n for n in ast.walk(tree) for c in ast.iter_child_nodes(n)}
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "os"
+                and any(a.name in ("environ", "environb", "getenv") for a in node.names)
+            ):
+                found.add(module)
+            if not (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "os"
+                and node.attr in ("environ", "environb", "getenv")
+            ):
+                continue
+            up = parents.get(node)
+            stored = isinstance(up, ast.Subscript) and isinstance(up.ctx, ast.Store | ast.Del)
+            written = isinstance(up, ast.Attribute) and up.attr in _WRITES
+            if not (stored or written):
+                found.add(module)
+    return found - {ENVIRONMENT}
+
+
+def test_only_the_environment_module_reads_the_environment_but_the_known_ones() -> None:
+    assert environment_readers(PACKAGE) == set(KNOWN_ENVIRONMENT_READERS)
+
+
+@pytest.mark.parametrize(
+    "text, read",
+    [
+        ("import os\nx = os.environ.get('A')\n", True),
+        ("import os\nx = os.environ['A']\n", True),
+        ("import os\nx = 'A' in os.environ\n", True),
+        ("import os\nx = os.getenv('A')\n", True),
+        ("from os import environ\n", True),
+        ("import os\nos.environ['A'] = '1'\n", False),
+        ("import os\nos.environ.setdefault('A', '1')\n", False),
+    ],
+)
+def test_a_read_of_the_environment_is_found(tmp_path: pathlib.Path, text: str, read: bool) -> None:
+    package = _tree(tmp_path, {"__init__.py": "", "guard.py": text})
+    assert environment_readers(package) == ({"smartarray.guard"} if read else set())
 
 
 # Sizes a maintainer can hold in their head: reported by tools/size_report.py, never enforced

@@ -588,12 +588,10 @@ def test_mapped_kernel_writes_land_in_host_arrays(count):
 
 
 def test_mapped_and_pinned_reject_non_arrays():
-    with pytest.raises(TypeError, match=r"arrays\[0\]"):
-        with sa.mapped([1, 2, 3]):
-            pass
-    with pytest.raises(TypeError, match=r"arrays\[1\]"):
-        with sa.pinned(np.zeros(2), "x"):
-            pass
+    with pytest.raises(TypeError, match=r"arrays\[0\]"), sa.mapped([1, 2, 3]):
+        pass
+    with pytest.raises(TypeError, match=r"arrays\[1\]"), sa.pinned(np.zeros(2), "x"):
+        pass
 
 
 # --- register / deregister ---------------------------------------------------------------------
@@ -764,9 +762,8 @@ def test_mapped_block_waits_for_the_device_before_unmapping(monkeypatch):
         add_one[1, 4](d_a)
         events.append("launched")
     assert events == ["launched", "wait"]
-    with pytest.raises(KeyError):
-        with sa.mapped(a):
-            raise KeyError("in the block")
+    with pytest.raises(KeyError), sa.mapped(a):
+        raise KeyError("in the block")
     assert events == ["launched", "wait", "wait"]
     np.testing.assert_array_equal(a, np.ones(4))
 

@@ -319,7 +319,7 @@ def test_launches_from_several_threads_on_separate_arrays():
                 else:
                     launch(add_one, arr)
                 arr[0] = arr[0] + 10  # host read and write between launches
-        except BaseException as exc:  # pragma: no cover - reported below
+        except BaseException as exc:  # pragma: no cover  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(arr,)) for arr in arrays]

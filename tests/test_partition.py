@@ -120,9 +120,8 @@ def test_a_one_dimensional_array_and_a_view_split_too() -> None:
     ],
 )
 def test_bad_input_is_refused_before_anything_moves(args, kwargs, error, match) -> None:
-    with sa.trace() as t:
-        with pytest.raises(error, match=match):
-            sa.decompose(*args, **kwargs)
+    with sa.trace() as t, pytest.raises(error, match=match):
+        sa.decompose(*args, **kwargs)
     assert t.events == []
 
 

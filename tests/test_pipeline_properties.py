@@ -262,7 +262,7 @@ class Pipeline(RuleBasedStateMachine):
                 try:
                     for _ in range(rounds):
                         op()
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
                     errors.append(exc)
 
             threads = [threading.Thread(target=worker, args=(op,), daemon=True) for op in ops]

@@ -90,7 +90,6 @@ def test_a_device_write_during_iteration_is_seen_by_the_next_elements() -> None:
 @pytest.mark.parametrize("how", [iter, reversed])
 def test_iterating_a_0d_array_raises_at_once_moving_nothing(how) -> None:
     a = _on_device_only(np.array(3.0))
-    with sa.trace() as t:
-        with pytest.raises(TypeError, match="0-d"):
-            how(a)
+    with sa.trace() as t, pytest.raises(TypeError, match="0-d"):
+        how(a)
     assert t.events == []

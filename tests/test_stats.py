@@ -53,9 +53,8 @@ def test_nested_traces_both_see_inner_copies():
 
 
 def test_trace_stops_recording_after_block_even_on_error():
-    with pytest.raises(RuntimeError):
-        with sa.trace() as t:
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), sa.trace() as t:
+        raise RuntimeError("boom")
     sa.to_device(np.zeros(1))
     assert t.events == []
 

@@ -90,9 +90,8 @@ def test_context_manager_turns_strict_mode_on_and_off():
 def test_bad_arguments_are_refused_and_change_nothing(kwargs, error, match):
     was = is_strict()
     state = strict_state()
-    with pytest.raises(error, match=match):
-        with strict(**kwargs):
-            pass  # pragma: no cover
+    with pytest.raises(error, match=match), strict(**kwargs):
+        pass  # pragma: no cover
     assert is_strict() == was
     assert strict_state() is state
 
@@ -379,14 +378,15 @@ def test_pinned_and_mapped_take_several_arrays():
 def test_registering_page_locked_memory_again_is_refused():
     with strict():
         host = cuda.pinned_array(16)
-        with pytest.raises(RuntimeError, match="ALREADY_REGISTERED"):
-            with cuda.pinned(host):
-                pass
+        with pytest.raises(RuntimeError, match="ALREADY_REGISTERED"), cuda.pinned(host):
+            pass
         a = np.zeros(16)
-        with cuda.pinned(a):
-            with pytest.raises(RuntimeError, match="ALREADY_REGISTERED"):
-                with cuda.pinned(a):
-                    pass
+        with (
+            cuda.pinned(a),
+            pytest.raises(RuntimeError, match="ALREADY_REGISTERED"),
+            cuda.pinned(a),
+        ):
+            pass
 
 
 def test_finite_device_memory():
@@ -645,9 +645,8 @@ def test_unpinning_memory_an_async_copy_still_uses_is_an_error():
     with strict():
         s = cuda.stream()
         d = cuda.device_array(64)
-        with pytest.raises(StrictModeError, match="still queued"):
-            with cuda.pinned(a):
-                d.copy_to_device(a, stream=s)
+        with pytest.raises(StrictModeError, match="still queued"), cuda.pinned(a):
+            d.copy_to_device(a, stream=s)
         s.synchronize()
         with cuda.pinned(a):
             d.copy_to_device(a, stream=s)

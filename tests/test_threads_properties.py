@@ -156,7 +156,7 @@ def run_program(program: list[list[tuple[Any, ...]]]) -> None:
     def worker(number: int) -> None:
         try:
             _run_thread(number, program[number], arrays, model)
-        except BaseException as exc:  # reported in the main thread
+        except BaseException as exc:  # noqa: BLE001 - reported in the main thread
             errors.append(exc)
 
     old = sys.getswitchinterval()

@@ -82,7 +82,7 @@ class _Analyser(_Transfer):
             return self.everything(names, "the function takes *args or **kwargs: not analysed")
         try:
             func_ir = run_frontend(fn)
-        except Exception as exc:  # bytecode numba cannot read: nothing is proven
+        except Exception as exc:  # noqa: BLE001 - code numba cannot read: nothing proven
             return self.everything(names, f"its code could not be analysed ({exc})")
         ir = self.ir
         stmts = [(s, blk) for blk in func_ir.blocks.values() for s in blk.body]
@@ -239,4 +239,4 @@ def _is_cuda_dispatcher(func: Any) -> bool:
     wrapped = getattr(func, "__wrapped__", None)
     if wrapped is not None and not inspect.isfunction(wrapped):
         mods.add(type(wrapped).__module__ or "")
-    return any(m.startswith("numba.cuda") or m.startswith("numba_cuda") for m in mods)
+    return any(m.startswith(("numba.cuda", "numba_cuda")) for m in mods)

@@ -127,12 +127,12 @@ def _py_func(obj: Any) -> Any:
     """The Python function behind a Numba dispatcher (njit, cuda.jit, simulator, ours), or None."""
     try:
         inner = inspect.unwrap(obj) if not inspect.isfunction(obj) else obj
-    except Exception:
+    except Exception:  # noqa: BLE001 - unwrap runs user code (__wrapped__, cycles)
         inner = obj
     for candidate in (obj, inner):
         try:
             fn = getattr(candidate, "py_func", None)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a user object's attribute may raise anything
             fn = None
         if inspect.isfunction(fn) and _is_dispatcher(candidate):
             return fn
@@ -159,5 +159,5 @@ def _is_prange(obj: Any) -> bool:
         import numba
 
         return obj is numba.prange
-    except Exception:  # pragma: no cover
+    except ImportError:  # pragma: no cover
         return False

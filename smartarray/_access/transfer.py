@@ -308,7 +308,7 @@ class _Transfer(_Values):
         if isinstance(obj, np.ufunc) and not extra:
             if emit:
                 why = f"passed as an output of {obj.__name__} at line {line}: {self.src(loc)}"
-                for v in args[obj.nin :]:
+                for v in args[obj.nin :]:  # codespell:ignore nin
                     self.write_var(v, NEG, loc, why)
                 for k, v in kws:
                     if k == "out":
@@ -356,11 +356,11 @@ class _Transfer(_Values):
             why = f"returned at line {line}: {self.src(loc)}: counted as written"
             self.write_var(s.value, 0, loc, why, returned=True)
             _union(self.returns, self.alias_of_var(s.value))
-        elif isinstance(s, (ir.Del, ir.Jump, ir.Branch, ir.Print, ir.PopBlock)):
-            pass
-        elif isinstance(s, (ir.StaticRaise, ir.DynamicRaise, ir.TryRaise)):
-            pass
-        elif type(s).__name__ in ("StaticTryRaise", "DynamicTryRaise"):
+        elif isinstance(
+            s,
+            (ir.Del, ir.Jump, ir.Branch, ir.Print, ir.PopBlock)  # control flow
+            + (ir.StaticRaise, ir.DynamicRaise, ir.TryRaise),  # raises: nothing written
+        ) or type(s).__name__ in ("StaticTryRaise", "DynamicTryRaise"):
             pass
         else:
             self.write_all(loc, f"`{type(s).__name__}` at line {line}: not analysed")

@@ -116,7 +116,7 @@ class _Values:
                 return _UNRESOLVED
             try:
                 got = getattr(base, value.attr)
-            except Exception:
+            except Exception:  # noqa: BLE001 - a user object's attribute may raise anything
                 return _UNRESOLVED
             self.deps.attr(base, value.attr, got)
             return got

@@ -25,8 +25,10 @@ from .._memory.checks import (
     _check_host_array,
     _check_stream,
     _copy_source,
-    _is_device_array,
     check_compatibility,
+)
+from .._memory.checks import (
+    is_device_array as _is_device_array,
 )
 from .._memory.devices import HOST
 from ..errors import TransferError

@@ -115,9 +115,13 @@ def _from_njit(ary: Any) -> Any:
     view = _smart()._view(owner._buf, offset, ary.shape, ary.strides, ary.dtype)
     if view._lo < 0 or view._hi > owner._buf.nbytes:
         return ary  # cannot happen for numba's views; never record bytes outside the buffer
-    if view._offset == owner._offset and view._shape == owner._shape:
-        if view._strides == owner._strides and view._dtype == owner._dtype:
-            return owner
+    if (
+        view._offset == owner._offset
+        and view._shape == owner._shape
+        and view._strides == owner._strides
+        and view._dtype == owner._dtype
+    ):
+        return owner
     if ary.flags.writeable:
         view._changed(HOST, view._lo, view._hi)
     return view

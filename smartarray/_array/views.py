@@ -269,7 +269,8 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
         if stamp != buf.host_stamp or (
             key is not known and (key.__class__ is not known.__class__ or key != known)
         ):
-            return _setitem(self, key, value)
+            _setitem(self, key, value)
+            return
     self._host_cells[key] = value  # type: ignore[index]  # (a fresh stamp: made)
     if stamp != buf.host_stamp:
         _setitem(self, key, value)
@@ -280,7 +281,7 @@ def _cell(self: SmartArray, key: tuple[Any, ...]) -> bool:
     (``a[i, j]``), which the host fast path reads or writes directly."""
     if len(key) != len(self._shape) or self._host_nd is None:
         return False
-    for k in key:
+    for k in key:  # noqa: SIM110 - the host fast path: all() over a generator costs more
         if k.__class__ not in _INT_KEYS:
             return False
     return True

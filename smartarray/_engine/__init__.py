@@ -11,6 +11,8 @@ What the layers above may use (``__all__``):
   the per-view launch cache (``CachingView``) that SmartArray implements;
 - :mod:`.budget`: the budget as users set and see it;
 - :mod:`.array_classes`: where the array layer registers the classes the code below it makes;
+- :mod:`.interface`: what the layers above, other than the array's own, read of a view's
+  engine side (its buffer, its bytes, its hand-outs), never its private slots;
 - :mod:`.prefetch`: copies started early on a stream (``SmartArray.prefetch``), and the wait
   of host accesses for a download so started.
 
@@ -22,4 +24,12 @@ The engine never imports the array layer (it names SmartArray's base class, or t
 Imports nothing itself (``tests/test_layers.py`` checks the list and the layers).
 """
 
-__all__ = ["arguments", "array_classes", "budget", "buffer", "prefetch", "residency"]
+__all__ = [
+    "arguments",
+    "array_classes",
+    "budget",
+    "buffer",
+    "interface",
+    "prefetch",
+    "residency",
+]

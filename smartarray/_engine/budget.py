@@ -111,10 +111,8 @@ def device_budget(device: int | None = None) -> DeviceBudget:
     else:
         number = None
         if not isinstance(device, (bool, np.bool_)):  # (True is not device 1)
-            try:
+            with contextlib.suppress(TypeError):
                 number = index(device)
-            except TypeError:
-                pass
         if number is None:
             raise TypeError(f"device must be an int (a CUDA device) or None, got {device!r}")
         device = _devices.ordinal(_devices.resolve(f"gpu:{number}", "device"))

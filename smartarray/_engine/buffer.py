@@ -267,12 +267,11 @@ class Buffer:
 
     def _arm(self, view: ArmableView, lo: int, hi: int) -> None:
         """Arm ``view``'s njit fast path if its bytes are current on the host only."""
-        if view._njit_view is not None and not self.work:
-            if self.state.is_exclusive(HOST, lo, hi):
-                view._njit_fast = view._njit_view
-                if self.fast_views is None:
-                    self.fast_views = weakref.WeakValueDictionary()
-                self.fast_views[id(view)] = view
+        if view._njit_view is not None and not self.work and self.state.is_exclusive(HOST, lo, hi):
+            view._njit_fast = view._njit_view
+            if self.fast_views is None:
+                self.fast_views = weakref.WeakValueDictionary()
+            self.fast_views[id(view)] = view
 
     def host_ready(self, lo: int, hi: int, only: bool = False) -> int:
         """The stamp at which bytes ``[lo, hi)`` may be read on the host without the lock

@@ -58,7 +58,7 @@ def ensure_host(self: Buffer) -> np.ndarray:
     """The host copy, allocated on first need."""
     if self.host_bytes is None:
         if self.pinned:
-            self.host_bytes = memory._portable_pinned_bytes(self.nbytes)
+            self.host_bytes = memory.portable_pinned_bytes(self.nbytes)
         else:
             self.host_bytes = np.empty(self.nbytes, np.uint8)
     return self.host_bytes

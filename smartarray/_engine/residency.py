@@ -65,6 +65,7 @@ __all__ = [
     "allocate",
     "budget_of",
     "keep_until_ran",
+    "reset",
     "set_budget",
 ]
 
@@ -364,6 +365,24 @@ def set_budget(nbytes: int | None) -> None:
         _budget, _budget_set = nbytes, nbytes is not None
         if nbytes is None:
             _default.clear()  # computed again at the next allocation
+        _derive_claiming()
+
+
+def reset() -> None:
+    """The registry as a fresh process has it, for tests (between them: no launch in flight).
+
+    No user budget (each device's default computed again at its next allocation), the copies
+    retired with work still queued on them freed once that work ran (waited for), no skipped
+    eviction remembered. The copies of live buffers stay registered and counted: their buffers
+    own them (drop the arrays first for an empty registry).
+    """
+    global _budget, _budget_set
+    with _lock:
+        _budget, _budget_set = None, False
+        _default.clear()
+        if _retired and _free_retired(wait=True):
+            _sim.give_back_freed()
+        _skipped.clear()
         _derive_claiming()
 
 

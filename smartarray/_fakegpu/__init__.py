@@ -14,21 +14,19 @@ It must be enabled before ``numba.cuda`` is first imported; it is never loaded u
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import sys
 import weakref
 
-__all__ = ["current", "enable", "enabled_from_environment"]
+from .._platform import environment as _environment
+
+__all__ = ["current", "enable"]
 
 _DRIVER = None
 _RESOLVER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64)
 _keep: list[object] = []
-
-
-def enabled_from_environment() -> bool:
-    """Whether ``SMARTARRAY_FAKE_GPU`` asks for the fake driver."""
-    return os.environ.get("SMARTARRAY_FAKE_GPU", "0") not in ("", "0")
 
 
 def enable() -> object:
@@ -43,12 +41,12 @@ def enable() -> object:
     global _DRIVER
     if _DRIVER is not None:
         return _DRIVER
-    if os.environ.get("SMARTARRAY_STRICT", "0") not in ("", "0"):
+    if _environment.flag("SMARTARRAY_STRICT"):
         raise RuntimeError(
             "SMARTARRAY_FAKE_GPU and SMARTARRAY_STRICT exclude each other: strict mode runs on "
             "the CUDA simulator, the fake driver under numba-cuda's real target; set one"
         )
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+    if _environment.text("NUMBA_ENABLE_CUDASIM") == "1":
         raise RuntimeError(
             "SMARTARRAY_FAKE_GPU runs numba-cuda's real target; unset NUMBA_ENABLE_CUDASIM "
             "(and SMARTARRAY_STRICT, which uses the simulator)"
@@ -87,10 +85,9 @@ def _shutdown(lib: ctypes.CDLL) -> None:
     and each unload would fail (``CUDA_ERROR_DEINITIALIZED`` tracebacks at exit). A GPU's
     driver stays up until the process ends: those finalizers run now, while it answers.
     """
-    try:
+    # A finalizer's error must not keep the driver open.
+    with contextlib.suppress(Exception):
         weakref.finalize._exitfunc()  # type: ignore[attr-defined]  # (CPython's own hook)
-    except Exception:  # a finalizer's error must not keep the driver open
-        pass
     lib.fakecuda_shutdown()
 
 

@@ -19,18 +19,20 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .._platform import environment as _environment
+
 __all__ = ["build", "load"]
 
 _SOURCE = Path(__file__).with_name("fake_cuda.c")
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = _environment.text("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "smartarray" / "fakegpu"
 
 
 def _compiler() -> str:
-    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+    for name in (_environment.text("CC"), "cc", "gcc", "clang"):
         if name and shutil.which(name):
             return name
     raise RuntimeError(
@@ -41,7 +43,7 @@ def _compiler() -> str:
 
 def build() -> Path:
     """Path of the fake ``libcuda.so.1``, compiling it if no cached build matches the source."""
-    override = os.environ.get("SMARTARRAY_FAKE_GPU_LIB")
+    override = _environment.text("SMARTARRAY_FAKE_GPU_LIB")
     if override:
         return Path(override)
     source = _SOURCE.read_bytes()

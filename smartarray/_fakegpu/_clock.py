@@ -42,11 +42,11 @@ the driver calls :meth:`Clock.call` as an entry point starts and :meth:`Clock.co
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .._platform import environment as _environment
 from ..coherence._cost import NVLINK_C2C, PCIE4_X16, PCIE5_X16
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -429,9 +429,11 @@ class Clock:
         lines = []
         for engine in sorted({s.engine for s in self.spans}):
             lines.append(f"{engine}:")
-            for s in self.spans:
-                if s.engine == engine and s.end >= since:
-                    lines.append(f"  {s.start * 1e6:10.2f} - {s.end * 1e6:10.2f} us  {s.label}")
+            lines.extend(
+                f"  {s.start * 1e6:10.2f} - {s.end * 1e6:10.2f} us  {s.label}"
+                for s in self.spans
+                if s.engine == engine and s.end >= since
+            )
         return "\n".join(lines)
 
 
@@ -443,7 +445,7 @@ def from_environment() -> Clock | None:
     ValueError
         When the value names no preset.
     """
-    value = os.environ.get("SMARTARRAY_FAKE_GPU_TIMING", "").strip().lower()
+    value = _environment.text("SMARTARRAY_FAKE_GPU_TIMING").lower()
     if value in ("", "0"):
         return None
     preset = PRESETS.get(value)

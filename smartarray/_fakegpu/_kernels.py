@@ -416,7 +416,7 @@ def _is_device_array(value: object) -> bool:
         return False
     try:
         return hasattr(value, "__cuda_array_interface__")
-    except Exception:  # a property that fails: not an array the body can read
+    except Exception:  # noqa: BLE001 - a property that fails: not an array the body can read
         return False
 
 

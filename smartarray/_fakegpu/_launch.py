@@ -346,7 +346,20 @@ class ExecutionEntries(DriverState):
             py_name, nbytes = _kernels.footprint(name, params)
             self.clock.kernel(op, py_name, nbytes, device)
 
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, smem, stream, params, extra) -> None:  # noqa: ANN001
+    def cuLaunchKernel(
+        self,
+        f: int | None,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        smem: int,
+        stream: int | None,
+        params: int,
+        extra: int | None,
+    ) -> None:
         self._launch(f, (gx, gy, gz), (bx, by, bz), smem, stream, params)
 
     def cuLaunchKernelEx(self, config: int, f: int | None, params: int, extra: int | None) -> None:

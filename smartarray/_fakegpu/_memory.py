@@ -12,8 +12,8 @@ from __future__ import annotations
 import bisect
 import ctypes
 import mmap
-import os
 
+from .._platform import environment as _environment
 from ._errors import (
     CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED,
     CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
@@ -31,7 +31,7 @@ POISON = 0xDB
 def _bytes(text: str) -> int:
     text = text.strip().upper()
     for suffix, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if text.endswith(suffix) or text.endswith(suffix + "B") or text.endswith(suffix + "IB"):
+        if text.endswith((suffix, suffix + "B", suffix + "IB")):
             return int(float(text.rstrip("IB").rstrip(suffix)) * scale)
     return int(text)
 
@@ -42,8 +42,8 @@ def device_sizes(count: int, default: int = 1 << 30) -> list[int]:
     One size applies to every device; a comma-separated list gives device 0, 1, ... theirs,
     its last entry repeating for the devices after it (``64M,32M``).
     """
-    value = os.environ.get("SMARTARRAY_FAKE_GPU_MEMORY", "")
-    if not value.strip():
+    value = _environment.text("SMARTARRAY_FAKE_GPU_MEMORY")
+    if not value:
         return [default] * count
     try:
         sizes = [_bytes(part) for part in value.split(",")]

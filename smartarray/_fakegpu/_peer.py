@@ -14,8 +14,8 @@ another's, by any entry point, is counted in ``peer_copies`` and ``peer_bytes`` 
 from __future__ import annotations
 
 import ctypes
-import os
 
+from .._platform import environment as _environment
 from ._errors import (
     CUDA_ERROR_INVALID_CONTEXT,
     CUDA_ERROR_INVALID_VALUE,
@@ -41,7 +41,7 @@ def allowed_pairs(count: int) -> frozenset[tuple[int, int]]:
     ValueError
         When the variable is neither ``0``, ``1`` nor a list of pairs of existing devices.
     """
-    value = os.environ.get("SMARTARRAY_FAKE_GPU_PEER", "1").strip()
+    value = _environment.text("SMARTARRAY_FAKE_GPU_PEER", "1")
     every = frozenset((a, b) for a in range(count) for b in range(count) if a != b)
     if value in ("", "1"):
         return every

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from .._platform import environment as _environment
 from ._errors import CUDA_ERROR_INVALID_HANDLE, CudaError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -89,7 +89,7 @@ class Queue:
     def __init__(self, handles: Callable[[], int], device: Callable[[], int] = lambda: 0) -> None:
         self._handles = handles
         self._device = device
-        self.rng = random.Random(int(os.environ.get("SMARTARRAY_FAKE_GPU_SEED", "0")))
+        self.rng = random.Random(_environment.integer("SMARTARRAY_FAKE_GPU_SEED", 0))
         self._legacy: dict[int, Stream] = {}  # device -> its legacy default stream
         self.streams: dict[int, Stream] = {}
         self._per_thread: dict[tuple[int, int], Stream] = {}

@@ -52,7 +52,7 @@ def _ctype(decl: str, handles: set[str]) -> type:
     base = " ".join(words[:-1]) if len(words) > 1 else words[0]
     if base in _SCALARS:
         return _SCALARS[base]
-    if base in handles or base.endswith("Fn") or base.endswith("Callback"):
+    if base in handles or base.endswith(("Fn", "Callback")):
         return ctypes.c_void_p
     if base.startswith("CU"):  # an enum
         return ctypes.c_int

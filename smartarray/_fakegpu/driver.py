@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import os
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from .._platform import environment as _environment
 from . import _clock
 from ._copies import MemoryEntries
 from ._errors import (
@@ -126,7 +126,7 @@ def _cstr(ptr: int) -> str:
 
 
 def _device_count() -> int:
-    value = os.environ.get("SMARTARRAY_FAKE_GPU_DEVICES", "1")
+    value = _environment.text("SMARTARRAY_FAKE_GPU_DEVICES", "1")
     try:
         count = int(value)
     except ValueError:
@@ -173,7 +173,7 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         # Thread CPU time spent in the entry points (benchmarks subtract it: a GPU driver's
         # calls cost less than this stand-in's Python callbacks).
         self.thread_time_ns = 0
-        self._log = os.environ.get("SMARTARRAY_FAKE_GPU_LOG", "") not in ("", "0")
+        self._log = _environment.flag("SMARTARRAY_FAKE_GPU_LOG")
         self._callbacks: dict[str, Any] = {}  # ctypes callbacks, by entry name
         self._strings: dict[int, ctypes.Array] = {}
         self.lock = threading.RLock()
@@ -238,7 +238,7 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
                     if self._log or exc.code != CUDA_ERROR_NOT_READY:
                         print(f"fakegpu: {name}: error {exc.code}: {exc}", file=sys.stderr)
                     return exc.code
-                except BaseException:
+                except BaseException:  # noqa: BLE001 - nothing may raise into the C caller
                     print(f"fakegpu: {name} failed:\n{traceback.format_exc()}", file=sys.stderr)
                     return CUDA_ERROR_UNKNOWN
                 return CUDA_SUCCESS

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from .. import memory
+from .._engine import interface as _engine
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -47,5 +48,6 @@ def order_before_default(a: SmartArray) -> None:
     streams or non-blocking streams nothing else orders it after a kernel still running on
     another stream. An event does, without a host wait.
     """
-    with a._buf.lock:
-        a._buf.order_before(0)  # (work on the default stream itself is ordered already)
+    buf = _engine.buffer(a)
+    with buf.lock:
+        buf.order_before(0)  # (work on the default stream itself is ordered already)

@@ -41,6 +41,7 @@ from numba import cuda
 from .. import memory as _memory
 from .._engine import array_classes as _array_classes
 from .._engine import budget as _budget
+from .._engine import interface as _engine
 from .._engine import residency as _residency
 from .._engine.buffer import GPU
 from .._memory import devices as _devices
@@ -259,7 +260,7 @@ def export(
                 "needs a copy, and copy=False refuses one"
             )
         copy = True
-    on = device_id(a._buf.device_copy(_devices.here()))
+    on = device_id(_engine.buffer(a).device_copy(_devices.here()))
     if dl_device_id is not None and dl_device_id != on:
         raise BufferError(f"the array's device copy is on CUDA device {on}, not {dl_device_id}")
     consumer = None if value == NO_SYNC else _sim.consumer_stream(value)
@@ -267,7 +268,7 @@ def export(
     if copy:
         a, flags = _copied(a), FLAG_IS_COPIED  # a fresh array nobody else writes
         readonly = False
-    with a._buf.lock:  # no eviction between making the copy current and holding it
+    with _engine.buffer(a).lock:  # no eviction between making the copy current and holding it
         pointer, memory = _share(a, consumer, value, readonly)
         return _capsule(a, pointer, memory, max_version, flags)
 
@@ -275,7 +276,7 @@ def export(
 def _copied(a: SmartArray) -> SmartArray:
     """A new SmartArray with ``a``'s data: ``d2d`` where it is current on the device and
     there is room for a second device copy."""
-    buf = a._buf
+    buf = _engine.buffer(a)
     here = _devices.here()
     with buf.lock:
         if (
@@ -285,7 +286,8 @@ def _copied(a: SmartArray) -> SmartArray:
             and all(s >= 0 for s in a.strides)
         ):
             # A view of the copy (no hand-out: nothing the user holds keeps the source after).
-            dev = _memory.device_view(buf.device_copy(here), a._offset, a.shape, a.strides, a.dtype)
+            start = _engine.offset(a)
+            dev = _memory.device_view(buf.device_copy(here), start, a.shape, a.strides, a.dtype)
             if layout(dev) is not None:
                 order_before_default(a)  # the copy runs on the default stream
                 try:
@@ -311,18 +313,19 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
     consumer synchronizes its own work before the host reads, as the CUDA Array Interface
     asks.
     """
-    buf = a._buf
+    buf = _engine.buffer(a)
+    lo, hi = _engine.span(a)
     with buf.lock:
         here = _devices.here()
         dev = buf.ensure_device(here)
         if consumer is None:  # stream=-1: the consumer orders its work itself
-            buf.sync(here, a._lo, a._hi, "dlpack export")
+            buf.sync(here, lo, hi, "dlpack export")
         else:
             target = _streams.pending(consumer)
             # Pending device work on this buffer goes before the consumer's: events, the device
             # orders them, the host does not wait.
             buf.order_before(consumer)
-            buf.sync(here, a._lo, a._hi, "dlpack export", stream=consumer)  # stale bytes go up
+            buf.sync(here, lo, hi, "dlpack export", stream=consumer)  # stale bytes go up
             if value == LEGACY_DEFAULT or target is _streams.DEFAULT:
                 # The consumer works there, later: host access waits for that stream (which
                 # is never destroyed), not for an event recorded now. Stream 1 is the legacy
@@ -335,8 +338,8 @@ def _share(a: SmartArray, consumer: Any, value: int, readonly: bool) -> tuple[in
         if not readonly:
             # The consumer may write (as for __cuda_array_interface__): the host copy is stale
             # from now on; held host arrays are refreshed at the next host access.
-            buf.exported(a._lo, a._hi, _devices.here())
-    return (device_pointer(dev) + a._offset if a.size else 0), dev
+            buf.exported(lo, hi, _devices.here())
+    return (device_pointer(dev) + _engine.offset(a) if a.size else 0), dev
 
 
 def _capsule(a: SmartArray, pointer: int, memory: Any, max_version: Any, flags: int) -> Any:
@@ -356,7 +359,7 @@ def _capsule(a: SmartArray, pointer: int, memory: Any, max_version: Any, flags: 
     # capsule is unconsumed or the consumer's tensor is (the DLManagedTensor's deleter
     # releases the stand-in, and with it the owner). Registered under the buffer's lock, held
     # since before the copy was made current (an eviction needs the lock).
-    _residency.handed_out(a._buf, owner, "a DLPack export of it is alive")
+    _residency.handed_out(_engine.buffer(a), owner, "a DLPack export of it is alive")
     capsule = stand_in.__dlpack__(max_version=max_version)
     versioned = check_max_version(max_version)
     name = b"dltensor_versioned" if versioned else b"dltensor"

@@ -2,9 +2,9 @@
 
 Built on SmartArray's public API (``get``, ``mark_changed``, ``is_valid``), without importing
 the class: the interop layer sits below the array layer, whose class statement binds these
-functions (``isinstance`` tests SmartArray's base class, ``ArrayArgument``). The few engine
-facts it needs (the stream of the buffer's pending device work, adopting device memory) go
-through the small helpers at the top of this module.
+functions (``isinstance`` tests SmartArray's base class, ``ArrayArgument``). The engine facts
+it needs (a view's buffer and bytes, its hand-outs) come through the engine's interface
+(:mod:`smartarray._engine.interface`), never a SmartArray's private slots.
 
 Export rules (see ``docs/interop.rst``):
 
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import memory
+from .._engine import interface as _engine
 from .._engine import residency as _residency
 from .._engine.buffer import HOST, INOUT
 from .._memory import devices as _devices
@@ -62,7 +63,7 @@ _INTENTS = ("in", "inout")
 
 def _wait_for_device(a: SmartArray) -> None:
     """Block until the device work queued on ``a``'s buffer finished."""
-    a._buf.wait_for_device()
+    _engine.buffer(a).wait_for_device()
 
 
 def _adopt_device_bytes(a: SmartArray, raw: Any) -> str:
@@ -70,7 +71,7 @@ def _adopt_device_bytes(a: SmartArray, raw: Any) -> str:
     (``a`` owns a fresh buffer); return that device's name, ``'gpu:N'``."""
     device = _devices.owner(device_pointer(raw))
     # Counted in the budget, never evicted (the owner's memory).
-    a._buf.adopt_device(raw, _devices.location(device))
+    _engine.buffer(a).adopt_device(raw, _devices.location(device))
     return f"gpu:{device}"
 
 
@@ -79,7 +80,7 @@ def _adopt_device_bytes(a: SmartArray, raw: Any) -> str:
 
 def _interface_stream(a: SmartArray) -> int | None:
     """The ``stream`` entry: where a consumer must order its work after ours (None: nowhere)."""
-    buf = a._buf
+    buf = _engine.buffer(a)
     if not buf.work:  # (nothing queued on the device)
         return None
     if memory.SIMULATOR:
@@ -103,11 +104,12 @@ def cuda_array_interface(a: SmartArray, readonly: bool = False) -> dict[str, Any
     """
     # The device copy made current (only stale bytes move; negative strides refused), with
     # no host wait: the interface's stream entry orders the consumer after queued work.
-    dev = a._device_handout(wait=False)
+    dev = _engine.device_handout(a, wait=False)
+    buf = _engine.buffer(a)
     # The consumer keeps the pointer as long as it likes: this device copy is never evicted.
-    _residency.share(a._buf, "it was shared through __cuda_array_interface__")
+    _residency.share(buf, "it was shared through __cuda_array_interface__")
     if not readonly:
-        a._buf.exported(a._lo, a._hi, _devices.here())  # held host arrays: refreshed later
+        buf.exported(*_engine.span(a), _devices.here())  # held host arrays: refreshed later
     contiguous = dev.size == 0 or dev.is_c_contiguous()
     return {
         "shape": tuple(int(d) for d in dev.shape),
@@ -176,7 +178,7 @@ class CudaView:
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(kDLCUDA, device id)``: the device copy is what this view shares."""
         where = _devices.location(self.device)  # the copy this view shares
-        return (KDL_CUDA, _dlpack.device_id(self.array._buf.device_copy(where)))
+        return (KDL_CUDA, _dlpack.device_id(_engine.buffer(self.array).device_copy(where)))
 
     def __enter__(self) -> CudaView:
         return self
@@ -242,13 +244,13 @@ def dlpack(
     if copy:
         host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
     else:
-        buf = a._buf
+        buf = _engine.buffer(a)
         with buf.lock:
             buf.ensure_host()
-            buf.acquire(HOST, a._lo, a._hi, INOUT, "dlpack export")
+            buf.acquire(HOST, *_engine.span(a), INOUT, "dlpack export")
             # Tracked: refreshed after device writes. The consumer may write through it at any
-            # time and cannot say so: each refresh records a host write again (see _held).
-            host = a._export(readonly=False, unannounced=True)
+            # time and cannot say so: each refresh records a host write again.
+            host = _engine.host_export(a, readonly=False, unannounced=True)
             a.mark_changed(HOST)
     return host.__dlpack__(max_version=max_version)
 

@@ -16,8 +16,11 @@ import numpy as np
 from .. import memory
 from .._engine import array_classes as _array_classes
 from .._engine import budget as _budget
+from .._engine import interface as _engine
 from .._engine.buffer import GPU, HOST
 from .._memory import devices as _devices
+from .._memory.checks import is_device_array
+from .._memory.counted import adopt
 from .._numba.kernels import ArrayArgument
 from .._platform import cuda_simulator as _sim
 from ..coherence import IntervalSet
@@ -48,7 +51,7 @@ def is_device_object(obj: Any) -> bool:
     """Whether ``SmartArray(obj)`` takes ``obj`` as device memory (copied device to device)."""
     if obj is None or isinstance(obj, (np.ndarray, ArrayArgument)):
         return False
-    return memory._is_device_array(obj) or _has_interface(obj)
+    return is_device_array(obj) or _has_interface(obj)
 
 
 def host_dlpack(obj: Any) -> Any:
@@ -82,7 +85,7 @@ def _from_interface(desc: dict[str, Any], owner: Any, sync: bool) -> Any:
     if not memory.SIMULATOR:
         from numba import cuda
 
-        return memory._adopt(cuda.from_cuda_array_interface(desc, owner=owner, sync=sync))
+        return adopt(cuda.from_cuda_array_interface(desc, owner=owner, sync=sync))
     if desc.get("mask") is not None:
         raise NotImplementedError("Masked arrays are not supported")
     shape = tuple(int(d) for d in desc["shape"])
@@ -102,12 +105,12 @@ def _from_interface(desc: dict[str, Any], owner: Any, sync: bool) -> Any:
         }
         ary = np.asarray(holder)  # its base is the holder, which holds the owner
     # The simulator's streams complete at once: nothing to wait for.
-    return memory._adopt(_sim.fake_device_array(ary))
+    return adopt(_sim.fake_device_array(ary))
 
 
 def _device_of(obj: Any, sync: bool = True) -> tuple[Any, bool]:
     """The device array behind ``obj`` (a view, no copy), and whether it is read-only."""
-    if memory._is_device_array(obj):
+    if is_device_array(obj):
         return obj, False
     desc = obj.__cuda_array_interface__
     return _from_interface(desc, obj, sync), bool(desc["data"][1])
@@ -118,10 +121,10 @@ def _byte_view(dev: Any) -> Any:
     nbytes = int(dev.size) * np.dtype(dev.dtype).itemsize
     if memory.SIMULATOR:
         raw = dev._ary.reshape(-1, order="A" if dev._ary.flags.f_contiguous else "C")
-        return memory._adopt(_sim.fake_device_array(raw.view(np.uint8)[:nbytes]))
+        return adopt(_sim.fake_device_array(raw.view(np.uint8)[:nbytes]))
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-    return memory._adopt(DeviceNDArray((nbytes,), (1,), np.uint8, gpu_data=dev.gpu_data))
+    return adopt(DeviceNDArray((nbytes,), (1,), np.uint8, gpu_data=dev.gpu_data))
 
 
 def device_source(
@@ -182,7 +185,7 @@ def fill_from_device(self: SmartArray, src: Any, copy: bool) -> None:
         if exc.__class__.__name__ == "TransferGuardError":
             raise
         raise TransferError(f"copying the device object failed: {exc}") from exc
-    self._buf.queued(0)  # a device-to-device copy may still run when it returns
+    _engine.buffer(self).queued(0)  # a device-to-device copy may still run when it returns
     self.mark_changed(GPU)
 
 
@@ -194,7 +197,7 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
     the bytes current on the device alone. The source is kept resident during a device copy
     (nothing the user holds is involved: no hand-out keeps it resident afterwards).
     """
-    buf = a._buf
+    buf = _engine.buffer(a)
     here = _devices.here()
     with buf.lock:
         if (
@@ -203,10 +206,11 @@ def copy(a: SmartArray, host_copy: Any, order: str = "C") -> SmartArray:
             and buf.device_copy(here) is not None
             and all(s >= 0 for s in a.strides)
             and a.is_valid(GPU)
-            and not buf.state.valid(HOST).intersection(IntervalSet.span(a._lo, a._hi))
+            and not buf.state.valid(HOST).intersection(IntervalSet.span(*_engine.span(a)))
         ):
             # Current on the device only: a view of the copy (no hand-out, nothing moves).
-            dev = memory.device_view(buf.device_copy(here), a._offset, a.shape, a.strides, a.dtype)
+            start = _engine.offset(a)
+            dev = memory.device_view(buf.device_copy(here), start, a.shape, a.strides, a.dtype)
             if _layout(dev) == "C" or (order != "C" and _layout(dev) == "F"):
                 order_before_default(a)
                 try:
@@ -250,9 +254,9 @@ def as_cuda_array(obj: Any, sync: bool = True) -> Any:
     TypeError
         ``obj`` does not implement the CUDA Array Interface.
     """
-    if memory._is_device_array(obj) and memory.SIMULATOR:
+    if is_device_array(obj) and memory.SIMULATOR:
         # The plain simulator's device arrays have no interface: a view, as a GPU makes.
-        return memory._adopt(_sim.fake_device_array(obj._ary, stream=obj.stream))
+        return adopt(_sim.fake_device_array(obj._ary, stream=obj.stream))
     desc = getattr(obj, "__cuda_array_interface__", None)
     if desc is None:
         raise TypeError("*obj* doesn't implement the cuda array interface.")
@@ -265,6 +269,6 @@ def is_cuda_array(obj: Any) -> bool:
     As ``numba.cuda.is_cuda_array``: the interface is not validated. A SmartArray is one
     (without making anything current); so are numba device arrays, also on the simulator.
     """
-    if isinstance(obj, (ArrayArgument, CudaView)) or memory._is_device_array(obj):
+    if isinstance(obj, (ArrayArgument, CudaView)) or is_device_array(obj):
         return True
     return hasattr(obj, "__cuda_array_interface__")

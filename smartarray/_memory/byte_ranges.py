@@ -21,7 +21,7 @@ from ..stats import abort as _abort
 from ..stats import begin as _begin
 from ..stats import record as _record
 from .checks import _check_dtype, _check_shape, _check_strides
-from .counted import _adopt, _raw
+from .counted import _raw, adopt
 
 
 def copy_range(
@@ -198,11 +198,11 @@ def device_view(
             f"{device_bytes.shape[0]} device bytes"
         )
     if _sim.SIMULATOR:
-        return _adopt(_sim.device_view(device_bytes, offset, dims, steps, dt))
+        return adopt(_sim.device_view(device_bytes, offset, dims, steps, dt))
     from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
     gpu_data = device_bytes.gpu_data.view(offset) if size else None  # numba: NULL when empty
-    return _adopt(DeviceNDArray(dims, steps, dt, gpu_data=gpu_data))
+    return adopt(DeviceNDArray(dims, steps, dt, gpu_data=gpu_data))
 
 
 class HandOut:
@@ -234,7 +234,7 @@ def handout_view(
         token = HandOut(device_bytes)
         ary = view._ary
         token_ary = _sim.keep_alive_ndarray(ary, token)
-        return _adopt(_sim.fake_device_array(token_ary)), token
+        return adopt(_sim.fake_device_array(token_ary)), token
     gpu_data = view.gpu_data
     # No elements: numba-cuda hands a NULL pointer (device_pointer_value None), nothing to keep.
     if gpu_data is None or not gpu_data.device_pointer_value:
@@ -250,7 +250,7 @@ def handout_view(
         owner=token,
     )
     dev = DeviceNDArray(view.shape, view.strides, view.dtype, gpu_data=owned)
-    return _adopt(dev), token
+    return adopt(dev), token
 
 
 def copy_device(dst: Any, src: Any, stream: Any = 0, reason: str = "", array: str = "") -> None:

@@ -211,7 +211,8 @@ def _is_contiguous(ary: np.ndarray) -> bool:
     return bool(core.flags.c_contiguous or core.flags.f_contiguous)
 
 
-def _is_device_array(obj: Any) -> bool:
+def is_device_array(obj: Any) -> bool:
+    """Whether ``obj`` is a numba device array (``__cuda_ndarray__``; a mapped ndarray is not)."""
     return bool(getattr(obj, "__cuda_ndarray__", False)) and not isinstance(obj, np.ndarray)
 
 
@@ -247,7 +248,7 @@ def _copy_source(dst: Any, src: Any, name: str) -> Any:
     (``TypeError``, also a ``ValueError``), shape and strides (``ValueError``), ignoring
     length-1 dimensions. A structured scalar into a device record is numba's record copy.
     """
-    device_source = _is_device_array(src)
+    device_source = is_device_array(src)
     if not device_source:
         src = _host_array_from(src, gather=True)
     if isinstance(src, np.void) or not hasattr(dst, "strides"):
@@ -302,7 +303,5 @@ def _check_same_layout(dst: Any, src: Any, name: str) -> None:
 
 
 def _byte_extent(ary: np.ndarray) -> tuple[int, int]:
-    low, high = (
-        np.byte_bounds(ary) if hasattr(np, "byte_bounds") else np.lib.array_utils.byte_bounds(ary)
-    )
+    low, high = np.lib.array_utils.byte_bounds(ary)  # (numpy >= 2.0; the floor is 2.1)
     return int(low), int(high)

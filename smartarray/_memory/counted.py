@@ -2,7 +2,7 @@
 
 The device objects the memory primitives return are numba's own (``DeviceNDArray``,
 ``DeviceRecord``, ``MappedNDArray``; a fake device array on the simulator), so every kernel takes
-them. :func:`_adopt` re-classes them into thin subclasses whose copying methods report to
+them. :func:`adopt` re-classes them into thin subclasses whose copying methods report to
 :mod:`smartarray.stats`; views made from them (indexing, ``reshape``, ``ravel``, ``split``, ...)
 stay counted. :class:`_Uncounted` reaches numba's own methods underneath, for copies the memory
 layer counts itself (a copy is counted once).
@@ -31,7 +31,7 @@ from .checks import (
     _check_stream,
     _copy_source,
     _host_array_from,
-    _is_device_array,
+    is_device_array,
 )
 
 
@@ -69,7 +69,7 @@ class _Counted(_sim.DeviceArrayGaps):
         strided host array is gathered into a contiguous host copy first.
         """
         stream = _check_stream(stream)
-        device_source = _is_device_array(ary)
+        device_source = is_device_array(ary)
         source = _copy_source(self, ary, "ary")
         if source is None:
             return  # an empty source: numba copies nothing and checks nothing
@@ -85,8 +85,8 @@ class _Counted(_sim.DeviceArrayGaps):
 
     def __getitem__(self, item: Any) -> Any:
         result = super().__getitem__(_without_ellipsis(item, self.ndim))  # type: ignore[misc]  # (a mixin: the device array class follows it in the MRO)
-        if _is_device_array(result):
-            return _adopt(result)
+        if is_device_array(result):
+            return adopt(result)
         if _sim.in_kernel():
             return result  # a kernel's own element access, not a transfer
         # A scalar element read from device memory is a device-to-host copy on a GPU. The guard
@@ -98,7 +98,7 @@ class _Counted(_sim.DeviceArrayGaps):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         began = None
-        counted = not _is_device_array(value) and not _sim.in_kernel()
+        counted = not is_device_array(value) and not _sim.in_kernel()
         if counted:
             # numba uploads the value as it is (its own dtype, not broadcast), then a kernel
             # broadcasts it into place on the device.
@@ -114,27 +114,27 @@ class _Counted(_sim.DeviceArrayGaps):
 
     def reshape(self, *newshape: Any, **kws: Any) -> Any:
         """Reshape without changing contents, like ``numpy.ndarray.reshape`` (``order=`` too)."""
-        return _adopt(super().reshape(*newshape, **kws))  # type: ignore[misc]
+        return adopt(super().reshape(*newshape, **kws))  # type: ignore[misc]
 
     def ravel(self, order: str = "C", stream: Any = 0) -> Any:
         """Flatten without changing contents, like ``numpy.ndarray.ravel``."""
-        return _adopt(_sim.ravel(super(), order, stream))
+        return adopt(_sim.ravel(super(), order, stream))
 
     def split(self, section: int, stream: Any = 0) -> list[Any]:
         """Split into parts of ``section`` elements (the last may be smaller), as a list."""
-        return [_adopt(part) for part in super().split(section, stream=stream)]  # type: ignore[misc]
+        return [adopt(part) for part in super().split(section, stream=stream)]  # type: ignore[misc]
 
     def bind(self, stream: Any = 0) -> Any:
         """A copy of this reference whose operations default to ``stream``."""
-        return _adopt(super().bind(stream))  # type: ignore[misc]
+        return adopt(super().bind(stream))  # type: ignore[misc]
 
     def view(self, *args: Any, **kwargs: Any) -> Any:
         """The same memory seen with another dtype."""
-        return _adopt(super().view(*args, **kwargs))  # type: ignore[misc]
+        return adopt(super().view(*args, **kwargs))  # type: ignore[misc]
 
     def transpose(self, axes: Any = None) -> Any:
         """The transposed array."""
-        return _adopt(super().transpose(axes))  # type: ignore[misc]
+        return adopt(super().transpose(axes))  # type: ignore[misc]
 
     @property
     def T(self) -> Any:  # noqa: N802 - numpy's name
@@ -200,7 +200,7 @@ class _CountedMapped(_Counted):
     def copy_to_device(self, ary: Any, stream: Any = 0) -> None:
         """Copy ``ary`` into ``self``: a host-side copy, or a download from a device array."""
         stream = _check_stream(stream)
-        device_source = _is_device_array(ary)
+        device_source = is_device_array(ary)
         if not device_source:
             ary = _host_array_from(ary)
         _check_same_layout(self, ary, "ary")
@@ -339,7 +339,7 @@ def _counted_class(base: type) -> type:
     return counted
 
 
-def _adopt(obj: Any) -> Any:
+def adopt(obj: Any) -> Any:
     """Re-class a numba device object so its copies are counted (returns ``obj``)."""
     if obj is None or isinstance(obj, _Counted):
         return obj

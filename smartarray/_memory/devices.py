@@ -74,7 +74,7 @@ def count() -> int:
                 if not _sim.SIMULATOR:
                     try:
                         n = max(1, len(cuda.gpus))
-                    except Exception:  # no driver: device work fails later, with its message
+                    except Exception:  # noqa: BLE001 - no driver: device work fails later
                         n = 1
                 several = n > 1  # (before _count: who sees the count sees this too)
                 _count = n
@@ -183,7 +183,7 @@ def owner(pointer: int) -> int:
     attribute = binding.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT
     try:
         err, context = binding.cuPointerGetAttribute(attribute, pointer)
-    except Exception:  # pragma: no cover - a driver without the query
+    except Exception:  # pragma: no cover  # noqa: BLE001 - a driver without the query
         return current()
     if err != binding.CUresult.CUDA_SUCCESS or not int(context):
         return current()
@@ -234,7 +234,7 @@ def peer(source: int, target: int) -> bool:
                 known = bool(
                     driver.cuDeviceCanAccessPeer(binding.CUdevice(target), binding.CUdevice(source))
                 )
-            except Exception:  # pragma: no cover - a driver without the query: through the host
+            except Exception:  # pragma: no cover  # noqa: BLE001 - no such query: via the host
                 known = False
         _peer[key] = known
     return known

@@ -21,7 +21,7 @@ from .._platform import cuda_simulator as _sim
 from ..errors import RegistrationError
 from . import devices as _devices
 from .checks import _byte_extent
-from .counted import _adopt
+from .counted import adopt
 
 
 def _memory_owner(ary: np.ndarray) -> Any:
@@ -239,9 +239,9 @@ def _mapping(arrays: Sequence[np.ndarray], stream: Any) -> Iterator[Any]:
     with mapper(*arrays, stream=stream) as devs:
         try:
             if len(arrays) == 1:
-                yield _adopt(devs)
+                yield adopt(devs)
             else:
-                yield [_adopt(d) for d in devs]
+                yield [adopt(d) for d in devs]
         finally:
             # numba unmaps on leaving its block: kernels launched in ours may still be using
             # the mapping (launches are asynchronous), so wait for them first.

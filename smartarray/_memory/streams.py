@@ -28,7 +28,6 @@ per-thread default streams are two streams: an identity says which thread's it i
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 import threading
 from collections.abc import Hashable
@@ -38,6 +37,7 @@ import numpy as np
 from numba import cuda
 
 from .._platform import cuda_simulator as _sim
+from .._platform import environment as _environment
 from .._platform import sessions as _sessions  # (a strict session owns its streams and events)
 from . import devices as _devices
 
@@ -104,10 +104,7 @@ LEGACY = _LegacyStream()
 
 def _ptds_from_environment() -> bool:
     # cuda-bindings reads the switch once, when it resolves the driver's entry points.
-    return os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0").strip() not in (
-        "",
-        "0",
-    )
+    return _environment.text("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM") not in ("", "0")
 
 
 # The answer of per_thread_default_streams, derived again when a session starts or ends

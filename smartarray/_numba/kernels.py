@@ -42,7 +42,7 @@ def element_type(dtype: np.dtype) -> types.Type:
     """The Numba type of one element, or a ``TypeError`` naming the dtype."""
     try:
         return numpy_support.from_dtype(dtype)
-    except Exception as exc:  # numba raises its own NotImplementedError subclass
+    except Exception as exc:  # noqa: BLE001 - numba's errors for a dtype vary
         raise TypeError(f"Numba cannot compile for elements of dtype {dtype}: {exc}") from None
 
 

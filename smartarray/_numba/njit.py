@@ -306,12 +306,11 @@ def _unbox_smartarray(typ: SmartArrayType, obj: Any, c: Any) -> NativeValue:
             # write of a call that returned (or raised a nopython exception, which numba
             # sets only after the cleanups: the writes before the raise are recorded).
             pending = cgutils.is_not_null(builder, pyapi.err_occurred())
-            with pyapi.err_push():
-                with builder.if_else(pending, likely=False) as (aborted, returned):
-                    with aborted:
-                        call_hook("_njit_abort")
-                    with returned:
-                        call_hook("_njit_exit")
+            with pyapi.err_push(), builder.if_else(pending, likely=False) as (aborted, returned):
+                with aborted:
+                    call_hook("_njit_abort")
+                with returned:
+                    call_hook("_njit_exit")
 
     return NativeValue(builder.load(value_ptr), is_error=builder.load(error_ptr), cleanup=cleanup)
 

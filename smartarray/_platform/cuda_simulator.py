@@ -106,7 +106,7 @@ def numba_copy_source(source: Any) -> Any:
     for a counted array is a counted ``copy_to_host``: a d2d copy would also be counted as a
     d2h. There it gets the ndarray the fake device array wraps (the checks were done already).
     """
-    # _checks._is_device_array's test, written here: _checks imports this module (no circle).
+    # _checks.is_device_array's test, written here: _checks imports this module (no circle).
     device = getattr(source, "__cuda_ndarray__", False) and not isinstance(source, np.ndarray)
     if SIMULATOR and device and hasattr(source, "_ary"):
         return source._ary

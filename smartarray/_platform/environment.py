@@ -5,7 +5,8 @@ A switch such as ``SMARTARRAY_STRICT`` is on for ``1``, ``true``, ``yes``, ``on`
 anything else is refused with an error naming the variable, rather than guessed: reading
 ``false`` as on once made a GPU program run on the simulator (issue 25 E12). This module imports
 nothing from smartarray or numba: ``smartarray/__init__`` reads ``SMARTARRAY_STRICT`` before
-numba.cuda loads.
+numba.cuda loads. It is the one place that reads the environment (the fake driver's switches
+too; ``tests/test_layers.py`` names the other readers left, with their reasons).
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def parse_flag(name: str, value: str) -> bool:
         f"environment variable {name} must be a boolean: 1, true, yes, on (on) or 0, false, "
         f"no, off, empty (off), case-insensitive; got {value!r}"
     )
+
+
+def text(name: str, default: str = "") -> str:
+    """The value of the environment variable ``name``, surrounding spaces stripped (unset:
+    ``default``): for a value with a grammar of its own (a size, a list, a preset's name)."""
+    value = os.environ.get(name)
+    return default if value is None else value.strip()
 
 
 def flag(name: str) -> bool:

@@ -28,7 +28,7 @@ _FORWARDED = frozenset({"strides", "dtype", "size", "ndim", "flags"})
 
 def _stream(self: Any, stream: Any) -> Any:
     # numba's DeviceNDArrayBase._default_stream: the array's own stream unless one is given.
-    return self.stream if not stream else stream
+    return stream if stream else self.stream
 
 
 def _getattr(self: Any, name: str) -> Any:

@@ -146,7 +146,9 @@ def kernel_getitem(self: Any, configuration: Any) -> StrictLaunch:
     return StrictLaunch(self, griddim, blockdim, stream, sharedmem)
 
 
-def kernel_forall(self: Any, ntasks: int, tpb: int = 0, stream: Any = 0, sharedmem: int = 0):
+def kernel_forall(
+    self: Any, ntasks: int, tpb: int = 0, stream: Any = 0, sharedmem: int = 0
+) -> StrictLaunch:
     if ntasks < 0:
         raise ValueError(f"Can't create ForAll with negative task count: {ntasks}")
     return kernel_getitem(self, (ntasks, 1, stream, sharedmem))

@@ -241,7 +241,7 @@ class BufferState:
         for name, value in (("start", start), ("stop", stop)):
             try:
                 index(value)  # type: ignore[arg-type]
-            except TypeError:
+            except TypeError:  # noqa: PERF203 - an error path: two rounds at most
                 return TypeError(f"{name} must be an integer byte offset, got {value!r}")
         return ValueError(
             f"start and stop must satisfy 0 <= start <= stop <= nbytes={self._nbytes}; "
