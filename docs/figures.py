@@ -9,9 +9,9 @@
 
 Both figures are computed: the first from a SmartArray's validity after each step, the
 second from traced runs of the demo on the CUDA simulator (bytes do not depend on the
-target). ``tests/test_docs.py`` checks that the committed files are what this script draws,
-so the pictures cannot drift from the library. Plain SVG text, written here, so the Sphinx
-build needs no plotting library.
+target). ``tests/structure/test_docs.py`` checks that the committed files are what this
+script draws, so the pictures cannot drift from the library. Plain SVG text, written here,
+so the Sphinx build needs no plotting library.
 """
 
 from __future__ import annotations

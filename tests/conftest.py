@@ -142,8 +142,8 @@ def _fake_gpu_fault_cleared():
 #: numba.cuda.random on the simulator warns by design (numba-cuda's own, expected): its
 #: xoroshiro128p generator wraps uint64 arithmetic, which NumPy scalars report as overflow, and
 #: its host-side state initialiser is compiled in object mode (``nopython=False``) there. The
-#: kernels that draw numbers overflow the same way: tests/test_numba_transfers.py and
-#: tests/test_ports.py mark those tests.
+#: kernels that draw numbers overflow the same way: tests/numba/test_numba_transfers.py and
+#: tests/numba/test_ports.py mark those tests.
 SIMULATOR_RANDOM_WARNINGS = (
     "ignore:overflow encountered in scalar:RuntimeWarning:numba.cuda.random",
     "ignore:The keyword argument 'nopython=False':numba.core.errors.NumbaDeprecationWarning",

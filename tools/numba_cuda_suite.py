@@ -48,7 +48,7 @@ FILES = [
     "cudapy.test_blackscholes",
 ]
 
-#: A quick subset for CI (tests/test_fakegpu_numba_suite.py): one to two minutes on two
+#: A quick subset for CI (tests/doubles/test_fakegpu_numba_suite.py): one to two minutes on two
 #: loaded shared cores.
 QUICK = [
     "cudapy.test_array",

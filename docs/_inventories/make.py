@@ -4,7 +4,7 @@ The documentation builds offline (CI has no network), so Sphinx reads these smal
 inventories instead of downloading ``objects.inv`` from each project: only the objects the
 pages name, with the addresses those projects' documentation gives them. Add a line below
 when a page links to a new object, then run ``python docs/_inventories/make.py``;
-``tests/test_docs.py`` checks the files are what this script writes.
+``tests/structure/test_docs.py`` checks the files are what this script writes.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Each module holds functions ``def name(self: SmartArray, ...)`` that the class b
 - :mod:`.results`: SmartArrays over ndarrays made elsewhere (NumPy, pickles, njit).
 
 They import ``SmartArray`` for annotations only. Imports nothing itself; ``__all__`` lists the
-modules the rest of the package may import (``tests/test_layers.py``).
+modules the rest of the package may import (``tests/structure/test_layers.py``).
 """
 
 __all__ = [

@@ -5,7 +5,7 @@
 - :mod:`.mpi_halos`: MPI transfers and halo exchange (the code behind :mod:`smartarray.mpi`).
 
 Imports nothing itself; ``__all__`` lists the modules the rest of the package may import
-(``tests/test_layers.py``).
+(``tests/structure/test_layers.py``).
 """
 
 __all__ = ["mpi_halos", "partition"]

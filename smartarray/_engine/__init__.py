@@ -21,7 +21,7 @@ bytes current), :mod:`.device_work` (which stream holds a buffer's work), :mod:`
 arrays the user holds), :mod:`.launch` (one object per kernel launch), :mod:`.deferred_lock`.
 
 The engine never imports the array layer (it names SmartArray's base class, or the protocol).
-Imports nothing itself (``tests/test_layers.py`` checks the list and the layers).
+Imports nothing itself (``tests/structure/test_layers.py`` checks the list and the layers).
 """
 
 __all__ = [

@@ -4,8 +4,8 @@ A view of a buffer (a SmartArray: the array layer implements :class:`BufferView`
 and class body) is read through these functions, never through its private slots: the interop
 layer (the CUDA Array Interface, DLPack, foreign device objects) makes a view's bytes current,
 orders streams and hands memory out with them and the :class:`~smartarray._engine.buffer.Buffer`
-they return, whose named operations change its state. ``tests/test_layers.py`` checks that no
-layer reads another layer's private names outside such an interface.
+they return, whose named operations change its state. ``tests/structure/test_layers.py``
+checks that no layer reads another layer's private names outside such an interface.
 
 - :func:`buffer`: the view's base buffer, shared by every view of one array;
 - :func:`span`, :func:`offset`: where the view's bytes lie in it;

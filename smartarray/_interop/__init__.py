@@ -8,9 +8,9 @@
 Below the array layer, whose class statement binds these functions: they test ``isinstance``
 against SmartArray's base class, construct through :mod:`smartarray._engine.array_classes` and
 read a SmartArray's buffer, bytes and hand-outs through :mod:`smartarray._engine.interface`
-(never its private slots: ``tests/test_layers.py``).
+(never its private slots: ``tests/structure/test_layers.py``).
 Imports nothing itself; ``__all__`` lists the modules the rest of the package may import
-(``tests/test_layers.py``).
+(``tests/structure/test_layers.py``).
 """
 
 __all__ = ["exports", "foreign"]

@@ -9,7 +9,7 @@
 - :mod:`.devices`: which device a copy lives on, contexts, peer access.
 
 Imports nothing itself; ``__all__`` lists the modules the rest of the package may import
-(``tests/test_layers.py``).
+(``tests/structure/test_layers.py``).
 """
 
 __all__ = ["byte_ranges", "checks", "counted", "devices", "pinning", "streams"]

@@ -9,7 +9,7 @@
 
 No module here may have ``numba.cuda`` in its dotted name: numba-cuda's import redirector
 takes every such name for one of numba.cuda's own. Imports nothing itself; ``__all__`` lists
-the modules the rest of the package may import (``tests/test_layers.py``).
+the modules the rest of the package may import (``tests/structure/test_layers.py``).
 """
 
 __all__ = ["copy_counting", "kernels", "njit"]

@@ -21,8 +21,8 @@ the one for device arrays, and one for ``In(SmartArray)`` (read-only); each once
 signatures serve SmartArrays without compiling (conversions apply once compiling is disabled).
 Typing SmartArrays as plain arrays during a launch only would need a Python property for
 ``_numba_type_``, which numba's C code reads twice per argument on every call: about 0.15 to
-0.3 us more per ``njit`` call, for a compile paid once. ``tests/test_dispatch.py`` runs the real
-dispatcher and shows which version each kind of argument uses.
+0.3 us more per ``njit`` call, for a compile paid once. ``tests/numba/test_dispatch.py`` runs
+the real dispatcher and shows which version each kind of argument uses.
 """
 
 from __future__ import annotations

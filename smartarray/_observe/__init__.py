@@ -8,7 +8,7 @@
 
 Below :mod:`smartarray.stats` and :mod:`smartarray.guard`, which build on it. Imports nothing
 itself; ``__all__`` lists the modules the rest of the package may import
-(``tests/test_layers.py``).
+(``tests/structure/test_layers.py``).
 """
 
 __all__ = ["frames", "performance", "plot", "transfer_records"]

@@ -9,7 +9,7 @@
 Like every private package of smartarray, this ``__init__`` imports nothing: importing one
 module loads only what that module needs (the fake driver and strict mode must be chosen before
 numba.cuda loads, and :mod:`.cuda_simulator` imports it). ``__all__`` lists the modules the
-rest of the package may import; ``tests/test_layers.py`` checks it.
+rest of the package may import; ``tests/structure/test_layers.py`` checks it.
 """
 
 __all__ = ["cuda_simulator", "environment", "no_device", "sessions"]

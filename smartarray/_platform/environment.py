@@ -6,7 +6,7 @@ anything else is refused with an error naming the variable, rather than guessed:
 ``false`` as on once made a GPU program run on the simulator (issue 25 E12). This module imports
 nothing from smartarray or numba: ``smartarray/__init__`` reads ``SMARTARRAY_STRICT`` before
 numba.cuda loads. It is the one place that reads the environment (the fake driver's switches
-too; ``tests/test_layers.py`` names the other readers left, with their reasons).
+too; ``tests/structure/test_layers.py`` names the other readers left, with their reasons).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Strict mode (``smartarray/_strict/``, turned on by :func:`smartarray.testing.strict`) runs
 one session at a time and announces it here, from its side, so that code below never imports
-the test double (``tests/test_layers.py`` checks it). Production code asks three things:
+the test double (``tests/structure/test_layers.py`` checks it). Production code asks three things:
 
 - the session itself, for identity: streams and events made in one session belong to its
   scheduler, not to the next session's (``smartarray/_memory/streams.py``);

@@ -1,0 +1,447 @@
+"""The host fast path: scalar reads and writes that reach the host ndarray with one stamp test.
+
+A fast path that skips a recording loses data silently, so every test here ends with what a
+user relies on: a launch that must see the host's write (bytes uploaded and values), host
+arrays handed out and views that keep showing current values, and the results' types.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import smartarray as sa
+from smartarray import SmartArray
+from smartarray._array import views as _views
+from tests._kernels import add_one
+
+
+def delta(before: sa.TransferStats) -> sa.TransferStats:
+    return sa.stats() - before
+
+
+def launch(a: SmartArray) -> None:
+    add_one[(a.size + 31) // 32, 32](a)
+
+
+@pytest.fixture
+def slow_writes(monkeypatch):
+    """Counts the writes that took the slow path (through the engine, under the lock)."""
+    calls: list[object] = []
+    slow = _views._setitem
+
+    def counted(self, key, value):
+        calls.append(key)
+        return slow(self, key, value)
+
+    monkeypatch.setattr(_views, "_setitem", counted)
+    return calls
+
+
+def test_host_only_writes_take_the_fast_path_and_reach_the_next_launch(slow_writes):
+    a = SmartArray(np.arange(100.0))
+    a[3] = 1.0  # a new array: the host holds the only copy
+    a[3] = 2.0
+    a[-1] = 5
+    assert slow_writes == []  # no write needed a record
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 800  # the device had nothing: all of it goes up
+    assert a[3] == 3.0 and a[99] == 6.0 and a[4] == 5.0
+
+
+def test_a_write_where_the_device_is_current_is_recorded_and_uploaded(slow_writes):
+    a = SmartArray(np.arange(100.0))
+    launch(a)
+    held = a.host()  # read back and held: both copies current
+    assert a[3] == 4.0  # the read fast path opens; the write one must not
+    a[3] = 7.0
+    a[4] = 9.0
+    assert slow_writes == [3, 4]
+    before = sa.stats()
+    launch(a)
+    d = delta(before)
+    assert d.h2d_bytes == 16  # exactly the two written elements
+    assert a[3] == 8.0 and a[4] == 10.0 and a[5] == 7.0
+    assert held[3] == 8.0 and held[4] == 10.0  # the held array was refreshed
+
+
+def test_a_write_after_an_upload_is_recorded(slow_writes):
+    a = SmartArray(np.zeros(64))
+    a[0] = 1.0
+    a[0] = 2.0  # fast: host only
+    a.gpu()  # uploads: the device is current too now
+    a[0] = 3.0
+    assert slow_writes == [0]
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8
+    assert a[0] == 4.0 and a[1] == 1.0
+
+
+def test_a_fast_read_never_returns_what_a_kernel_overwrote():
+    a = SmartArray(np.arange(16.0))
+    assert a[2] == 2.0 and a[2] == 2.0  # the read fast path is open
+    launch(a)
+    assert a[2] == 3.0
+    held = a.host()
+    assert a[2] == 3.0
+    launch(a)
+    assert a[2] == 4.0 and held[2] == 4.0
+
+
+def test_views_exports_and_held_arrays_see_fast_writes():
+    a = SmartArray(np.zeros(10))
+    held = a.host()
+    exported = np.asarray(a)
+    b = a[2:6]
+    b[1] = 5.0
+    b[1] = 6.0
+    a[7] = 1.5
+    a[7] = 2.5
+    assert a[3] == 6.0 and b[1] == 6.0 and held[3] == 6.0 and exported[3] == 6.0
+    assert held[7] == 2.5 and exported[7] == 2.5
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 80
+    assert a[3] == 7.0 and b[1] == 7.0 and held[3] == 7.0 and exported[7] == 3.5
+
+
+def test_fast_access_errors_are_numpys():
+    a = SmartArray(np.zeros(4))
+    a[0] = 1.0
+    with pytest.raises(IndexError, match="out of bounds"):
+        a[4]
+    with pytest.raises(IndexError, match="out of bounds"):
+        a[-5] = 1.0
+    b = SmartArray(np.zeros(4, np.int8))
+    b[0] = 1
+    with pytest.raises(OverflowError):
+        b[1] = 1000
+    assert b.tolist() == [1, 0, 0, 0]
+
+
+class _UploadBeforeWrite(np.ndarray):
+    """A host ndarray whose item assignment lets another thread upload the array first: the
+    window between the fast path's stamp test and its write."""
+
+    target: SmartArray | None = None
+
+    def __setitem__(self, key, value):
+        target = type(self).target
+        if target is not None:
+            type(self).target = None
+            thread = threading.Thread(target=target.gpu)  # an upload of the old values
+            thread.start()
+            thread.join()
+        super().__setitem__(key, value)
+
+
+def test_a_fast_write_racing_an_upload_is_recorded_again():
+    """The fast write re-checks the stamp after writing (seqlock-style): an upload that read
+    the host bytes before the write landed must not leave the old value marked current on the
+    device."""
+    a = SmartArray(np.zeros(8))
+    a[1] = 1.0  # opens the fast path: the host holds the only copy
+    assert a._host_cells is not None
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
+    _UploadBeforeWrite.target = a
+    a[1] = 2.0  # another thread uploads between the stamp test and the write
+    assert _UploadBeforeWrite.target is None  # (the upload ran)
+    launch(a)  # must upload the 2.0 (the device copy holds the 1.0 the other thread sent up)
+    assert a[1] == 3.0
+    assert a.tolist() == [1.0, 3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_results_stay_smartarrays():
+    a = SmartArray(np.arange(6.0))
+    a[0] = 0.0  # the fast paths open
+    mask = np.arange(6) % 2 == 0
+    for result in (a[1:5], a + 1, np.sin(a), a[mask], a.reshape(2, 3), a.T, a.copy()):
+        assert type(result) is SmartArray, type(result)
+    assert type(a[2]) is np.float64 and type(a.sum()) is np.float64
+    assert [type(v) for v in a] == [np.float64] * 6
+    m = a.reshape(2, 3)
+    rows = list(m)
+    assert all(type(r) is SmartArray for r in rows)
+    rows[1][0] = 30.0  # a row is a view: coherent with its base
+    assert a[3] == 30.0
+    assert a.tolist() == [0.0, 1.0, 2.0, 30.0, 4.0, 5.0] and 30.0 in a
+
+
+@pytest.mark.parametrize("n", [4, 40])  # element by element; over a tracked host array
+def test_iteration_sees_a_kernel_between_two_steps(n):
+    a = SmartArray(np.zeros(n))
+    seen = []
+    for v in a:
+        seen.append(float(v))
+        launch(a)
+    assert seen == [float(i) for i in range(n)]
+    assert [float(v) for v in reversed(a)] == [float(n)] * n
+
+
+@pytest.mark.parametrize("n", [4, 40])
+def test_iteration_of_an_array_current_on_the_device_downloads_once(n):
+    a = SmartArray(np.arange(float(n)), where="gpu")
+    launch(a)
+    before = sa.stats()
+    assert [float(v) for v in a] == [i + 1.0 for i in range(n)]
+    d = delta(before)
+    assert (d.d2h_bytes, d.d2h_count) == (8 * n, 1)
+
+
+def test_rows_of_a_matrix_are_views_that_stay_coherent():
+    m = SmartArray(np.arange(12.0).reshape(3, 4))
+    rows = list(m)
+    assert [r.tolist() for r in rows] == np.arange(12.0).reshape(3, 4).tolist()
+    launch(m.reshape(12))  # the device writes every element
+    assert rows[2].tolist() == [9.0, 10.0, 11.0, 12.0]
+    rows[0][1] = -1.0
+    assert m[0, 1] == -1.0 and list(reversed(m))[2][1] == -1.0
+    before = sa.stats()
+    launch(m.reshape(12))
+    assert delta(before).h2d_bytes == 8  # the row's write was recorded, and only it
+    assert m.tolist()[0] == [2.0, 0.0, 4.0, 5.0]
+
+
+def test_cells_of_a_matrix_take_the_fast_path_and_reach_the_next_launch(slow_writes):
+    m = SmartArray(np.zeros((4, 8)))
+    m[1, 2] = 5.0  # a new array: the host holds the only copy
+    m[-1, -1] = 6
+    assert slow_writes == [] and m[1, 2] == 5.0 and type(m[1, 2]) is np.float64
+    flat = m.reshape(32)
+    before = sa.stats()
+    launch(flat)
+    assert delta(before).h2d_bytes == 256
+    assert m[1, 2] == 6.0 and m[3, 7] == 7.0  # read back
+    m[0, 0] = 9.0  # the device copy is current too: recorded
+    assert slow_writes == [(0, 0)]
+    before = sa.stats()
+    launch(flat)
+    assert delta(before).h2d_bytes == 8
+    assert m[0, 0] == 10.0 and m[1, 2] == 7.0
+    with pytest.raises(IndexError, match="out of bounds"):
+        m[4, 0] = 1.0
+
+
+def test_a_repeated_write_of_one_element_is_recorded_once_and_uploaded(slow_writes):
+    a = SmartArray(np.arange(100.0))
+    launch(a)
+    held = a.host()  # read back and held: both copies current
+    a[3] = 7.0  # recorded: the device copy of this element goes stale
+    a[3] = 8.0  # stale there already: nothing more to record
+    a[-97] = 9.0  # (the same element by another key: the slow way again)
+    a[4] = 1.0
+    a[4] = 2.0
+    assert slow_writes == [3, -97, 4]
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 16  # exactly the two written elements
+    assert a[3] == 10.0 and a[4] == 3.0 and a[5] == 7.0
+    assert held[3] == 10.0 and held[4] == 3.0
+
+
+def test_a_kernel_between_two_writes_of_one_element_closes_their_fast_path(slow_writes):
+    a = SmartArray(np.zeros(64))
+    launch(a)
+    held = a.host()
+    a[2] = 5.0  # recorded; the next write of a[2] would need no record
+    launch(a)  # the device writes a[2]: current there only now
+    a[2] = 20.0  # must be recorded again, or the next launch keeps the device's 6.0
+    assert slow_writes == [2, 2]
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8
+    assert a[2] == 21.0 and a[3] == 3.0 and held[2] == 21.0
+
+
+def test_a_repeated_write_racing_an_upload_is_recorded_again(slow_writes):
+    """The write of an element already stale on the device re-checks the stamp after writing:
+    an upload that read the host bytes before the write landed must not leave the old value
+    marked current on the device."""
+    a = SmartArray(np.zeros(8))
+    launch(a)
+    held = a.host()
+    a[1] = 5.0  # recorded
+    a[1] = 6.0  # not recorded: the device's copy of a[1] is stale already
+    assert slow_writes == [1]
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
+    _UploadBeforeWrite.target = a
+    a[1] = 7.0  # another thread uploads the 6.0 between the stamp test and the write
+    assert _UploadBeforeWrite.target is None  # (the upload ran)
+    assert slow_writes == [1, 1]  # done again the slow way, and recorded
+    launch(a)
+    assert a[1] == 8.0 and held[1] == 8.0
+    assert a.tolist() == [2.0, 8.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+
+
+def test_operators_and_slices_of_a_host_current_array_see_a_kernel():
+    a = SmartArray(np.arange(8.0))
+    b = a[2:6]
+    assert (a + 1).tolist()[2] == 3.0 and (10 - a).tolist()[2] == 8.0  # the fast paths open
+    assert b.tolist() == [2.0, 3.0, 4.0, 5.0]
+    launch(a)  # the device writes: every host fast path closes
+    assert (a + 1).tolist() == [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    assert (10 - a).tolist()[0] == 9.0 and (a * 2.0)[7] == 16.0
+    assert b.tolist() == [3.0, 4.0, 5.0, 6.0] and a[::-3].tolist() == [8.0, 5.0, 2.0]
+    launch(b)  # a slice is a full view: launched, summed, passed to NumPy, indexed
+    assert b.sum() == 22.0 and np.sin(b)[0] == np.sin(4.0) and b[-1] == 7.0
+    assert a.tolist() == [1.0, 2.0, 4.0, 5.0, 6.0, 7.0, 7.0, 8.0]
+    c = a[5:1:-2]
+    c[0] = 60.0
+    assert a[5] == 60.0 and c.tolist() == [60.0, 5.0]
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8  # only the written element
+    assert a[5] == 61.0 and a.tolist()[1] == 3.0
+
+
+def _widened(n: int, slow_writes: list[object]) -> tuple[SmartArray, np.ndarray]:
+    """A used array of ``n`` elements (both copies current, a held host array) whose host
+    wrote elements 0, 1, 2, ... until the writes stopped needing a record each."""
+    a = SmartArray(np.arange(float(n)))
+    launch(a)
+    held = a.host()
+    for k in range(n // 2):
+        a[k] = -float(k)
+    assert 8 <= len(slow_writes) < n // 2  # recorded one by one, then the whole array at once
+    return a, held
+
+
+def test_distinct_writes_of_a_used_array_become_fast_and_reach_the_next_launch(slow_writes):
+    a, held = _widened(100, slow_writes)
+    slow = len(slow_writes)
+    a[70] = 0.5  # the device's copy of a[70] was current: a fast write must still be uploaded
+    a[-1] = 0.25
+    assert len(slow_writes) == slow  # no record needed: the host holds the only copy
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 800  # the whole array (what the one record covered)
+    expected = np.arange(100.0) + 1
+    expected[:50] = -np.arange(50.0)
+    expected[70], expected[99] = 0.5, 0.25
+    assert a.tolist() == (expected + 1).tolist() and held.tolist() == (expected + 1).tolist()
+
+
+def test_distinct_writes_of_a_used_array_reach_an_explicit_upload_and_a_view(slow_writes):
+    a, held = _widened(64, slow_writes)
+    a[40] = 7.0  # fast
+    assert a.gpu().copy_to_host()[40] == 7.0 and a.gpu().copy_to_host()[0] == 0.0
+    a[41] = 8.0  # the upload moved the stamp: recorded again, the slow way
+    assert slow_writes[-1] == 41
+    b = a[40:48]
+    launch(b)  # a view's launch uploads the recorded element
+    assert a[40] == 8.0 and a[41] == 9.0 and held[41] == 9.0 and a[48] == 49.0
+
+
+def test_a_kernel_after_widened_writes_closes_their_fast_path(slow_writes):
+    a, held = _widened(64, slow_writes)
+    launch(a)  # the device writes every element: current there only
+    slow = len(slow_writes)
+    a[60] = 100.0  # must be recorded again, or the next launch keeps the device's value
+    assert len(slow_writes) == slow + 1
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8
+    assert a[60] == 101.0 and held[60] == 101.0 and a[0] == 2.0
+
+
+def test_a_few_writes_of_a_large_used_array_stay_recorded_exactly(slow_writes):
+    """Writes are recorded over the whole view only once recording them one at a time cost
+    more than uploading it: a few writes of a large array move only their own bytes."""
+    a = SmartArray(np.zeros(1_000_000))
+    a.gpu()
+    for k in range(0, 400, 20):
+        a[k] = 1.0
+    assert len(slow_writes) == 20
+    before = sa.stats()
+    a.gpu()
+    assert delta(before).h2d_bytes < 400 * 8
+
+
+def test_a_widened_write_racing_an_upload_is_recorded_again(slow_writes):
+    a, held = _widened(32, slow_writes)
+    slow = len(slow_writes)
+    a._host_cells = a._host_cells.view(_UploadBeforeWrite)
+    _UploadBeforeWrite.target = a
+    a[20] = 7.0  # another thread uploads the old a[20] between the stamp test and the write
+    assert _UploadBeforeWrite.target is None  # (the upload ran)
+    assert len(slow_writes) == slow + 1  # done again the slow way, and recorded
+    launch(a)
+    assert a[20] == 8.0 and held[20] == 8.0
+
+
+def test_writes_at_any_key_of_a_host_only_array_take_the_fast_path(slow_writes):
+    a = SmartArray(np.zeros(10))
+    m = SmartArray(np.zeros((3, 4)))
+    a[2:5] = 1.0
+    a[np.array([7, 9])] = 2.0
+    a[a.host() > 1.5] = 3.0  # (a mask: NumPy's own indexing of the host copy)
+    a[0:2] = a[3:5]  # a SmartArray value: read through its own __array__
+    m[1] = 4.0
+    m[:, 3] = 5.0
+    assert slow_writes == []
+    launch(a)
+    launch(m.reshape(-1))
+    assert a.tolist() == [2.0, 2.0, 2.0, 2.0, 2.0, 1.0, 1.0, 4.0, 1.0, 4.0]
+    assert m.tolist() == [[1.0, 1.0, 1.0, 6.0], [5.0, 5.0, 5.0, 6.0], [1.0, 1.0, 1.0, 6.0]]
+    with pytest.raises(ValueError):
+        a[0:2] = [1.0, 2.0, 3.0]  # NumPy's error, nothing written
+    assert a[0] == 2.0
+
+
+class _Launching:
+    """A value whose conversion runs a kernel on the array it is written to: the stamp moves
+    in the middle of a fast write."""
+
+    def __init__(self, a: SmartArray) -> None:
+        self.a: SmartArray | None = a
+
+    def __float__(self) -> float:
+        if self.a is not None:  # (once: the slow way converts the value again)
+            launch(self.a)  # uploads the host's values; then the device holds the only copy
+            self.a = None
+        return 7.0
+
+
+def test_a_fast_write_whose_value_runs_a_kernel_is_recorded_again(slow_writes):
+    a = SmartArray(np.zeros(4))
+    a[0] = 7.0  # fast
+    a[1] = _Launching(a)  # the kernel ran before NumPy wrote: the device copy is current
+    assert slow_writes == [1]  # done again the slow way, and recorded
+    assert a.tolist() == [8.0, 7.0, 1.0, 1.0]  # the kernel's values, and the write
+    launch(a)
+    assert a[1] == 8.0
+
+
+def test_a_result_derives_one_lock_and_one_state_in_every_thread():
+    """A NumPy result's buffer derives its lock and state on first use: threads asking first
+    at once must share one of each (two states would lose one thread's record)."""
+    a = SmartArray(np.arange(64.0))
+    for _ in range(20):
+        r = a + 1
+        seen: list[tuple[int, int]] = []
+        start = threading.Barrier(4)
+
+        def ask(
+            r: SmartArray = r,
+            seen: list[tuple[int, int]] = seen,
+            start: threading.Barrier = start,
+        ) -> None:
+            start.wait()
+            buf = r._buf
+            seen.append((id(buf.lock), id(buf.state)))
+
+        threads = [threading.Thread(target=ask) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(set(seen)) == 1
+    fresh = a * 2.0
+    launch(fresh)  # a result never asked anything before its launch
+    fresh[0] = 5.0  # (a write after it: recorded, the device copy of it goes stale)
+    launch(fresh)
+    assert fresh.tolist() == [6.0, *(np.arange(1.0, 64.0) * 2 + 2)]

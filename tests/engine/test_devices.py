@@ -1,0 +1,561 @@
+"""One SmartArray over several GPUs (issue 29): a copy per device, current where it is used.
+
+Each test runs a child process on the fake CUDA driver with ``SMARTARRAY_FAKE_GPU_DEVICES``
+devices (numba-cuda's real target; the driver reads its settings when it loads), through
+:func:`tests.doubles.test_fakegpu.run_fake`. The child prints a JSON report; the assertions
+are here.
+Peer access comes from ``SMARTARRAY_FAKE_GPU_PEER`` (``1``: every pair, ``0``: none).
+The last tests check what a one-device process accepts and refuses, in-process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import smartarray as sa
+from tests.doubles.test_fakegpu import run_fake
+
+PRELUDE = """
+import warnings
+from smartarray import _fakegpu
+warnings.simplefilter("ignore")  # numba's low-occupancy warning
+fake = _fakegpu.current()
+
+@cuda.jit
+def add_one(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1.0
+
+def ordinal(d):
+    # The fake driver's own record: cuda-bindings 13.2.0 to 13.4.1 read DEVICE_ORDINAL as 0.
+    return fake.heaps.device_of(int(d.device_ctypes_pointer.value))
+
+def moved(trace):
+    return sorted(
+        (e.direction, e.source, e.target, e.start, e.stop) for e in trace.events
+    )
+
+def peer():
+    return {f"{a}->{b}": n for (a, b), n in fake.peer_copies.items()}
+"""
+
+
+def _run(code: str, devices: int = 2, peer: str = "1") -> dict:
+    env = {"SMARTARRAY_FAKE_GPU_DEVICES": str(devices), "SMARTARRAY_FAKE_GPU_PEER": peer}
+    return run_fake(PRELUDE + code, env=env)
+
+
+# -- a kernel on each device reads current data ----------------------------------------------
+
+
+@pytest.mark.seeds
+@pytest.mark.parametrize("devices", [2, 4])
+def test_a_kernel_on_each_device_in_turn_reads_what_the_last_one_wrote(devices: int) -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(16.0))
+seen = []
+for step in range(2):
+    for dev in range(len(cuda.gpus)):
+        with cuda.gpus[dev]:
+            add_one[1, 16](a)
+            seen.append(a.valid_at)
+print(json.dumps({"values": np.asarray(a).tolist(), "seen": seen, "gpus": len(cuda.gpus)}))
+""",
+        devices,
+    )
+    assert out["gpus"] == devices
+    assert out["values"] == (np.arange(16.0) + 2 * devices).tolist()
+    # Right after each launch the launch's device holds the only current copy.
+    assert out["seen"] == [["gpu"]] * (2 * devices)
+
+
+@pytest.mark.seeds
+@pytest.mark.parametrize("devices", [2, 4])
+def test_stale_bytes_go_peer_to_peer_counted_d2d_with_both_devices(devices: int) -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))  # 512 bytes
+with cuda.gpus[0]:
+    add_one[1, 64](a)  # up once, then current on device 0 only
+last = len(cuda.gpus) - 1
+before = peer()
+with sa.trace() as t, cuda.gpus[last]:
+    add_one[1, 64](a)
+print(json.dumps({"moved": moved(t), "before": before, "after": peer(),
+                  "values": np.asarray(a).tolist(), "valid": a.valid_at}))
+""",
+        devices,
+    )
+    last = devices - 1
+    assert out["moved"] == [["d2d", "gpu:0", f"gpu:{last}", 0, 512]]
+    assert out["after"].get(f"0->{last}", 0) - out["before"].get(f"0->{last}", 0) == 1
+    assert out["values"] == [2.0] * 64
+    # (Current: device 0, whose copy is stale; the host read made the host current.)
+    assert out["valid"] == ["host", f"gpu:{last}"]
+
+
+@pytest.mark.seeds
+def test_without_peer_access_stale_bytes_go_through_the_host_copy() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+before = peer()
+with sa.trace() as t, cuda.gpus[1]:
+    add_one[1, 64](a)
+    staged = a.valid_at
+new_peer = {k: v - before.get(k, 0) for k, v in peer().items()}
+print(json.dumps({"moved": moved(t), "new_peer": new_peer,
+                  "values": np.asarray(a).tolist(), "staged": staged}))
+""",
+        peer="0",
+    )
+    # Down from device 0 into the host copy, up to device 1: both counted, nothing peer.
+    assert out["moved"] == [["d2h", "gpu:0", "host", 0, 512], ["h2d", "host", "gpu:1", 0, 512]]
+    assert not any(out["new_peer"].values())
+    assert out["values"] == [2.0] * 64
+    assert out["staged"] == ["gpu"]  # device 1 wrote: the host copy is stale again
+
+
+@pytest.mark.parametrize("refused", ["h2d", "d2h"])
+def test_a_guard_refusing_the_copies_through_the_host_refuses_before_anything_moves(
+    refused: str,
+) -> None:
+    """Without peer access a device reads another's bytes through the host copy: a transfer
+    guard that refuses the download or the upload raises before the first copy, and the
+    copies and their validity are as they were."""
+    out = _run(
+        f"""
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)  # current on device 0 only
+before = a.valid_at
+error = None
+with sa.trace() as t, cuda.gpus[1]:
+    try:
+        with sa.transfer_guard("disallow", {refused!r}):
+            add_one[1, 64](a)
+    except sa.TransferGuardError as exc:
+        error = str(exc)
+after = a.valid_at
+with cuda.gpus[1]:
+    add_one[1, 64](a)  # allowed now: the bytes come through the host copy
+print(json.dumps({{"moved": moved(t), "error": error, "before": before, "after": after,
+                  "values": np.asarray(a).tolist()}}))
+""",
+        peer="0",
+    )
+    assert out["error"] is not None and refused in out["error"]
+    assert out["moved"] == []
+    assert out["before"] == out["after"] == ["gpu"]  # (device 0, the current one)
+    assert out["values"] == [2.0] * 64
+
+
+@pytest.mark.seeds
+def test_only_the_bytes_a_device_wrote_move_to_the_next_device() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+with cuda.gpus[1]:
+    add_one[1, 64](a)      # device 1 now holds everything current
+with cuda.gpus[0]:
+    add_one[1, 8](a[8:16])   # device 0 needs bytes 64..128 from device 1: only those move
+with sa.trace() as t, cuda.gpus[1]:
+    add_one[1, 64](a)      # device 1 needs back only what device 0 wrote
+print(json.dumps({"moved": moved(t), "values": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["moved"] == [["d2d", "gpu:0", "gpu:1", 64, 128]]
+    expected = [3.0] * 64
+    expected[8:16] = [4.0] * 8
+    assert out["values"] == expected
+
+
+@pytest.mark.seeds
+def test_a_kernel_on_another_device_after_a_host_write_uploads_only_the_written_bytes() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(64))
+with cuda.gpus[0]:
+    add_one[1, 64](a)
+with cuda.gpus[1]:
+    add_one[1, 64](a)
+    np.asarray(a)          # down from device 1 (not held: no refresh after launches)
+    a[0:4] = 10.0          # a host write: the host holds bytes 0..32 alone
+with sa.trace() as t, cuda.gpus[0]:
+    add_one[1, 64](a)      # device 0: 0..32 from the host, the rest from device 1
+print(json.dumps({"moved": moved(t), "values": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["moved"] == [["d2d", "gpu:1", "gpu:0", 32, 512], ["h2d", "host", "gpu:0", 0, 32]]
+    assert out["values"] == [11.0] * 4 + [3.0] * 60
+
+
+# -- the current device decides; an explicit form names one ----------------------------------
+
+
+def test_gpu_names_the_current_device_and_gpu_n_names_device_n() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(8.0))
+with cuda.gpus[1]:
+    d1 = a.gpu()
+    here = a.valid_at
+d0 = a.gpu(device=0)
+with cuda.gpus[1]:
+    explicit = ordinal(a.get("gpu:1"))
+    d1_again = ordinal(a.gpu())
+    d0_from_1 = ordinal(a.gpu(device=0))
+    d0_get_from_1 = ordinal(a.get("gpu:0"))
+print(json.dumps({"d1": ordinal(d1), "d0": ordinal(d0), "explicit": explicit,
+                  "d0_from_1": [d0_from_1, d0_get_from_1],
+                  "again": d1_again, "here": here, "at0": a.valid_at,
+                  "values0": d0.copy_to_host().tolist()}))
+"""
+    )
+    assert (out["d1"], out["d0"], out["explicit"], out["again"]) == (1, 0, 1, 1)
+    assert out["d0_from_1"] == [0, 0]  # device 0 named while device 1 is current
+    assert out["here"] == ["host", "gpu"]  # (current: device 1)
+    assert out["at0"] == ["host", "gpu", "gpu:1"]  # (current: device 0)
+    assert out["values0"] == list(range(8))
+
+
+@pytest.mark.seeds
+def test_a_write_marked_on_one_device_is_read_on_another_and_on_the_host() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.zeros(8))
+with cuda.gpus[1]:
+    d = a.gpu()
+    add_one[1, 8](d)          # a plain device array: smartarray does not see this write
+    cuda.synchronize()
+a.mark_changed("gpu:1")       # ... until it is told
+with sa.trace() as t:
+    d0 = a.gpu()              # device 0 (current): from device 1
+print(json.dumps({"moved": moved(t), "dev0": d0.copy_to_host().tolist(),
+                  "host": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["moved"] == [["d2d", "gpu:1", "gpu:0", 0, 64]]
+    assert out["dev0"] == [1.0] * 8
+    assert out["host"] == [1.0] * 8
+
+
+@pytest.mark.seeds
+def test_an_array_made_on_a_device_lives_there() -> None:
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(4.0), where="gpu:1")
+print(json.dumps({"valid": a.valid_at, "on1": ordinal(a.get("gpu:1")),
+                  "host": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["valid"] == ["gpu:1"]
+    assert out["on1"] == 1
+    assert out["host"] == [0.0, 1.0, 2.0, 3.0]
+
+
+# -- residency per device --------------------------------------------------------------------
+
+
+@pytest.mark.seeds
+def test_each_device_has_its_own_budget_and_evicts_only_its_own_copies() -> None:
+    out = _run(
+        """
+sa.set_device_budget(1024)   # bytes per device
+xs = [sa.SmartArray(np.full(64, float(i))) for i in range(3)]   # 512 bytes each
+with cuda.gpus[0]:
+    add_one[1, 64](xs[0]); add_one[1, 64](xs[1])   # device 0 full
+with cuda.gpus[1]:
+    add_one[1, 64](xs[2]); add_one[1, 64](xs[0])   # device 1 full; device 0 untouched
+budget0, budget1 = sa.device_budget(0), sa.device_budget(1)
+evictions = sa.stats().evictions
+with sa.trace() as t, cuda.gpus[0]:
+    add_one[1, 64](xs[2])    # device 0 must make room: evicts there only
+evicted = [(e.direction, e.array, e.source) for e in t.events if e.reason == "eviction"]
+print(json.dumps({
+    "evictions": sa.stats().evictions - evictions,
+    "moved": moved(t),
+    "used": [budget0.used, budget1.used],
+    "names0": sorted(r.name for r in budget0.resident),
+    "names1": sorted(r.name for r in budget1.resident),
+    "after1": sorted(r.name for r in sa.device_budget(1).resident),
+    "after0": sorted(r.name for r in sa.device_budget(0).resident),
+    "evicted": evicted,
+    "names": [x.name for x in xs],
+    "values": [np.asarray(x).tolist()[:1] for x in xs],
+}))
+"""
+    )
+    n = out["names"]
+    assert out["used"] == [1024, 1024]
+    assert out["names0"] == sorted([n[0], n[1]])
+    assert out["names1"] == sorted([n[0], n[2]])
+    assert out["after1"] == sorted([n[0], n[2]])  # device 1's copies stay
+    # x0 is current on device 1 (its latest launch): device 0's copy of it goes first, without
+    # a download; x1 (current on device 0 only) stays. x2 comes from device 1, peer to peer.
+    assert out["after0"] == sorted([n[1], n[2]])
+    assert out["evictions"] == 1 and out["evicted"] == []
+    assert out["moved"] == [["d2d", "gpu:1", "gpu:0", 0, 512]]
+    assert out["values"] == [[2.0], [2.0], [4.0]]
+
+
+def test_device_budget_refuses_a_device_the_process_does_not_see() -> None:
+    with pytest.raises(ValueError, match="CUDA device"):
+        sa.device_budget(7)
+
+
+@pytest.mark.parametrize("device", [True, False, np.True_, 1.5, 0.0, "0", None.__class__])
+def test_device_budget_refuses_what_is_not_a_device_number_naming_the_argument(device) -> None:
+    with pytest.raises(TypeError, match=r"device must be an int \(a CUDA device\) or None"):
+        sa.device_budget(device)
+    with pytest.raises(TypeError, match="device must be an int"):
+        sa.device_budget(device=device)
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu:\u00b2", "gpu:00", "gpu:01", "gpu:\uff10", "gpu:-0", "gpu: 0", "gpu:0 ", "gpu:"]
+)
+@pytest.mark.parametrize("use", ["get", "is_valid", "mark_changed", "construct"])
+def test_device_names_take_ascii_digits_without_leading_zeros(name: str, use: str) -> None:
+    """'gpu:N' takes N in ASCII decimal digits without leading zeros: a superscript or
+    full-width digit, a leading zero or a space is refused, showing the accepted form, before
+    anything moves."""
+    a = sa.SmartArray(np.arange(4.0))
+    accepted = r"'gpu:N' with N a device number in ASCII decimal digits without leading zeros"
+    with sa.trace() as t, pytest.raises(ValueError, match=accepted + r" \('gpu:0' to"):
+        if use == "get":
+            a.get(name)
+        elif use == "is_valid":
+            a.is_valid(name)
+        elif use == "mark_changed":
+            a.mark_changed(name)
+        else:
+            sa.SmartArray(np.arange(4.0), where=name)
+    assert t.events == []
+    assert a.valid_at == ("host",)
+
+
+THREADS_FIRST_TOUCH = """
+import threading
+arrays = [sa.SmartArray(np.arange(8.0)) for _ in range(4)]
+barrier = threading.Barrier(4)
+errors = []
+
+def run(k):
+    try:
+        barrier.wait()
+        arrays[k].gpu(device=k)  # smartarray's first touch of the driver, in 4 threads at once
+        with cuda.gpus[k]:
+            add_one[1, 8](arrays[k])
+    except Exception as exc:
+        errors.append(repr(exc))
+
+threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps({"errors": errors, "values": [np.asarray(a).tolist() for a in arrays],
+                  "valid": [a.valid_at for a in arrays]}))
+"""
+
+
+def test_threads_that_first_touch_the_driver_at_once_see_every_device_quietly() -> None:
+    """Four threads whose first smartarray call touches the driver at the same time: each
+    sees the four devices, its kernel runs, and the process ends with nothing on stderr."""
+    out = _run(THREADS_FIRST_TOUCH, devices=4)
+    assert out["errors"] == []
+    assert out["values"] == [(np.arange(8.0) + 1).tolist()] * 4
+    assert out["_stderr"] == ""
+
+
+@pytest.mark.parametrize("memory", ["8M", "64M", "100M"])
+def test_the_default_budget_of_a_small_device_leaves_room_to_work(memory: str) -> None:
+    """A device with less than 128 MiB free still gets a budget (a margin that scales with
+    the device): arrays are used on it, on each of several devices."""
+    env = {"SMARTARRAY_FAKE_GPU_DEVICES": "2", "SMARTARRAY_FAKE_GPU_MEMORY": memory}
+    out = run_fake(
+        PRELUDE
+        + """
+a = sa.SmartArray(np.arange(1024.0))
+for dev in range(2):
+    with cuda.gpus[dev]:
+        add_one[1, 1024](a)
+info = [sa.device_budget(dev) for dev in range(2)]
+free = []
+for dev in range(2):
+    with cuda.gpus[dev]:
+        free.append(cuda.current_context().get_memory_info().free)
+print(json.dumps({"values": np.asarray(a)[:3].tolist(), "budgets": [b.budget for b in info],
+                  "used": [b.used for b in info], "free": free}))
+""",
+        env=env,
+    )
+    assert out["values"] == [2.0, 3.0, 4.0]
+    assert all(b > 0 for b in out["budgets"])
+    assert out["used"] == [8192, 8192]
+
+
+@pytest.mark.parametrize("total", [1 << 20, 8 << 20, 100 << 20, 1 << 30, 2 << 30, 80 << 30])
+@pytest.mark.parametrize("share", [1.0, 0.5, 0.01, 1e-6])
+def test_the_default_margin_scales_with_the_device_and_leaves_a_budget(
+    total: int, share: float
+) -> None:
+    from smartarray._engine.residency import DEFAULT_MARGIN, default_margin
+
+    free = max(1, int(total * share))
+    margin = default_margin(free, total)
+    assert 0 <= margin <= free // 2  # free memory: never a budget of 0
+    assert margin >= free // 10  # at least a tenth of what is free
+    if total >= 2 << 30 and free >= 2 * DEFAULT_MARGIN:
+        assert margin >= DEFAULT_MARGIN  # a large device keeps the 128 MiB floor
+
+
+# -- one device: the names it accepts --------------------------------------------------------
+
+
+def test_one_device_accepts_gpu_0_and_refuses_gpu_1_before_anything_moves() -> None:
+    a = sa.SmartArray(np.arange(4.0))
+    with sa.trace() as t:
+        with pytest.raises(ValueError, match="device '1'.*gpu:0"):
+            a.get("gpu:1")
+        with pytest.raises(ValueError, match="'host', 'gpu'"):
+            a.get("gpu1")
+    assert t.events == []
+    assert a.valid_at == ("host",)
+    np.testing.assert_array_equal(a.get("gpu:0").copy_to_host(), np.arange(4.0))
+    assert a.valid_at == ("host", "gpu")
+    assert a.is_valid("gpu:0") and a.is_valid("gpu")
+
+
+# -- on a machine with two or more GPUs (or the fake driver with several devices) --------------
+
+
+@pytest.mark.gpu
+def test_gpu_every_device_reads_what_the_previous_one_wrote_peer_to_peer_where_it_can() -> None:
+    from numba import cuda
+
+    from smartarray._memory import devices as _devices
+    from tests._kernels import add_one
+
+    if len(cuda.gpus) < 2:
+        pytest.skip("needs two or more CUDA devices")
+    n = len(cuda.gpus)
+    a = sa.SmartArray(np.zeros(1 << 16, np.float32))  # 256 KiB
+    nbytes = a.nbytes
+    with sa.trace() as t:
+        for dev in range(n):
+            with cuda.gpus[dev]:
+                add_one[(a.size + 255) // 256, 256](a)
+        result = np.asarray(a)
+    np.testing.assert_array_equal(result, np.full(a.size, float(n), np.float32))
+    moved = [(e.direction, e.source, e.target, e.nbytes) for e in t.events]
+    expected = [("h2d", "host", "gpu:0", nbytes)]
+    for dev in range(1, n):
+        src, dst = f"gpu:{dev - 1}", f"gpu:{dev}"
+        if _devices.peer(dev - 1, dev):
+            expected.append(("d2d", src, dst, nbytes))
+        else:
+            expected += [("d2h", src, "host", nbytes), ("h2d", "host", dst, nbytes)]
+    expected.append(("d2h", f"gpu:{n - 1}", "host", nbytes))
+    assert moved == expected
+
+
+def test_info_lists_the_devices_and_the_pairs_that_copy_peer_to_peer() -> None:
+    out = _run(
+        """
+from smartarray.__main__ import info
+print(json.dumps(info("CUDA GPU")))
+""",
+        devices=3,
+        peer="0:1,1:0",
+    )
+    assert out["devices"].startswith("3 ")
+    assert out["peer copies"] == "0->1, 1->0"
+
+
+@pytest.mark.parametrize(
+    ("device", "error", "match"),
+    [
+        (1, ValueError, "device names device '1'"),
+        ("0", TypeError, "device must be an int"),
+        (True, TypeError, "device must be an int"),
+        (-1, ValueError, "device names device '-1'"),
+    ],
+)
+def test_gpu_device_refuses_what_is_not_a_visible_device_naming_the_argument(
+    device: object, error: type, match: str
+) -> None:
+    a = sa.SmartArray(np.arange(4.0))
+    with sa.trace() as t, pytest.raises(error, match=match):
+        a.gpu(device=device)
+    assert t.events == [] and a.valid_at == ("host",)
+
+
+def test_peer_pairs_checks_its_argument_before_asking():
+    assert sa.peer_pairs() == [] if sa.memory.SIMULATOR else isinstance(sa.peer_pairs(), list)
+    with pytest.raises(TypeError, match="devices must hold device ordinals"):
+        sa.peer_pairs(["0"])
+    with pytest.raises(ValueError, match="devices: no device 99"):
+        sa.peer_pairs([0, 99])
+    with pytest.raises(TypeError, match="iterable of device ordinals"):
+        sa.peer_pairs(3)
+
+
+# -- page-locked host copies on several devices ------------------------------------------------
+
+
+def test_a_pinned_host_copy_is_page_locked_for_every_device() -> None:
+    # cuMemHostAlloc without PORTABLE locks the memory for the allocating context only: the
+    # other devices' copies of it are staged as pageable ones (synchronous, the staged rate).
+    out = _run(
+        """
+a = sa.SmartArray(np.arange(64.0), pinned=True)
+host = np.asarray(a)
+ptr, n = host.ctypes.data, host.nbytes
+print(json.dumps({"locked": [fake.host.page_locked(ptr, n, d) for d in range(len(cuda.gpus))]}))
+""",
+        devices=2,
+    )
+    assert out["locked"] == [True, True]
+
+
+def test_downloads_of_two_devices_rows_run_side_by_side_on_the_clock() -> None:
+    # Each device's download waits for the work that touches its bytes (its own kernel), not
+    # for the other device's download queued just before it.
+    out = run_fake(
+        PRELUDE
+        + """
+from smartarray._fakegpu._clock import PCIE5
+fake.clock.set_preset(PCIE5.scaled(1000))  # copies of 32 KiB modelled as 32 MB: long ones
+n = 1 << 12
+a = sa.SmartArray(np.zeros(2 * n), pinned=True)
+streams = []
+for d in range(2):
+    with cuda.gpus[d]:
+        s = sa.stream()
+        streams.append(s)
+        add_one[n // 32, 32, s](a[d * n:(d + 1) * n])
+for d in range(2):
+    with cuda.gpus[d]:
+        a[d * n:(d + 1) * n].prefetch("host", stream=streams[d])
+values = np.asarray(a)
+spans = {s.engine: (s.start, s.end) for s in fake.clock.spans if s.engine.endswith("d2h")}
+print(json.dumps({"ok": bool((values == 1).all()), "spans": spans}))
+""",
+        env={
+            "SMARTARRAY_FAKE_GPU_DEVICES": "2",
+            "SMARTARRAY_FAKE_GPU_PEER": "1",
+            "SMARTARRAY_FAKE_GPU_TIMING": "pcie5",
+        },
+    )
+    assert out["ok"]
+    (a0, a1), (b0, b1) = out["spans"]["gpu0.d2h"], out["spans"]["gpu1.d2h"]
+    assert a0 < b1 and b0 < a1  # they overlap

@@ -1,0 +1,748 @@
+"""Stream ordering of a SmartArray's device work, with stand-in streams and events.
+
+The simulator completes every copy and kernel at once, so ordering bugs never show in values.
+These tests drive the launch protocol as numba-cuda's real dispatcher does (``to_device(retr,
+stream)`` before the launch, the ``retr`` callbacks right after it, without a sync) with stream
+objects that record what the host is made to wait for, and events that record how work on
+one stream is ordered after another's. Two shapes of stream objects reach smartarray on a GPU:
+numba.cuda's ``Stream`` (``synchronize()``; what users create and pass to copies) and cuda.core's
+``Stream`` (``sync()``; what numba-cuda's dispatcher hands ``to_device`` during a launch, even
+for the default stream, a fresh object per launch configuration).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import smartarray as sa
+from smartarray import memory
+from smartarray.testing import is_strict, strict
+from tests._kernels import add_one
+from tests._targets import real_target_env
+
+# Outcomes depend on the fake driver's adversarial order: CI runs them over several seeds.
+pytestmark = pytest.mark.seeds
+
+
+class Log(list):
+    """Host waits (``('sync', name)``, ``('event sync', name)``) and cross-stream orderings
+    (``('record', name), ('wait', name)``), in order. Events recorded only to be waited on
+    later (a buffer's own event, after each piece of its device work) go to ``records``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list = []
+
+
+class NumbaStream:
+    """A stand-in for numba.cuda's Stream: ``synchronize()`` and a ``handle``."""
+
+    def __init__(self, log: Log, name: str, handle: int) -> None:
+        self.log, self.name, self.handle = log, name, handle
+
+    def synchronize(self) -> None:
+        self.log.append(("sync", self.name))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class CoreStream:
+    """A stand-in for cuda.core's Stream (what the dispatcher passes): ``sync()``, ``handle``."""
+
+    def __init__(self, log: Log, name: str, handle: int) -> None:
+        self.log, self.name, self.handle = log, name, handle
+
+    def sync(self) -> None:
+        self.log.append(("sync", self.name))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Event:
+    """An event that logs what it captured: ``wait`` and ``synchronize`` name the stream of the
+    latest ``record`` (the work they wait for)."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.on = None
+
+    def record(self, stream: object = 0) -> None:
+        self.on = getattr(stream, "name", stream)
+        self.log.records.append(self.on)
+
+    def wait(self, stream: object = 0) -> None:
+        self.log.append(("record", self.on))  # what the wait captured
+        self.log.append(("wait", getattr(stream, "name", stream)))
+
+    def synchronize(self) -> None:
+        self.log.append(("event sync", self.on))
+
+
+@pytest.fixture
+def log(monkeypatch: pytest.MonkeyPatch) -> Log:
+    """The log of host waits and events; numba.cuda's default stream and events record into it."""
+    if not memory.SIMULATOR:
+        pytest.skip(
+            "stand-in streams and events that log what smartarray orders: numba-cuda's real "
+            "copies take real streams (stream order on the real target: "
+            "tests/doubles/test_fakegpu.py)"
+        )
+    log = Log()
+    monkeypatch.setattr(cuda, "event", lambda *args, **kwargs: Event(log))
+    monkeypatch.setattr(cuda, "default_stream", lambda: NumbaStream(log, "default", 0))
+    # smartarray's own copy stream (copies after a buffer's event), made afresh for each test.
+    from smartarray._memory import streams as _streams
+
+    monkeypatch.setattr(cuda, "stream", lambda: NumbaStream(log, "copy", 0x9000))
+    monkeypatch.setattr(_streams, "_copy_stream", [None, None])
+    return log
+
+
+def launch(arg: object, stream: object) -> None:
+    """What numba-cuda's dispatcher does with a kernel argument around an asynchronous launch."""
+    retr: list = []
+    arg.to_device(retr, stream)
+    for callback in retr:
+        callback()
+
+
+# --- finding 4: get('host') / host() wait for an upload in flight ----------------------------
+
+
+@pytest.mark.parametrize("method", ["get", "host"])
+def test_a_writable_host_array_waits_for_an_upload_from_it_in_flight(log, method):
+    a = sa.SmartArray(np.arange(8.0), pinned=True)
+    s = NumbaStream(log, "s", 0x1000)
+    launch(sa.In(a), s)  # an asynchronous upload from the pinned host copy, on s
+    assert a.is_valid("host") and log == []
+    host = a.get("host") if method == "get" else a.host()  # nothing to copy, but the DMA
+    assert log == [("event sync", "s")]  # reading this memory must be done before it is written
+    host[0] = 5.0
+    a.host_changed()
+    a.host()
+    assert log == [("event sync", "s")]  # waited once
+    np.testing.assert_array_equal(np.asarray(a), [5.0, 1, 2, 3, 4, 5, 6, 7])
+
+
+def test_a_read_only_host_view_does_not_wait_for_an_upload(log):
+    a = sa.SmartArray(np.arange(8.0), pinned=True)
+    launch(sa.In(a), NumbaStream(log, "s", 0x1000))
+    np.asarray(a)  # reading memory a DMA reads is no race
+    assert log == []
+
+
+# --- finding 7: default-stream work and user streams -----------------------------------------
+
+
+def test_default_stream_work_is_ordered_before_a_launch_on_another_stream(log):
+    a = sa.SmartArray(np.zeros(8))
+    launch(a, 0)  # a kernel on the default stream writes a's device copy
+    assert log == []
+    s = NumbaStream(log, "s", 0x1000)  # e.g. cuda.external_stream(ptr) of a non-blocking stream
+    launch(a, s)
+    # An event on the default stream that s waits for: no reliance on the legacy default
+    # stream's implicit ordering (per-thread default streams and non-blocking streams have
+    # none), and no host wait.
+    assert log == [("record", 0), ("wait", "s")]
+    np.asarray(a)
+    # The host read waits for s, the stream of the latest work: through the buffer's event
+    # (s may be gone by now), which smartarray's copy stream waits for before the download.
+    assert log[2:] == [("record", "s"), ("wait", "copy"), ("sync", "copy")]
+
+
+def test_default_stream_launch_as_the_dispatcher_passes_it(log):
+    # On a GPU the dispatcher hands to_device a cuda.core Stream wrapping handle 0.
+    a = sa.SmartArray(np.zeros(8), pinned=True)
+    default = CoreStream(log, "core default", 0)
+    launch(sa.In(a), default)  # an asynchronous upload from pinned memory on the default stream
+    a[0] = 1.0  # a host write must wait for it
+    assert log == [("event sync", "core default")]
+    log.clear()
+    launch(a, CoreStream(log, "core default again", 0))  # another launch configuration
+    launch(a, NumbaStream(log, "s", 0x1000))
+    assert log == [("record", "core default again"), ("wait", "s")]
+
+
+def test_user_streams_are_ordered_on_the_device_and_the_host_waits_for_the_last_only(log):
+    a = sa.SmartArray(np.zeros(8))
+    s1, s2 = NumbaStream(log, "s1", 0x1000), NumbaStream(log, "s2", 0x2000)
+    launch(a, s1)
+    launch(a, s2)
+    assert log == [("record", "s1"), ("wait", "s2")]  # no host wait between the launches
+    np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
+    assert log[2:] == [("record", "s2"), ("wait", "copy"), ("sync", "copy")]
+
+
+def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_ordering(log):
+    a = sa.SmartArray(np.zeros(8))
+    b = sa.SmartArray(np.zeros(8))
+    for i in range(5):
+        # The dispatcher's cuda.core wrappers of one stream differ per launch configuration.
+        launch(a, CoreStream(log, f"config {i}", 0x3000))
+        launch(sa.In(b), CoreStream(log, f"config {i}", 0x3000))
+    assert log == []
+    # Each launch records one event after the kernel (what host reads wait on: the stream
+    # may be destroyed before then), and nothing else once in the steady state (b, current on
+    # both copies, is read by the fast path too); a launch that prepares a buffer under its
+    # lock (the first ones) also records the buffer's event when prepared (a launch that then
+    # fails leaves no stream handle to wait on).
+    assert log.records == ["config 0"] * 4 + [f"config {i}" for i in range(1, 5) for _ in "ab"]
+    s = NumbaStream(log, "s", 0x4000)
+    for _ in range(5):
+        launch(a, s)
+    # One switch, one wait, on the event recorded after the latest launch on the old stream.
+    assert log == [("record", "config 4"), ("wait", "s")]
+
+
+def test_host_reads_wait_for_their_own_buffers_stream_only(log):
+    a, b = sa.SmartArray(np.zeros(8)), sa.SmartArray(np.ones(8))
+    launch(a, NumbaStream(log, "s1", 0x1000))
+    launch(b, CoreStream(log, "s2", 0x2000))
+    np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
+    read_a = [("record", "s1"), ("wait", "copy"), ("sync", "copy")]
+    assert log == read_a  # s2's work is not waited for
+    np.testing.assert_array_equal(np.asarray(b), np.ones(8))
+    assert log == read_a + [("record", "s2"), ("wait", "copy"), ("sync", "copy")]
+    np.asarray(a), np.asarray(b)
+    assert len(log) == 6  # nothing queued any more
+
+
+def test_explicit_upload_on_the_default_stream_is_done_before_the_device_array_is_handed_out(
+    log,
+):
+    # A synchronous upload from pageable memory returns once staged; the DMA may still run on
+    # the default stream while a non-blocking stream's kernel starts. get('gpu') hands out the
+    # device array for any stream: it waits for that DMA (issue 25 E3), so a launch on
+    # another stream after it needs no ordering.
+    a = sa.SmartArray(np.arange(8.0))
+    a.get("gpu")
+    assert log == [("event sync", 0)]
+    launch(sa.In(a), NumbaStream(log, "s", 0x1000))
+    assert log == [("event sync", 0)]
+
+
+def test_construction_on_the_device_is_ordered_before_a_launch_elsewhere(log):
+    a = sa.SmartArray(np.arange(8.0), where="gpu")
+    launch(sa.In(a), NumbaStream(log, "s", 0x1000))
+    assert log == [("record", 0), ("wait", "s")]
+
+
+REAL_STREAMS = """
+import json, warnings
+warnings.simplefilter("ignore")
+from cuda.bindings import driver as binding
+from numba import cuda
+from numba.cuda.cudadrv import driver
+from smartarray._memory import streams as _streams
+
+@cuda.jit
+def kernel(x):
+    pass
+
+user = driver.Stream(binding.CUstream(0x1000))  # as cuda.stream() / external_stream(ptr) give
+user2 = driver.Stream(binding.CUstream(0x2000))
+default = kernel[1, 32].stream  # what the dispatcher hands ArgHint.to_device
+on_user = kernel[1, 32, user].stream
+other_config = kernel[2, 32, user].stream
+on_user2 = kernel[1, 32, user2].stream
+print("RESULT " + json.dumps({
+    "type": type(default).__module__ + "." + type(default).__name__,
+    "default is 0": _streams.same(default, 0),
+    "default is DEFAULT": _streams.same(default, _streams.DEFAULT),
+    "default equals 0": default == 0,
+    "has synchronize": hasattr(default, "synchronize"),
+    "has sync": hasattr(default, "sync"),
+    "on user is user": _streams.same(on_user, user),
+    "configs share a stream": _streams.same(on_user, other_config),
+    "configs share an object": on_user is other_config,
+    "user is not default": not _streams.same(on_user, default),
+    "two user streams differ": not _streams.same(on_user, on_user2),
+    "on user2 is user2": _streams.same(on_user2, user2) and _streams.same(user2, on_user2),
+    "default is not user2": not _streams.same(default, on_user2),
+}))
+"""
+
+
+def test_the_streams_numba_cudas_real_dispatcher_passes_are_recognised():
+    # Real numba-cuda (no simulator), no GPU needed: a launch configuration's stream.
+    env = real_target_env()
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_STREAMS], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")][-1]
+    facts = json.loads(line[len("RESULT ") :])
+    assert facts == {
+        "type": "cuda.core._stream.Stream",
+        "default is 0": True,
+        "default is DEFAULT": True,
+        "default equals 0": False,  # so `stream != 0` cannot tell a default-stream launch
+        "has synchronize": False,  # so a host wait must call sync()
+        "has sync": True,
+        "on user is user": True,
+        "configs share a stream": True,
+        "configs share an object": False,  # so streams are compared by handle
+        "user is not default": True,
+        "two user streams differ": True,
+        "on user2 is user2": True,
+        "default is not user2": True,
+    }
+
+
+REAL_ACCEPTANCE = """
+import warnings
+warnings.simplefilter("ignore")
+from cuda.bindings import driver as binding
+from numba import cuda
+from numba.cuda.cudadrv import driver
+from smartarray._memory import checks as _checks, streams as _streams
+
+@cuda.jit
+def kernel(x):
+    pass
+
+user = driver.Stream(binding.CUstream(0x1000))
+for given in (kernel[1, 32].stream, kernel[1, 32, user].stream):  # what to_device receives
+    assert _checks._check_stream(given) is given  # no TypeError, taken as it is
+assert _streams.pending(kernel[1, 32].stream) is _streams.DEFAULT  # handle 0: the default
+assert _streams.pending(kernel[1, 32, user].stream) is not _streams.DEFAULT
+print("OK")
+"""
+
+
+def test_the_launch_stream_numba_cudas_real_dispatcher_hands_to_device_is_accepted():
+    # Real numba-cuda (no simulator), no GPU needed: finding 2 of issue 24.
+    out = subprocess.run(
+        [sys.executable, "-c", REAL_ACCEPTANCE],
+        env=real_target_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_the_lock_free_fast_path_serves_each_launch_configurations_stream_wrapper(log, monkeypatch):
+    # On a GPU every launch configuration wraps the same CUstream in a new cuda.core Stream:
+    # a loop of launches on an array current on the device only must still take the fast path
+    # (no lock, no engine call), not only when the wrapper object happens to be the same.
+    from smartarray._engine import buffer as _engine
+
+    calls = []
+    acquire = _engine.Buffer.acquire
+    monkeypatch.setattr(
+        _engine.Buffer, "acquire", lambda *a, **k: (calls.append(1), acquire(*a, **k))[1]
+    )
+    a = sa.SmartArray(np.zeros(8))
+    for i in range(3):
+        launch(a, CoreStream(log, f"config {i}", 0x3000))
+    assert len(calls) == 1  # the first launch uploads; the others take the fast path
+    assert log == []
+    np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
+
+
+# --- issue 24: streams as numba-cuda's real launch hands them, and streams that die ---------
+
+strict_only = pytest.mark.skipif(not is_strict(), reason="runs under SMARTARRAY_STRICT=1 only")
+
+
+class ForwardsTheLaunchStream(cuda.In):
+    """A user hint that hands the launch's stream on to smartarray's public API, as the demo's
+    automatic-copy strategy and the benchmark workloads do."""
+
+    def __init__(self, value, api):
+        super().__init__(value)
+        self.api = api
+
+    def to_device(self, retr, stream=0):
+        return self.api(self.value, retr, stream)
+
+
+def _via_to_device(host, retr, stream):
+    dev = sa.to_device(host, stream=stream)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+def _via_device_array(host, retr, stream):
+    dev = sa.device_array(host.shape, host.dtype, stream=stream)
+    dev.copy_to_device(host, stream=stream)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+def _via_device_array_like(host, retr, stream):
+    dev = sa.device_array_like(host, stream=stream)
+    sa.to_device(host, stream=stream, to=dev)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+def _via_smartarray_copy(host, retr, stream):
+    a = sa.SmartArray(np.zeros_like(host))
+    a.copy_to_device(sa.to_device(host), stream=stream)
+    dev = a.gpu()
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))  # after the kernel
+    return dev
+
+
+def _via_mapped_array(host, retr, stream):
+    dev = sa.mapped_array(host.shape, host.dtype, stream=stream)
+    dev.copy_to_device(host, stream=stream)
+    retr.append(lambda: dev.copy_to_host(host, stream=stream))
+    return dev
+
+
+@strict_only
+@pytest.mark.parametrize(
+    "api",
+    [
+        _via_to_device,
+        _via_device_array,
+        _via_device_array_like,
+        _via_smartarray_copy,
+        _via_mapped_array,
+    ],
+)
+@pytest.mark.parametrize("on_stream", [False, True])
+def test_public_apis_accept_the_stream_a_launch_hands_to_device(api, on_stream):
+    # numba-cuda hands ArgHint.to_device a cuda.core Stream (sync(), __cuda_stream__, no
+    # synchronize()), the default stream included; every API that takes a stream accepts it.
+    with strict(seed=3):
+        s = sa.stream() if on_stream else 0
+        host = np.arange(8.0)
+        add_one[1, 8, s](ForwardsTheLaunchStream(host, api))
+        cuda.synchronize()
+        np.testing.assert_array_equal(host, np.arange(8.0) + 1)
+
+
+@strict_only
+def test_the_demos_automatic_copy_strategy_runs_in_strict_mode():
+    from smartarray import _demo
+
+    with strict(seed=1):
+        auto = _demo.run_auto(8, 3, 3)
+        ours = _demo.run_smartarray(8, 3, 3)
+    np.testing.assert_allclose(auto, ours)
+
+
+def _stand_in_core_stream():
+    """cuda.core's Stream surface, exactly: handle, __cuda_stream__(), sync(); no
+    synchronize() (the simulator ignores streams, so any handle does)."""
+
+    class Stream:
+        handle = 0
+
+        def __cuda_stream__(self):
+            return (0, 0)
+
+        def sync(self):
+            pass
+
+    return Stream()
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: sa.to_device(np.arange(3.0), stream=s),
+        lambda s: sa.device_array(3, stream=s),
+        lambda s: sa.device_array_like(np.arange(3.0), stream=s),
+        lambda s: sa.to_device(np.arange(3.0)).copy_to_host(stream=s),
+        lambda s: sa.SmartArray(np.zeros(3)).copy_to_device(sa.to_device(np.ones(3)), stream=s),
+    ],
+)
+def test_an_object_with_cuda_stream_is_a_stream(call):
+    call(_stand_in_core_stream())  # no TypeError
+
+
+def _the_launch_stream_died(a, use):
+    s = cuda.stream()
+    add_one[1, 8, s](a)
+    del s  # the user's stream goes; only the launch configuration's non-owning wrapper knew it
+    import gc
+
+    gc.collect()
+    use(a)
+
+
+def _host_read(a):
+    np.testing.assert_array_equal(np.asarray(a), np.ones(8))
+
+
+def _launch_elsewhere(a):
+    other = cuda.stream()
+    add_one[1, 8, other](a)
+    other.synchronize()
+    np.testing.assert_array_equal(a.host(), np.full(8, 2.0))
+
+
+def _host_write(a):
+    a[0] = 7.0
+    np.testing.assert_array_equal(np.asarray(a), [7.0] + [1.0] * 7)
+
+
+def _eviction(a):
+    b = sa.SmartArray(np.zeros(8))
+    b.gpu()  # the budget holds one: a's device copy is evicted (downloaded first)
+    np.testing.assert_array_equal(np.asarray(a), np.ones(8))
+
+
+def _interface(a):
+    cai = a.__cuda_array_interface__
+    assert cai["stream"] is None or cai["stream"] in (1, 2) or cai["stream"] > 2
+    np.testing.assert_array_equal(a.host(), np.ones(8))
+
+
+@strict_only
+@pytest.mark.parametrize("use", [_host_read, _launch_elsewhere, _host_write, _eviction, _interface])
+def test_a_buffer_never_waits_on_a_destroyed_launch_stream(use):
+    for seed in range(4):
+        with strict(seed=seed):
+            sa.set_device_budget(64)
+            try:
+                a = sa.SmartArray(np.zeros(8))
+                _the_launch_stream_died(a, use)
+            finally:
+                sa.set_device_budget(None)
+
+
+@cuda.jit
+def _add_one_to_first(x, y):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+class FailsToPrepare(cuda.In):
+    """An argument whose preparation fails after the earlier arguments' (no callbacks run)."""
+
+    def to_device(self, retr, stream=0):
+        raise RuntimeError("this argument cannot be prepared")
+
+
+@strict_only
+def test_a_launch_that_failed_after_preparing_an_argument_leaves_no_dead_stream_to_wait_on():
+    for seed in range(3):
+        with strict(seed=seed):
+            a = sa.SmartArray(np.arange(8.0))
+            s = cuda.stream()
+            with pytest.raises(RuntimeError, match="cannot be prepared"):
+                _add_one_to_first[1, 8, s](a, FailsToPrepare(np.zeros(8)))
+            del s
+            import gc
+
+            gc.collect()
+            np.testing.assert_array_equal(np.asarray(a), np.arange(8.0))  # no kernel ran
+            a[0] = 5.0
+            np.testing.assert_array_equal(a.host()[:2], [5.0, 1.0])
+
+
+# --- issue 25 E3: a device hand-out is ordered after the buffer's queued work ----------------
+
+
+@cuda.jit
+def _read_only(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i]
+
+
+@cuda.jit
+def _fill_five(x):
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] = 5.0
+
+
+@strict_only
+@pytest.mark.parametrize("hand_out", ["gpu", "get"])
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_device_hand_out_is_not_overwritten_by_an_upload_queued_on_another_stream(
+    hand_out, pinned
+):
+    for seed in range(4):
+        with strict(seed=seed):
+            a = sa.SmartArray(np.arange(8.0), pinned=pinned)
+            s1, s2 = cuda.stream(), cuda.stream()
+            out = cuda.device_array(8)
+            _read_only[1, 8, s1](sa.In(a), out)  # a's upload is queued on s1
+            view = a[2:4]
+            v = view.gpu() if hand_out == "gpu" else view.get("gpu")
+            _fill_five[1, 2, s2](v)  # the user's kernel on a second stream
+            s2.synchronize()
+            view.gpu_changed()
+            np.testing.assert_array_equal(a.host(), [0, 1, 5, 5, 4, 5, 6, 7])
+
+
+# --- issue 24 finding 5: a held host array written after a launch -----------------------------
+
+
+@strict_only
+@pytest.mark.parametrize("on_stream", [False, True])
+@pytest.mark.parametrize("hold", ["host", "adopted"])
+def test_a_held_host_array_written_after_a_launch_does_not_change_what_the_kernel_read(
+    on_stream, hold
+):
+    # The launch uploads from page-locked memory: the DMA reads it when it runs (on a GPU,
+    # cuMemcpyHtoDAsync, even on the default stream: numba-cuda hands to_device a cuda.core
+    # Stream). A write through an array the user held since before the launch must not reach
+    # the kernel.
+    for seed in range(4):
+        with strict(seed=seed):
+            if hold == "adopted":
+                x = sa.pinned_array(8)
+                x[:] = np.arange(8.0)
+                a = sa.SmartArray(x, copy=False)
+                h = x
+            else:
+                a = sa.SmartArray(np.arange(8.0), pinned=True)
+                h = a.host()
+            s = cuda.stream() if on_stream else 0
+            out = cuda.device_array(8)
+            _read_only[1, 8, s](sa.In(a), out)  # read only: nothing refreshes h after it
+            h[0] = 100.0  # right after the launch returned
+            a.host_changed()
+            np.testing.assert_array_equal(out.copy_to_host(), np.arange(8.0))
+            assert a.host()[0] == 100.0
+
+
+# --- issue 24 finding 6: per-thread default streams -----------------------------------------
+
+
+@strict_only
+@pytest.mark.parametrize("read", ["asarray", "host", "launch_elsewhere"])
+def test_another_threads_host_read_waits_for_work_on_the_first_threads_default_stream(read):
+    # With per-thread default streams, stream 0 (handle 0, and 2) is the calling thread's own
+    # stream: thread B must wait for thread A's work on A's stream, not on B's own.
+    import threading
+
+    def reader(a, read, seen):  # thread B
+        if read == "asarray":
+            seen.append(np.asarray(a).copy())
+        elif read == "host":
+            seen.append(a.host().copy())
+        else:
+            s = cuda.stream()
+            add_one[1, 8, s](a)
+            s.synchronize()
+            seen.append(np.asarray(a) - 1.0)
+
+    for seed in range(4):
+        with strict(seed=seed, per_thread_default_stream=True):
+            a = sa.SmartArray(np.zeros(8))
+            a.gpu()
+            worker = threading.Thread(target=add_one[1, 8], args=(a,))  # A, on stream 0
+            worker.start()
+            worker.join()
+            seen: list = []
+            other = threading.Thread(target=reader, args=(a, read, seen))
+            other.start()
+            other.join()
+            np.testing.assert_array_equal(seen[0], np.ones(8))
+
+
+@strict_only
+def test_per_thread_default_streams_are_distinct_per_thread_in_strict_mode():
+    import threading
+
+    with strict(per_thread_default_stream=True) as state:
+        d = cuda.to_device(np.zeros(4))
+        worker = threading.Thread(target=lambda: add_one[1, 4](d))
+        worker.start()
+        worker.join()
+        assert state.pending() == 1
+        cuda.default_stream().synchronize()  # this thread's own stream: nothing of the worker's
+        assert state.pending() == 1
+        cuda.legacy_default_stream().synchronize()
+        assert state.pending() == 0
+
+
+# --- with a GPU: findings 1 and 5 on hardware -------------------------------------------------
+
+
+@cuda.jit
+def _spin(iterations):
+    # Keeps its stream busy for a while (~iterations microseconds), so that work queued after
+    # it on the same stream is still pending when the host goes on.
+    for _ in range(iterations):
+        cuda.nanosleep(1000)
+
+
+@pytest.mark.gpu
+def test_gpu_host_read_after_the_launch_stream_was_destroyed():
+    # CuPy destroys its stream when the object is collected; numba's external_stream wrapper
+    # (kept in the launch-configuration cache) does not own it, nor does the cuda.core Stream
+    # the dispatcher handed to_device. The host read must wait on smartarray's own event.
+    import gc
+
+    cp = pytest.importorskip("cupy")
+    a = sa.SmartArray(np.zeros(1024, dtype=np.float64))
+    side = cp.cuda.Stream(non_blocking=True)
+    s = cuda.external_stream(side.ptr)
+    _spin[1, 1, s](50_000)  # ~50 ms
+    add_one[4, 256, s](a)
+    del s, side
+    gc.collect()  # the CUstream is destroyed; its queued work still runs
+    replacements = [cp.cuda.Stream(non_blocking=True) for _ in range(4)]  # may reuse the handle
+    cai = a.__cuda_array_interface__
+    assert cai["stream"] == 1  # never the dead handle: the legacy stream, ordered after it
+    np.testing.assert_array_equal(a.host(), np.ones(1024))
+    b = sa.SmartArray(np.zeros(1024, dtype=np.float64))
+    other = cp.cuda.Stream(non_blocking=True)
+    side2 = cp.cuda.Stream(non_blocking=True)
+    s2 = cuda.external_stream(side2.ptr)
+    _spin[1, 1, s2](50_000)
+    add_one[4, 256, s2](b)
+    del s2, side2
+    gc.collect()
+    add_one[4, 256, cuda.external_stream(other.ptr)](b)  # ordered after it on the device
+    other.synchronize()
+    np.testing.assert_array_equal(b.host(), np.full(1024, 2.0))
+    del replacements
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("on_stream", [False, True])
+def test_gpu_a_held_host_array_written_after_a_launch_does_not_change_what_the_kernel_read(
+    on_stream,
+):
+    # The upload from the pinned host copy is queued behind a busy kernel: without a wait
+    # before the launch returns, the write below would reach the kernel.
+    a = sa.SmartArray(np.arange(1024, dtype=np.float64), pinned=True)
+    h = a.host()  # held since before the launch, writable
+    s = cuda.stream() if on_stream else 0
+    out = cuda.device_array(1024)
+    _spin[1, 1, s](50_000)
+    _read_only[4, 256, s](sa.In(a), out)
+    h[:] = -1.0  # right after the launch returned
+    a.host_changed()
+    cuda.synchronize()
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(1024))
+    np.testing.assert_array_equal(a.host(), np.full(1024, -1.0))
+
+
+@pytest.mark.gpu
+def test_gpu_smartarray_jit_does_not_make_a_pinned_input_asynchronous():
+    x = cuda.pinned_array(1024)
+    x[:] = np.arange(1024.0)
+    out = cuda.device_array(1024)
+    _spin[1, 1](50_000)  # the default stream is busy: an asynchronous upload waits behind it
+    _jit_copy_in[4, 256](out, x)
+    x[:] = -1.0  # right after the launch returned
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(1024.0))
+
+
+@sa.jit
+def _jit_copy_in(out, x):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = x[i]
