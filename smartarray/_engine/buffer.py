@@ -643,12 +643,14 @@ def _derived(name: str) -> property:
     """The property of :class:`_LazyBuffer` that stands for Buffer's slot ``name``."""
     slot = _SLOTS[name]
 
+    # _LazyBuffer._derive, not self._derive: another thread may have made this buffer a
+    # plain Buffer (which has none) since this read found the property.
     def get(self: _LazyBuffer) -> Any:
-        self._derive()
+        _LazyBuffer._derive(self)
         return slot.__get__(self, Buffer)
 
     def set(self: _LazyBuffer, value: Any) -> None:
-        self._derive()
+        _LazyBuffer._derive(self)
         slot.__set__(self, value)
 
     return property(get, set, doc=f"Buffer.{name}, derived on first use")

@@ -445,3 +445,21 @@ def test_a_result_derives_one_lock_and_one_state_in_every_thread():
     fresh[0] = 5.0  # (a write after it: recorded, the device copy of it goes stale)
     launch(fresh)
     assert fresh.tolist() == [6.0, *(np.arange(1.0, 64.0) * 2 + 2)]
+
+
+def test_a_thread_reading_a_result_while_another_derives_it_gets_the_derived_attribute():
+    """A thread that entered the result buffer's derived-attribute read just before another
+    thread finished deriving (the buffer is a plain Buffer by the time it asks): it gets the
+    attribute the other derived, not an error."""
+    r = SmartArray(np.arange(8.0)) + 1
+    buf = r._buf
+    getters = {name: getattr(type(buf), name).fget for name in ("lock", "state", "work")}
+    setter = type(buf).name.fset
+    buf.state  # noqa: B018 - the other thread's first read: derives everything
+    assert {name: get(buf) for name, get in getters.items()} == {
+        "lock": buf.lock,
+        "state": buf.state,
+        "work": buf.work,
+    }
+    setter(buf, "renamed")  # a set that entered before the derivation, too
+    assert buf.name == "renamed"
