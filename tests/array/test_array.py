@@ -463,7 +463,7 @@ def test_python_protocols():
     assert [float(x) for x in a] == [1.0, 2.0]
     rows = list(SmartArray(np.arange(4).reshape(2, 2)))
     assert all(isinstance(r, SmartArray) for r in rows)
-    # Truthy by length, as numba's device arrays (issue 13); a 0-d array by its value.
+    # Truthy by length, as numba's device arrays; a 0-d array by its value.
     assert bool(SmartArray([0])) and bool(SmartArray([1.0, 2.0])) and not bool(SmartArray([]))
     assert bool(SmartArray(np.float64(1))) and not bool(SmartArray(np.float64(0)))
     with pytest.raises(TypeError):
@@ -744,7 +744,7 @@ def add_one(x):
         x[i] += 1
 
 
-# --- D13: shapes too big for NumPy are refused, naming the shape ------------------------------
+# --- shapes too big for NumPy are refused, naming the shape -----------------------------------
 
 
 @pytest.mark.parametrize(
@@ -769,7 +769,7 @@ def test_shape_limit_counts_the_itemsize():
     assert big.size == 2**40 and big.nbytes == 2**40
 
 
-# --- D7: ravel is a view exactly when NumPy's is --------------------------------------------
+# --- ravel is a view exactly when NumPy's is ------------------------------------------------
 
 
 def _geometries():
@@ -823,7 +823,7 @@ def test_ravel_k_of_a_permuted_contiguous_array_is_a_view():
     np.testing.assert_array_equal(r.host(), np.ravel(np.asarray(b).transpose(1, 0, 2), "K"))
 
 
-# --- D8: empty views whose offset lies past the end of the buffer -----------------------------
+# --- empty views whose offset lies past the end of the buffer ---------------------------------
 
 
 def _empty_views():
@@ -866,7 +866,7 @@ def test_empty_views_past_the_end_work(use):
         assert v.get("gpu").shape == v.shape
 
 
-# --- D10: fancy and boolean index results are not exported views ----------------------------
+# --- fancy and boolean index results are not exported views ---------------------------------
 
 
 @pytest.mark.parametrize("index", [[0, 2], "mask"])
@@ -882,7 +882,7 @@ def test_fancy_index_result_is_not_eagerly_refreshed(index):
     np.testing.assert_array_equal(r.host(), (np.arange(6.0) - 2)[key] * 8)
 
 
-# --- D9: njit calls on fresh views do not grow the buffer's bookkeeping ------------------------
+# --- njit calls on fresh views do not grow the buffer's bookkeeping ----------------------------
 
 
 def test_njit_on_fresh_views_keeps_bookkeeping_bounded():
@@ -902,7 +902,7 @@ def test_njit_on_fresh_views_keeps_bookkeeping_bounded():
     assert a[5] == 2004.0
 
 
-# --- D18: a held host array is refreshed once per launch, over the union of the writes --------
+# --- a held host array is refreshed once per launch, over the union of the writes -------------
 
 
 @cuda.jit
@@ -942,7 +942,7 @@ def test_held_host_array_refreshed_once_per_launch(args):
     assert a.valid_at == ("host", "gpu")
 
 
-# --- D11: a write that covers the whole destination downloads nothing first -------------------
+# --- a write that covers the whole destination downloads nothing first ------------------------
 
 
 @pytest.mark.parametrize(
@@ -976,7 +976,7 @@ def test_copyto_with_a_mask_or_on_a_strided_view_keeps_the_rest():
     np.testing.assert_array_equal(b.host(), np.where(np.arange(8) % 2 == 0, -1, np.arange(8.0)))
 
 
-# --- D12: bad arguments are refused before any byte moves -----------------------------------
+# --- bad arguments are refused before any byte moves ----------------------------------------
 
 
 @pytest.mark.parametrize(

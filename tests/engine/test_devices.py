@@ -1,4 +1,4 @@
-"""One SmartArray over several GPUs (issue 29): a copy per device, current where it is used.
+"""One SmartArray over several GPUs: a copy per device, current where it is used.
 
 Each test runs a child process on the fake CUDA driver with ``SMARTARRAY_FAKE_GPU_DEVICES``
 devices (numba-cuda's real target; the driver reads its settings when it loads), through

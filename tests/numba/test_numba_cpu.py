@@ -380,7 +380,7 @@ def inc(x):
 
 
 def test_returned_argument_is_the_same_object_and_a_write_through_it_is_kept():
-    # The example of issue 13: the returned ndarray aliased the host copy, so the write of
+    # The returned ndarray used to alias the host copy, so the write of
     # 100 was not recorded and the next launch overwrote it.
     a = sa.SmartArray(np.zeros(4))
     v = ident(a)
