@@ -201,7 +201,7 @@ class SmartArray(ArrayArgument):
             self._init_empty(dims, dt, order, pinned, name)
             self._buf.use_stream(stream)
             return
-        # -- interop (issue 16): device memory is copied device to device; see _foreign --
+        # -- interop: device memory is copied device to device; see _foreign --
         if _foreign.is_device_object(obj):
             src, dims, dt, layout = _foreign.device_source(obj, copy, dims, dt, order, bool(pinned))
             _check_shape(dims, itemsize=_check_array_dtype(dt).itemsize)

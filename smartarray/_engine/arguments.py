@@ -281,7 +281,7 @@ def register_njit_view(owner: SmartArray, view: np.ndarray) -> None:
     key = id(view)
     owners = _njit_owners  # bound now: module globals are None at interpreter exit
 
-    def forget(ref: weakref.ref[SmartArray]) -> None:  # takes no lock (issue 25 E4, E5)
+    def forget(ref: weakref.ref[SmartArray]) -> None:  # takes no lock
         if owners.get(key) is ref:
             del owners[key]
 

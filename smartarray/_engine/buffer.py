@@ -300,8 +300,8 @@ class Buffer:
         if plan.copies and guard.armed() and _refused(plan):
             plan = self._consolidate_by_copying_out()
         if plan.copies and guard.armed() and _refused(plan):
-            # Bookkeeping the user did not ask for, that no allowed way can do: never refused
-            # (issue 25 E11), so that the run cap holds.
+            # Bookkeeping the user did not ask for, that no allowed way can do: never refused,
+            # so that the run cap holds.
             with guard.bypassed():
                 self._copy(plan, "consolidation", self._unnamed_stream())
         elif plan.copies:

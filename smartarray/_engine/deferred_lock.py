@@ -4,7 +4,7 @@ A weakref callback or finalizer runs in whatever thread collected the object, at
 allocation: maybe one that holds a lock the registry lock's holder waits for (``sa.stats()``
 allocating under the stats lock while an eviction download waits for it to count its bytes),
 or at interpreter exit, when module globals are already None. Such a callback must take no
-lock (issue 25 E4, E5): it queues its work with :meth:`DeferringLock.defer` (``deque.append``
+lock: it queues its work with :meth:`DeferringLock.defer` (``deque.append``
 is atomic and takes no lock), and whoever enters the lock next runs the queued work first.
 """
 

@@ -252,7 +252,7 @@ def _register(buf: Buffer, nbytes: int, device: int) -> None:
             copy = copies[device] if device < len(copies) else None
             _retire(copy, list(work.values()), nbytes, device)
 
-    # The callback takes no lock: the next holder of the registry lock releases (issue 25 E4, E5).
+    # The callback takes no lock: the next holder of the registry lock releases.
     ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))  # type: ignore[misc]  # (a default-argument lambda)
     with _lock:
         _resident[key] = ref

@@ -3,7 +3,7 @@
 A switch such as ``SMARTARRAY_STRICT`` is on for ``1``, ``true``, ``yes``, ``on`` and off for
 ``0``, ``false``, ``no``, ``off`` or empty (case-insensitive, surrounding spaces ignored);
 anything else is refused with an error naming the variable, rather than guessed: reading
-``false`` as on once made a GPU program run on the simulator (issue 25 E12). This module imports
+``false`` as on once made a GPU program run on the simulator. This module imports
 nothing from smartarray or numba: ``smartarray/__init__`` reads ``SMARTARRAY_STRICT`` before
 numba.cuda loads. It is the one place that reads the environment (the fake driver's switches
 too; ``tests/structure/test_layers.py`` names the other readers left, with their reasons).

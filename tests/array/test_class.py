@@ -1,4 +1,4 @@
-"""SmartArray is one class statement: what users and maintainers rely on (issue 27).
+"""SmartArray is one class statement: what users and maintainers rely on.
 
 The class statement in ``smartarray/array.py`` binds functions of the concept modules
 (``smartarray/_array/``: geometry, views, ndarray, ...); nothing rebuilds the class at import,
@@ -133,7 +133,7 @@ def test_the_operators_are_numpys() -> None:
     assert a + Defers() == "deferred"  # NumPy's opt-out, as NDArrayOperatorsMixin honours it
 
 
-# -- the layers below the class statement construct through registered classes (issue 27) --
+# -- the layers below the class statement construct through registered classes -------------
 
 
 def test_the_layers_below_construct_through_the_registered_classes() -> None:

@@ -1,4 +1,4 @@
-"""Code written for Numba's removed SmartArray and for numba.cuda device arrays (issue 13).
+"""Code written for Numba's removed SmartArray and for numba.cuda device arrays.
 
 The behaviours that Numba's own SmartArray tests (numba 0.30 to 0.45) and numba's helpers rely
 on, written for smartarray: njit boxing and unboxing, ``len``/``shape`` in compiled code,

@@ -18,7 +18,7 @@ def _on_device_only(host: np.ndarray) -> SmartArray:
     return a
 
 
-# The ways a user reads every element of an array from Python (issue 26, item 1).
+# The ways a user reads every element of an array from Python.
 ITERATIONS = {
     "for": lambda a: [x for x in a],
     "list": list,

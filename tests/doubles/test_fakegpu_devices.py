@@ -1,4 +1,4 @@
-"""Several devices on the fake CUDA driver, with peer access (issue 29).
+"""Several devices on the fake CUDA driver, with peer access.
 
 ``SMARTARRAY_FAKE_GPU_DEVICES=N`` gives N devices, each with a context, memory, streams and
 legacy default stream of its own; ``SMARTARRAY_FAKE_GPU_PEER`` says which devices may access
@@ -419,7 +419,7 @@ def test_cross_device_event_waits_keep_order_in_every_seeded_order() -> None:
     assert len(orders) > 1
 
 
-# smartarray on several devices (what issue 29 builds on) ---------------------------------------
+# smartarray on several devices (what tests/engine/test_devices.py builds on) ---------------------
 
 SMARTARRAY_ON = (
     ADD_ONE

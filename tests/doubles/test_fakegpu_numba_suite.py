@@ -1,4 +1,4 @@
-"""numba-cuda's own tests, unmodified from its wheel, on the fake CUDA driver (issue 43).
+"""numba-cuda's own tests, unmodified from its wheel, on the fake CUDA driver.
 
 A child process runs a quick subset of the files ``tools/numba_cuda_suite.py`` measures, all
 in one process: a kernel the interpreter cannot run fails that test alone, and the warp-level

@@ -532,7 +532,7 @@ def test_strict_twin_pinned_smartarray_uses_page_locked_host_memory():
         np.testing.assert_array_equal(np.asarray(a), np.arange(1024.0) + 1)
 
 
-# --- smartarray defects strict mode shows (issue "Make the GPU code paths right") ----------------
+# --- smartarray defects strict mode shows -------------------------------------------------------
 
 
 @strict_only

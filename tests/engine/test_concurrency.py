@@ -1,4 +1,4 @@
-"""Threads and SmartArrays: no deadlock, no stale byte marked current (issue 10: D5, D16)."""
+"""Threads and SmartArrays: no deadlock, no stale byte marked current."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_opposite_order_on_views_of_device_data_do_not_deadlock():
     np.testing.assert_array_equal(b.host(), np.arange(8.0))
 
 
-# --- D16: a host read between argument preparation and the kernel body -------------------------
+# --- a host read between argument preparation and the kernel body ------------------------------
 
 
 @cuda.jit

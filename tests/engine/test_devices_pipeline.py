@@ -1,4 +1,4 @@
-"""Random pipelines over several devices against an element-level model (issue 29).
+"""Random pipelines over several devices against an element-level model.
 
 The state machine drives one SmartArray through host reads and writes, kernel launches (read,
 read-write, overwrite) and explicit ``get('gpu:N')`` on random slices, each launch on a random

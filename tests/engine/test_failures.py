@@ -64,7 +64,7 @@ def fail_every_download(monkeypatch) -> None:
     monkeypatch.setattr(memory, "copy_range", no_download)
 
 
-# --- njit: a later argument fails to unbox (D17) ---------------------------------------------
+# --- njit: a later argument fails to unbox ---------------------------------------------------
 
 
 @cuda.jit
@@ -129,7 +129,7 @@ def test_njit_function_raising_after_a_write_records_the_write(hint):
     np.testing.assert_array_equal(a.gpu().copy_to_host(), [5.0, 0, 0])
 
 
-# --- kernels: a failed eager refresh during the post-launch callbacks (D1) ---------------------
+# --- kernels: a failed eager refresh during the post-launch callbacks --------------------------
 
 
 @cuda.jit
@@ -169,7 +169,7 @@ def test_failed_refreshes_of_two_arguments_raise_once_after_both_recorded(monkey
         np.testing.assert_array_equal(h, np.ones(4))
 
 
-# --- kernels that raise after writing (D14) ------------------------------------------------------
+# --- kernels that raise after writing ------------------------------------------------------------
 
 
 @cuda.jit(debug=True, opt=False)  # a GPU reports kernel exceptions with debug only
@@ -218,7 +218,7 @@ def test_kernel_In_failing_records_nothing():
     assert a.valid_at == ("host", "gpu")
 
 
-# --- in-place NumPy calls that raise after a partial write (D2) ------------------------------
+# --- in-place NumPy calls that raise after a partial write -----------------------------------
 
 
 def both_valid(values) -> SmartArray:
@@ -292,7 +292,7 @@ def test_next_launch_refreshes_a_held_array_that_a_later_views_failed_refresh_le
     np.testing.assert_array_equal(held, [2, 2, 2, 2, 1, 1, 1, 1])  # the rest on the host read
 
 
-# --- a device write recorded by the user after a failed launch (issue 25, E14) ----------------
+# --- a device write recorded by the user after a failed launch --------------------------------
 
 
 def _fail_second_argument(monkeypatch, a, b):

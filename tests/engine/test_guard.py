@@ -264,7 +264,7 @@ def test_njit_argument_construction_and_device_element_access_are_guarded():
         sa.SmartArray(np.zeros(3), where="gpu")
 
 
-# -- internal consolidation under a guard (issue 25 E11) ---------------------------------------
+# -- internal consolidation under a guard ------------------------------------------------------
 
 
 @cuda.jit

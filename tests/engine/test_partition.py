@@ -1,4 +1,4 @@
-"""``sa.decompose``: a SmartArray split by rows into per-device blocks with halos (issue 29).
+"""``sa.decompose``: a SmartArray split by rows into per-device blocks with halos.
 
 In-process on the one device of the simulator (or the fake driver's session); with 2 and 4
 devices in a child on the fake driver (:func:`tests.doubles.test_fakegpu.run_fake`), where a kernel

@@ -167,7 +167,7 @@ def test_resident_refuses_what_is_not_a_smartarray():
 
 
 def test_arrays_four_times_the_budget_run_correctly(budget):
-    """The issue's workload: SmartArrays totalling 4x the budget, used in turn by kernels,
+    """The over-budget workload: SmartArrays totalling 4x the budget, used in turn by kernels,
     njit and the host; every value right, the budget never exceeded."""
     xs = arrays(8)
     ref = [np.asarray(x).copy() for x in xs]
@@ -690,7 +690,7 @@ def k_set_minus_one(x):
 )
 def test_views_of_a_dropped_hand_out_keep_the_copy_resident(budget, derive):
     """Only ``v = a.gpu()[2:4]`` kept: the copy was evicted, the user wrote through ``v`` into
-    freed memory, and ``gpu_changed()`` declared a fresh device copy current (issue 25, E15)."""
+    freed memory, and ``gpu_changed()`` declared a fresh device copy current."""
     a, b = arrays(2)
     budget(NB)
     v = derive(a.gpu())  # the hand-out itself is dropped at once
@@ -1167,7 +1167,7 @@ Budgeted.TestCase.settings = settings(
 TestBudgeted = Budgeted.TestCase
 
 
-# -- weakref callbacks take no lock (issue 25 E4, E5) ------------------------------------------
+# -- weakref callbacks take no lock ------------------------------------------------------------
 
 _NJIT_THEN_GPU = """
 import numba, numpy as np, smartarray as sa
@@ -1211,7 +1211,7 @@ def test_a_program_ends_without_noise_on_stderr(program):
 
 
 def test_a_collected_resident_array_never_waits_for_the_registry_lock():
-    # E4: the callback of a collected resident array ran in whatever thread collected it and
+    # The callback of a collected resident array ran in whatever thread collected it and
     # waited for the registry lock; that thread may hold a lock the lock's holder waits for
     # (sa.stats() allocating under the stats lock, an eviction download counting its bytes).
     a = sa.SmartArray(np.zeros(N), name="collected")

@@ -114,7 +114,7 @@ def launch(arg: object, stream: object) -> None:
         callback()
 
 
-# --- finding 4: get('host') / host() wait for an upload in flight ----------------------------
+# --- get('host') / host() wait for an upload in flight ---------------------------------------
 
 
 @pytest.mark.parametrize("method", ["get", "host"])
@@ -139,7 +139,7 @@ def test_a_read_only_host_view_does_not_wait_for_an_upload(log):
     assert log == []
 
 
-# --- finding 7: default-stream work and user streams -----------------------------------------
+# --- default-stream work and user streams ----------------------------------------------------
 
 
 def test_default_stream_work_is_ordered_before_a_launch_on_another_stream(log):
@@ -220,7 +220,7 @@ def test_explicit_upload_on_the_default_stream_is_done_before_the_device_array_i
 ):
     # A synchronous upload from pageable memory returns once staged; the DMA may still run on
     # the default stream while a non-blocking stream's kernel starts. get('gpu') hands out the
-    # device array for any stream: it waits for that DMA (issue 25 E3), so a launch on
+    # device array for any stream: it waits for that DMA, so a launch on
     # another stream after it needs no ordering.
     a = sa.SmartArray(np.arange(8.0))
     a.get("gpu")
@@ -319,7 +319,7 @@ print("OK")
 
 
 def test_the_launch_stream_numba_cudas_real_dispatcher_hands_to_device_is_accepted():
-    # Real numba-cuda (no simulator), no GPU needed: finding 2 of issue 24.
+    # Real numba-cuda (no simulator), no GPU needed.
     out = subprocess.run(
         [sys.executable, "-c", REAL_ACCEPTANCE],
         env=real_target_env(),
@@ -349,7 +349,7 @@ def test_the_lock_free_fast_path_serves_each_launch_configurations_stream_wrappe
     np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
 
 
-# --- issue 24: streams as numba-cuda's real launch hands them, and streams that die ---------
+# --- streams as numba-cuda's real launch hands them, and streams that die -------------------
 
 strict_only = pytest.mark.skipif(not is_strict(), reason="runs under SMARTARRAY_STRICT=1 only")
 
@@ -546,7 +546,7 @@ def test_a_launch_that_failed_after_preparing_an_argument_leaves_no_dead_stream_
             np.testing.assert_array_equal(a.host()[:2], [5.0, 1.0])
 
 
-# --- issue 25 E3: a device hand-out is ordered after the buffer's queued work ----------------
+# --- a device hand-out is ordered after the buffer's queued work -----------------------------
 
 
 @cuda.jit
@@ -583,7 +583,7 @@ def test_a_device_hand_out_is_not_overwritten_by_an_upload_queued_on_another_str
             np.testing.assert_array_equal(a.host(), [0, 1, 5, 5, 4, 5, 6, 7])
 
 
-# --- issue 24 finding 5: a held host array written after a launch -----------------------------
+# --- a held host array written after a launch -------------------------------------------------
 
 
 @strict_only
@@ -615,7 +615,7 @@ def test_a_held_host_array_written_after_a_launch_does_not_change_what_the_kerne
             assert a.host()[0] == 100.0
 
 
-# --- issue 24 finding 6: per-thread default streams -----------------------------------------
+# --- per-thread default streams -------------------------------------------------------------
 
 
 @strict_only
@@ -666,7 +666,7 @@ def test_per_thread_default_streams_are_distinct_per_thread_in_strict_mode():
         assert state.pending() == 0
 
 
-# --- with a GPU: findings 1 and 5 on hardware -------------------------------------------------
+# --- with a GPU: streams that die and held host arrays written after a launch, on hardware --
 
 
 @cuda.jit

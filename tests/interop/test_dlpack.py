@@ -1,4 +1,4 @@
-"""DLPack export of the device copy to CUDA consumers (smartarray/_interop/dlpack.py, issue 16).
+"""DLPack export of the device copy to CUDA consumers (smartarray/_interop/dlpack.py).
 
 A small consumer written here with ctypes (its own struct definitions, after ``dlpack.h``)
 reads each capsule as a CUDA library would: device, shape, strides, dtype, data pointer, flags,
@@ -570,7 +570,7 @@ def test_an_exported_device_copy_is_never_evicted():
 @pytest.mark.parametrize("how", ["dropped unconsumed", "consumer released"])
 def test_an_export_keeps_the_copy_resident_only_while_it_is_alive(how):
     """A DLPack export (even a capsule dropped unconsumed) made the device copy unevictable
-    for the array's life: two such arrays filled a budget of two (issue 25, E6)."""
+    for the array's life: two such arrays filled a budget of two."""
     from smartarray._engine import residency as _residency
 
     a, b = (sa.SmartArray(np.arange(N, dtype=np.float64) + k) for k in range(2))
@@ -674,7 +674,7 @@ def test_pytorch_from_dlpack():
     np.testing.assert_array_equal(a.host(), np.arange(N) + 2.0)
 
 
-# -- a held host array while the device copy is exported (issue 24, finding 3) ---------------
+# -- a held host array while the device copy is exported -------------------------------------
 
 
 def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_wrote():
@@ -691,7 +691,7 @@ def test_export_with_a_held_host_array_leaves_the_host_stale_until_the_consumer_
 
 def test_a_copied_export_of_device_data_under_a_budget_that_holds_only_it():
     """``copy=True`` pinned its own source through a get('gpu') hand-out, then could not make
-    room for the copy (as ``a.copy()`` did, issue 25 E8): it copies on the host instead."""
+    room for the copy (as ``a.copy()`` did): it copies on the host instead."""
     from smartarray._engine import residency as _residency
 
     gc.collect()

@@ -1,4 +1,4 @@
-"""Interoperability (issue 16): the CUDA Array Interface, DLPack, foreign device arrays, streams.
+"""Interoperability: the CUDA Array Interface, DLPack, foreign device arrays, streams.
 
 Each direction with numba's own consumers and producers (device arrays, kernels taking what
 ``as_cuda_array`` returns), NumPy's ``from_dlpack``, and a stand-in that speaks the CUDA Array
@@ -576,7 +576,7 @@ def test_copy_of_device_data_waits_for_pending_work_on_another_stream():
         np.testing.assert_array_equal(b.host(), np.arange(N) + 1.0)
 
 
-# -- numba-cuda's own In / Out / InOut around a SmartArray (issue 24, finding 4) -------------
+# -- numba-cuda's own In / Out / InOut around a SmartArray -----------------------------------
 
 
 @pytest.mark.parametrize("hint", ["In", "Out", "InOut"])
@@ -644,7 +644,7 @@ def test_numba_cudas_own_hints_run_a_kernel_on_the_device_copy(hint):
         np.testing.assert_array_equal(h, np.arange(N) + 1.0)
 
 
-# -- exports while a host array is held (issue 24, finding 3) --------------------------------
+# -- exports while a host array is held ------------------------------------------------------
 
 
 def _consumer_adds_one(a):
@@ -675,7 +675,7 @@ def test_with_cuda_view_refreshes_held_host_arrays_at_exit():
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 1.0)
 
 
-# -- np.from_dlpack: a host consumer writes without telling (issue 25, E9) -------------------
+# -- np.from_dlpack: a host consumer writes without telling ----------------------------------
 
 
 @pytest.mark.parametrize("view", [False, True])
@@ -700,7 +700,7 @@ def test_writes_through_np_from_dlpack_after_a_kernel_are_not_lost(view):
     assert moved() == {"h2d": 0, "d2h": 0, "d2d": 0}
 
 
-# -- a.copy() under a budget, and of data partly current on the host (issue 25, E8) -----------
+# -- a.copy() under a budget, and of data partly current on the host --------------------------
 
 
 def _copy_by(how, a):
@@ -753,8 +753,9 @@ def test_copy_of_data_mostly_current_on_the_host_moves_only_the_device_only_byte
 
 @pytest.mark.gpu
 def test_cupy_writes_after_an_export_with_a_held_host_array():
-    """Finding 3 on hardware: the export leaves held host arrays stale until the consumer
-    wrote; the ``with`` form refreshes them at exit, after a non-blocking consumer stream."""
+    """An export while a host array is held, on hardware: the export leaves held host arrays
+    stale until the consumer wrote; the ``with`` form refreshes them at exit, after a
+    non-blocking consumer stream."""
     cp = pytest.importorskip("cupy")
     a = sa.SmartArray(np.arange(N, dtype=np.float64))
     h = a.host()

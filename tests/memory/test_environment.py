@@ -1,5 +1,5 @@
 """The environment variables smartarray reads (smartarray._platform.environment): booleans parsed
-strictly, integers refused when they are not, in the parser and at import (issue 25 E12)."""
+strictly, integers refused when they are not, in the parser and at import."""
 
 from __future__ import annotations
 

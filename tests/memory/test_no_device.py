@@ -15,7 +15,7 @@ import pytest
 
 from tests._targets import real_target_env
 
-# The ways a user first attempts device work (issue 26, item 3).
+# The ways a user first attempts device work.
 ENTRY_POINTS = {
     "cuda.jit launch": """
         from numba import cuda

@@ -361,7 +361,7 @@ def test_inferred_in_keeps_the_bare_type():
     assert sa.In(a)._numba_type_ is not a._numba_type_
 
 
-# --- issue 24 finding 7: page-locked plain ndarrays are not made asynchronous ---------------
+# --- page-locked plain ndarrays are not made asynchronous -----------------------------------
 
 
 @sa.jit

@@ -1,4 +1,4 @@
-"""Six real numba.cuda programs, in the shapes users port (issue 26): values and bytes moved.
+"""Six real numba.cuda programs, in the shapes users port: values and bytes moved.
 
 Each test is a kernel of the shape of a well-known public program (the shared-memory matmul and
 Monte Carlo examples of numba's documentation, the Laplace 2-D stream example, numba-examples'

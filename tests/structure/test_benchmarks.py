@@ -2,7 +2,7 @@
 the benchmarks' own runner, ``python -m benchmarks``, in a child process), and its parts.
 
 Tests never assert on time: only on the layout of the figures, on counted bytes, and on the
-issue's acceptance criterion (smartarray moves no more bytes than hand-optimal transfers).
+suite's acceptance criterion (smartarray moves no more bytes than hand-optimal transfers).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def test_bench_json_layout(bench):
     for w in report["workloads"]:
         assert set(w["strategies"]) == set(STRATEGIES), w["name"]
         for fig in w["strategies"].values():
-            # Uploads and downloads are reported apart too (issue 18: see what moves).
+            # Uploads and downloads are reported apart too (to see what moves).
             assert set(fig) == {"bytes", "transfers", "seconds", "h2d_bytes", "d2h_bytes"}
             assert isinstance(fig["bytes"], int) and isinstance(fig["transfers"], int)
             assert fig["h2d_bytes"] + fig["d2h_bytes"] <= fig["bytes"]  # the rest is d2d
@@ -176,7 +176,7 @@ def test_bench_smartarray_jit_without_hints_moves_hand_optimal_bytes(bench):
 
 
 def test_bench_arrays_four_times_the_budget(bench):
-    """Issue 20: a workload whose SmartArrays total four times the device budget runs right;
+    """A workload whose SmartArrays total four times the device budget runs right;
     its bytes are reported next to the least possible and a managed-memory page model."""
     out, report = bench
     fig = report["over_budget"]
@@ -334,7 +334,7 @@ def test_bench_host_runs_as_a_script():
 
 
 def test_bench_partitioned_heat_moves_hand_written_bytes_per_device(bench):
-    """Issue 29: the partitioned heat steps on 1, 2 and 4 devices move, per device, what
+    """The partitioned heat steps on 1, 2 and 4 devices move, per device, what
     hand-written transfers move; off a machine with that many GPUs a row runs on the fake
     driver in a child process and says so."""
     out, report = bench
@@ -546,7 +546,7 @@ def test_halo_exchange_moves_only_halo_rows_after_the_first_step():
 
 
 def test_bench_scattered_reads_against_the_two_references(bench):
-    """Issue 28: scattered host reads cost, in modelled time, what the better of one exact copy
+    """Scattered host reads cost, in modelled time, what the better of one exact copy
     per read and one whole download costs, once the first round taught the planner."""
     _, report = bench
     frag = report["fragmentation"]

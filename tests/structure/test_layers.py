@@ -1,6 +1,6 @@
 """The package's structure rules, read from the source (ast), as test_coherence.py checks purity.
 
-Each rule's known exceptions are named here with a reason (issue 27):
+Each rule's known exceptions are named here with a reason:
 
 - production modules do not import the test doubles (``smartarray._strict``,
   ``smartarray._fakegpu``) other than at the documented switch points;
@@ -50,7 +50,7 @@ DOUBLE_IMPORTS = {
 }
 
 # Import circles known today, with the reason. Each must stay exactly as listed (or vanish
-# from here when fixed). None is left since issue 27 (the array layer's, strict mode's).
+# from here when fixed). None is left (the array layer's and strict mode's are gone).
 KNOWN_CIRCLES: dict[frozenset[str], str] = {}
 
 

@@ -392,7 +392,7 @@ def test_bench_quick_prints_no_warning():
     assert "Warning" not in out.stderr, out.stderr
 
 
-# -- the package and the benchmarks (issue 27) ----------------------------------------------------
+# -- the package and the benchmarks ---------------------------------------------------------------
 
 LEFT_BEHIND = """
 import json, sys
@@ -415,7 +415,7 @@ print(json.dumps(steps))
 def test_the_package_leaves_the_benchmark_modules_out(tmp_path):
     """``import smartarray``, ``smartarray info`` and ``smartarray bench`` put nothing of
     ``benchmarks/`` on the command's sys.path nor in its sys.modules: ``bench`` runs the
-    benchmarks' own runner in a child process (issue 27)."""
+    benchmarks' own runner in a child process."""
     folder = fake_benchmarks(tmp_path)
     names = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} | {"benchmarks"}
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", SMARTARRAY_BENCHMARKS_DIR=str(folder))
