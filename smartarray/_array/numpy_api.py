@@ -69,6 +69,15 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
     copies go stale); a new result is a new SmartArray.
     """
     if method == "__call__" and not kwargs:
+        if len(inputs) == 1 and inputs[0] is self:
+            # A unary ufunc (np.sin(a)): the fast path below without its loops.
+            stamp, host = self._host_at, self._host_nd
+            if host is not None and stamp == self._buf.host_stamp:
+                result = ufunc(host)
+                if stamp == self._buf.host_stamp:
+                    if result.__class__ is np.ndarray and result.dtype.kind in "biufc":
+                        return self._adopt(result)
+                    return self._wrap(result)
         # The host fast path: every SmartArray operand current on the host (its stamp), no
         # output given (nothing written): NumPy's loop on the read-only host data, its result
         # adopted. The stamps are read again after the call (a device write began meanwhile:

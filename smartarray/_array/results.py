@@ -35,18 +35,22 @@ def _owning(ary: np.ndarray) -> SmartArray:
     ndarray of numbers (what NumPy's calls return) is adopted with what is known of it (no
     argument checks): a new buffer current on the host only, its host fast path open.
     """
-    flags = ary.flags
-    if (
-        ary.__class__ is np.ndarray
-        and flags.writeable
-        and (flags.c_contiguous or flags.f_contiguous)
-        and ary.dtype.names is None
-    ):
-        if ary.dtype.kind not in "biufc":  # (numbers need no further check)
-            _check_array_dtype(ary.dtype, "a result's dtype")
-        result = object.__new__(_smart())
-        result._init_host(ary, None)
-        return result
+    if ary.__class__ is np.ndarray:
+        flags = ary.flags
+        if flags.writeable and (flags.c_contiguous or flags.f_contiguous):
+            dtype = ary.dtype
+            if dtype.kind not in "biufc":  # (numbers need no further check)
+                if dtype.names is not None:
+                    return _adopting(ary)
+                _check_array_dtype(dtype, "a result's dtype")
+            result = object.__new__(_smart())
+            result._init_host(ary, None)
+            return result
+    return _adopting(ary)
+
+
+def _adopting(ary: np.ndarray) -> SmartArray:
+    """:func:`_owning`'s general case: the constructor's checks, its copy where it needs one."""
     result = _smart()(ary, copy=False)
     result._buf.held.forget()
     return result

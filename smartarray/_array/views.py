@@ -263,10 +263,10 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     path itself tests no class: each test costs about a third of NumPy's whole write.
     """
     buf = self._buf
-    stamp = self._host_only_at
-    if stamp != buf.host_stamp:
-        stamp, known = self._host_key  # (one tuple: a key and its stamp read together)
-        if stamp != buf.host_stamp or (
+    stamp = buf.host_stamp  # (read once before the write, once after: the seqlock's two reads)
+    if self._host_only_at != stamp:
+        at, known = self._host_key  # (one tuple: a key and its stamp read together)
+        if at != stamp or (
             key is not known and (key.__class__ is not known.__class__ or key != known)
         ):
             _setitem(self, key, value)

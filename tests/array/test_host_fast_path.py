@@ -463,3 +463,40 @@ def test_a_thread_reading_a_result_while_another_derives_it_gets_the_derived_att
     }
     setter(buf, "renamed")  # a set that entered before the derivation, too
     assert buf.name == "renamed"
+
+
+def test_results_hand_numpy_read_only_data_and_their_writes_reach_the_next_launch(slow_writes):
+    """A NumPy result is adopted with its host fast path open: what NumPy's calls read of it is
+    read-only (nothing writes it untracked), and a write of it reaches the next launch."""
+    a = SmartArray(np.arange(8.0))
+    mask = np.arange(8) % 2 == 0
+    for r in (np.sin(a), a + 1, a[mask], SmartArray(np.arange(8.0))):
+        assert r._host_nd is not None and not r._host_nd.flags.writeable
+        assert r._host_ro().flags.writeable is False
+        with pytest.raises(ValueError, match="read-only"):
+            np.add(r._host_nd, 1, out=r._host_nd)
+        r[0] = 100.0  # the host holds the only copy: no record needed
+        launch(r)  # uploads all of it, the write included
+        assert r[0] == 101.0
+        assert r._host_ro().flags.writeable is False
+    assert slow_writes == []
+
+
+def test_results_that_are_no_plain_numbers_are_adopted_the_general_way():
+    from smartarray._array.results import _owning
+
+    rec = np.zeros(3, dtype=[("x", "f8"), ("y", "i4")])
+    r = _owning(rec)
+    assert type(r) is SmartArray and r._host_nd is None  # records: the slow way
+    r[1] = (2.5, 3)
+    launch_free = r.tolist()
+    assert launch_free[1] == (2.5, 3)
+    strided = np.arange(12.0)[::3]  # not contiguous: copied, not adopted
+    s = _owning(strided)
+    s[0] = 50.0
+    assert strided[0] == 0.0 and s.tolist() == [50.0, 3.0, 6.0, 9.0]
+    ro = np.arange(3.0)
+    ro.setflags(write=False)
+    t = _owning(ro)  # read-only: copied, its copy writable
+    t[0] = 7.0
+    assert ro[0] == 0.0 and t[0] == 7.0
