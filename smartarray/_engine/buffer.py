@@ -529,8 +529,8 @@ class Buffer:
             self.join(launch_stream, items)  # (recorded again by the launch's callback)
         if exclusive:
             # Current on the device only (a loop of launches): nothing to upload, and a write
-            # by the kernel changes nothing unless the host reads in between.
-            self.queued(launch_stream, items)
+            # by the kernel changes nothing unless the host reads in between. Nothing queued
+            # here: the launch's callback records the kernel (no event recorded before it).
             return True
         if intent != OUT or not covers:
             if plan:
@@ -549,12 +549,14 @@ class Buffer:
             # The release after the launch records the whole write again and refreshes held
             # host arrays.
             self.record_write_where_valid(where, lo, hi)
-        # The buffer's event is recorded on the launch's stream now (it captures this
-        # preparation's uploads; a launch that fails later runs no callback and must leave
-        # nothing that waits on its stream's handle), and again by the launch's callback,
-        # right after the kernel was queued (Buffer.kernel_queued): each replaces only this
-        # stream's entry, so work another thread queued meanwhile on another stream stays.
-        self.queued(launch_stream, items)
+        # The buffer's event is recorded on the launch's stream now if this preparation
+        # queued uploads (it captures them; a launch that fails later runs no callback and
+        # must leave nothing that waits on its stream's handle), and again by the launch's
+        # callback, right after the kernel was queued (Buffer.kernel_queued): each replaces
+        # only this stream's entry, so work another thread queued meanwhile on another stream
+        # stays. Nothing uploaded: nothing to capture before the kernel (one record fewer).
+        if plan is not None and plan.copies:
+            self.queued(launch_stream, items)
         return False
 
     def release(

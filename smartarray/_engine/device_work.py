@@ -262,7 +262,7 @@ def _prune(self: Buffer, keep: Hashable) -> None:
 def _own_event(entry: Work | None) -> Any:
     if entry is not None and entry.own is not None:
         return entry.own
-    return _streams.new_event()
+    return _streams.launch_event()  # (reused once no entry or mark holds it)
 
 
 def _marked(entry: Work) -> bool:
@@ -305,7 +305,12 @@ def queued(self: Buffer, stream: Any, items: list[Item] | None = None) -> None:
 
 
 def kernel_queued(
-    self: Buffer, pending: Any, key: Hashable, event: Any, items: list[Item] | None = None
+    self: Buffer,
+    pending: Any,
+    key: Hashable,
+    event: Any,
+    items: list[Item] | None = None,
+    touch: bool = True,
 ) -> None:
     """A kernel using this buffer was just queued on ``pending`` (see
     :func:`smartarray._memory.streams.pending`), whose entry key is ``key``, and ``event``
@@ -313,7 +318,8 @@ def kernel_queued(
     :class:`smartarray._engine.launch.Launch`), never recorded again. Replaces only that
     stream's entry: work other threads queued meanwhile on other streams stays recorded.
     ``items``: the bytes the kernel touches (:func:`footprint`), ``None``: unknown. Marks the
-    device copy used now (LRU order). Call with the lock held.
+    device copy used now (LRU order) unless not ``touch`` (a prefetched download's arrival
+    event, see smartarray/_engine/prefetch.py). Call with the lock held.
     """
     work = self.work
     entry = work.get(key)
@@ -332,7 +338,8 @@ def kernel_queued(
             _absorb(new, entry)
         _add(new, key, items, event)
         _set(self, key, new)
-    _residency.touch(self)
+    if touch:
+        _residency.touch(self)
 
 
 def consumer_queued(self: Buffer, stream: Any) -> None:

@@ -68,9 +68,14 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
         # A held host array is read without smartarray: its download is waited for now.
         buf._copy(plan, _REASON, stream, wait=not download or bool(buf.held))
         buf.state.apply(plan)
-        buf.queued(stream, items)  # later work on other streams (a kernel's write) orders
-        # after it
+        # Later work on other streams (a kernel's write) orders after the copies: the buffer's
+        # entry for this stream. A download's arrival event is that entry's event, recorded
+        # once and never again (reused once arrive() and the entry let it go): one record.
         if download and not buf.held:
-            event = _streams.new_event()
-            event.record(_streams.native(_streams.pending(stream)))
+            pending = _streams.pending(stream)
+            event = _streams.launch_event()
+            event.record(_streams.native(pending))
+            buf.kernel_queued(pending, _device_work.key_of(pending), event, items, touch=False)
             buf.arriving = [*(buf.arriving or ()), event]
+        else:
+            buf.queued(stream, items)

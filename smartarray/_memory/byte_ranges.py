@@ -63,7 +63,9 @@ def copy_range(
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
     host_part = host_bytes[start:stop]
-    device_part = _raw(device_bytes)[start:stop]
+    device_part = _raw(device_bytes)
+    if start or device_bytes.shape != (stop,):  # (the whole buffer: no view, which costs
+        device_part = device_part[start:stop]  # numba two context queries)
     if direction == "h2d":
         copy = functools.partial(device_part.copy_to_device, host_part, stream=stream)
         between = ("host", location)

@@ -321,7 +321,9 @@ def _thread_pool(local: Any) -> list[Any]:
 
 
 def launch_event() -> Any:
-    """An event to record a launch on (each launch records one: see smartarray._engine.launch).
+    """An event to record a launch on (each launch records one: see smartarray._engine.launch),
+    and every other event smartarray records and drops or hands on: a prefetched download's
+    arrival, a buffer's own event, an order between two streams.
 
     Reused once nothing but this thread's pool refers to it: in a loop of launches over the
     same arrays, each launch's event replaces the previous one in its buffers, so two events
@@ -358,6 +360,6 @@ def order(before: Any, after: Any) -> None:
     An event recorded on ``before`` that ``after`` waits for: the device orders the two, the
     host does not block.
     """
-    event = new_event()
+    event = launch_event()  # (reused: the wait queued now keeps what the record captured)
     event.record(native(before))
     event.wait(native(after))

@@ -109,3 +109,20 @@ def test_scattered_reads_never_overwrite_an_unannounced_write_through_a_held_hos
         np.testing.assert_array_equal(np.asarray(a[1000:1010]), np.full(10, 42.0))
     finally:
         sa.set_transfer_cost(previous)
+
+
+def test_a_lazy_buffers_property_found_before_another_thread_derived_it_still_answers() -> None:
+    """Two threads read a new array's lock at once: one finds the lazy property, the other
+    derives the buffer (it becomes a Buffer) before the first calls it; the first must get
+    the lock, not an AttributeError (seen in test_threads_properties.py, strict mode)."""
+    import numpy as np
+
+    import smartarray as sa
+    from smartarray._engine.buffer import Buffer, _LazyBuffer
+
+    buf = sa.SmartArray(np.zeros(4))._buf
+    assert type(buf) is _LazyBuffer
+    found = _LazyBuffer.__dict__["lock"]  # (the first thread's lookup)
+    buf.state  # noqa: B018 - the other thread derives everything
+    assert type(buf) is Buffer
+    assert found.fget(buf) is buf.lock

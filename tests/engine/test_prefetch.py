@@ -119,3 +119,39 @@ def test_launches_on_disjoint_halves_on_two_streams_then_one_over_both() -> None
     add_one[1, 16, s3](a)  # reads and writes what both wrote: ordered after both
     a[4:12].prefetch("host", stream=s1)
     np.testing.assert_array_equal(a.host(), np.full(16, 4.0))
+
+
+def test_a_loop_of_launches_prefetches_and_reads_creates_no_events_once_warm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The solver's loop (bench_time.py): each sweep's events (the prefetched download's
+    arrival, the buffers' own events, cross-stream orders) are reused once nothing holds them,
+    not created (and destroyed) per call: an event creation is a driver call the
+    hand-written pipeline does not make."""
+    from smartarray._memory import streams as _streams
+
+    s = sa.stream()
+    x = sa.SmartArray(np.zeros(8), pinned=True)
+    res = [sa.SmartArray(np.zeros(1), pinned=True) for _ in range(2)]
+    made = []
+    real = _streams.new_event
+
+    def counted() -> object:
+        made.append(1)
+        return real()
+
+    def sweep(i: int) -> float:
+        r = res[i % 2]
+        add_one[1, 8, s](x)
+        add_one[1, 1, s](r)
+        r.prefetch("host", stream=s)
+        return float(res[1 - i % 2].copy_to_host()[0])
+
+    for i in range(4):  # warm: the pools fill
+        sweep(i)
+    monkeypatch.setattr(_streams, "new_event", counted)
+    for i in range(4, 12):
+        sweep(i)
+    assert made == []
+    np.testing.assert_array_equal(x.host(), np.full(8, 12.0))
+    assert [float(r.host()[0]) for r in res] == [6.0, 6.0]
