@@ -10,8 +10,8 @@ of numba's warning classes, before any conftest. This module closes the gap from
   start-up and calls :func:`install` only when ``SMARTARRAY_FAKE_GPU`` is set (an unset
   variable costs one dictionary lookup and imports nothing);
 - pytest loads it as a plugin (the ``pytest11`` entry point ``smartarray_fake_gpu``, or
-  ``-p _smartarray_fake_gpu``) before any conftest. pytest before 9 loads plugins before it
-  resolves the ini file's warning filters; pytest 9 resolves them first (to catch warnings
+  ``-p _smartarray_fake_gpu``) before any conftest. pytest before 9.2 loads plugins before it
+  resolves the ini file's warning filters; pytest 9.2 resolves them first (to catch warnings
   from plugin imports), so there only the ``.pth`` file comes early enough for an ini that
   names numba.cuda's classes, and the plugin says so instead of a traceback from numba.
 
@@ -117,7 +117,7 @@ def pytest_load_initial_conftests(early_config: Any, parser: Any, args: Any) -> 
 
         raise pytest.UsageError(
             "SMARTARRAY_FAKE_GPU=1: numba.cuda was imported before smartarray's pytest plugin "
-            "loaded (pytest 9 imports the warning classes an ini file's filterwarnings names "
+            "loaded (pytest 9.2 imports the warning classes an ini file's filterwarnings names "
             "before any plugin), so it chose the real driver. smartarray's start-up hook "
             "(smartarray_fake_gpu.pth, installed with the package into site-packages) comes "
             "earlier: install smartarray into the environment that runs pytest, or drop "

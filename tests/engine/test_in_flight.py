@@ -31,6 +31,7 @@ FAKE_GPU = _fakegpu.current() is not None
 # (not imported from tests.conftest: a second import of it in a fake-driver session sets
 # NUMBA_ENABLE_CUDASIM in the environment, which later tests read)
 STRICT = _strict_state.get() is not None
+PLAIN_SIMULATOR = bool(numba.config.ENABLE_CUDASIM) and not STRICT
 
 # The plain simulator runs a kernel inside its launch, with its thread-local kernel state
 # swapped in: another thread's launch cannot run while one is being prepared there.
@@ -175,7 +176,7 @@ def test_strict_threads_launching_one_after_another_add_up(stream, per_thread, s
 
 def test_each_threads_per_thread_default_stream_is_its_own():
     # (strict mode's streams have handles, as a GPU's; the plain simulator's do not)
-    with strict(seed=0) if not (FAKE_GPU or STRICT) else contextlib.nullcontext():
+    with strict(seed=0) if PLAIN_SIMULATOR else contextlib.nullcontext():
         _per_thread_identities()
 
 

@@ -137,7 +137,10 @@ def test_reset_unsets_the_budget_and_keeps_live_copies_counted():
     after = sa.device_budget()
     assert after.used == used and "kept" in resident_names()  # the live array's copy
     sa.set_device_budget(None)
-    assert after.budget == sa.device_budget().budget != used + 4096  # the default again
+    assert after.budget != used + 4096 and sa.device_budget().budget != used + 4096
+    if numba.config.ENABLE_CUDASIM or _fakegpu.current() is not None:
+        # the default again (on a GPU it follows the free memory other processes change)
+        assert after.budget == sa.device_budget().budget
 
 
 def test_budget_is_read_back_and_none_restores_the_default(budget):
