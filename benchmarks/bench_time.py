@@ -23,16 +23,27 @@ Variants: what code each may use (written down before building them)
     device buffers, every chunk's upload, kernel and download queued on its stream, one
     synchronisation at the end; for the iterative workloads, the same with the downloads of a
     check or residual queued right after the kernel that makes it, on a second stream ordered
-    by an event, and the host waiting only for that.
+    by an event, and the host waiting only for that; the host reads a page-locked buffer in
+    place (no copy).
 ``smartarray``
     Bare SmartArrays (made before the timed region, pageable host copies, outputs made with
     ``SmartArray(shape=..., dtype=...)``, valid nowhere) passed to the same ``@cuda.jit``
-    kernels on the default stream; results read with ``.host()``.
+    kernels on the default stream; results and checks read with ``.host()`` (in place: no
+    copy) and not held across a device write.
 ``smartarray_options``
     What smartarray documents for speed: ``pinned=True`` host copies (made before the timed
     region: page-locking costs time), a stream per chunk (``sa.stream()``, three in turn)
     passed to the launch, ``sa.In`` / ``sa.Out`` hints (an output's stale host bytes are not
-    uploaded), ``prefetch(where, stream=)`` to start an upload early; reads as above.
+    uploaded), ``prefetch(where, stream=)`` to start a copy early; reads as above
+    (``.host()``, in place, as the hand-written pipeline reads its page-locked buffers).
+
+Measuring: each variant runs once untimed on small arrays (compilation), then ``--repeat``
+times (3 with ``--measured``, 1 in the deterministic model) on fresh arrays; the median is
+reported with the spread. Before each timed region :func:`settle` frees every earlier run's
+garbage (numba-cuda defers the free of dead device and page-locked arrays to a threshold that
+would otherwise fall inside the next variant's region; smartarray keeps a dead array's device
+copy until its work ran) and waits for all devices. ``--profile VARIANT`` prints cProfile's
+15 functions of most own time in that variant's measured timed regions, per workload.
 
 Every variant charges the host clock smartarray's own per-call overhead
 (:attr:`~smartarray._fakegpu._clock.Preset.smartarray_call_s`) for each SmartArray launch
@@ -81,8 +92,13 @@ widen the asynchronous variants' lead, which overlap it with device work.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import gc
+import io
 import json
 import os
+import pstats
+import statistics
 import subprocess
 import sys
 import time
@@ -136,7 +152,11 @@ FULL = Params(
 
 
 class Timer:
-    """The modelled clock on the fake driver (with a preset), else wall time."""
+    """The modelled clock on the fake driver (with a preset), else wall time.
+
+    :meth:`start` begins a timed region on a settled machine (:func:`settle`) and, with
+    :attr:`profiler` set, profiles the region until :meth:`stop`.
+    """
 
     def __init__(self) -> None:
         from smartarray import _fakegpu
@@ -144,6 +164,7 @@ class Timer:
         driver = _fakegpu.current()
         self.clock: Any = getattr(driver, "clock", None)
         self._start = 0.0
+        self.profiler: cProfile.Profile | None = None
 
     @property
     def modelled(self) -> bool:
@@ -153,18 +174,52 @@ class Timer:
         return self.clock.host if self.clock is not None else time.perf_counter()
 
     def start(self) -> None:
-        from numba import cuda
-
-        cuda.synchronize()
+        settle()
         self._start = self.now()
+        if self.profiler is not None:
+            self.profiler.enable()
 
     def stop(self) -> float:
-        return self.now() - self._start
+        seconds = self.now() - self._start
+        if self.profiler is not None:
+            self.profiler.disable()
+        return seconds
 
     def smartarray_calls(self, count: int = 1) -> None:
         """Charge smartarray's own host overhead for ``count`` calls (the model only)."""
         if self.clock is not None:
             self.clock.host_work(count * self.clock.preset.smartarray_call_s, "smartarray")
+
+
+def settle() -> None:
+    """Free every earlier run's garbage now, so that no timed region pays for another's.
+
+    numba-cuda defers ``cuMemFree`` and ``cuMemFreeHost`` of dead device and page-locked
+    arrays (its pending deallocations, freed at a count or size threshold: inside whichever
+    run comes next), and smartarray keeps a dead SmartArray's device copy while work queued
+    on it may still run (freed at its next allocation or budget query). Here, on every
+    device: wait for all work, collect garbage, let smartarray free its retired copies
+    (:func:`smartarray.device_budget` frees those whose work ran), flush numba-cuda's
+    pending deallocations, and wait again.
+    """
+    from numba import cuda
+
+    import smartarray as sa
+
+    devices = range(len(cuda.gpus))
+    for d in devices:
+        with cuda.gpus[d]:
+            cuda.synchronize()
+    gc.collect()
+    for d in devices:
+        with cuda.gpus[d]:
+            sa.device_budget(d)
+            ctx = cuda.current_context()
+            for owner in (getattr(ctx, "memory_manager", None), ctx):
+                pending = getattr(owner, "deallocations", None)
+                if pending is not None:
+                    pending.clear()
+            cuda.synchronize()
 
 
 # -- the streamed batch ----------------------------------------------------------------------
@@ -467,13 +522,13 @@ def stencil_smartarray_options(u0: np.ndarray, p: Params, timer: Timer) -> tuple
             timer.smartarray_calls(2)
             snap[(*_grid(u0.size), compute)](sa.In(u), sa.Out(s))
             s.prefetch("host", stream=copies)
-            if waiting:
+            if waiting:  # read in place, as hand_async does (not held: no copy)
                 timer.smartarray_calls()
-                checks.append(float(waiting[-1].copy_to_host().max()))
+                checks.append(float(waiting[-1].host().max()))
             waiting.append(s)
     timer.smartarray_calls(2)
-    checks.append(float(waiting[-1].copy_to_host().max()))
-    return u.copy_to_host(), checks
+    checks.append(float(waiting[-1].host().max()))
+    return u.host(), checks
 
 
 STENCIL: dict[str, Callable[..., Any]] = {
@@ -648,10 +703,10 @@ def solver_smartarray_options(inputs: Any, p: Params, timer: Timer) -> tuple[np.
         x, y = y, x
         if i:
             timer.smartarray_calls()
-            residuals.append(float(res[1 - i % 2].copy_to_host()[0]))
+            residuals.append(float(res[1 - i % 2].host()[0]))
     timer.smartarray_calls(2)
-    residuals.append(float(res[(p.iterations - 1) % 2].copy_to_host()[0]))
-    return x.copy_to_host(), residuals
+    residuals.append(float(res[(p.iterations - 1) % 2].host()[0]))
+    return x.host(), residuals
 
 
 SOLVER: dict[str, Callable[..., Any]] = {
@@ -883,7 +938,7 @@ def _halo_smartarray(u0: np.ndarray, p: Params, timer: Timer, options: bool) -> 
             with cuda.gpus[b.device]:
                 b.owned.prefetch("host", stream=s)
     timer.smartarray_calls()
-    return np.array(u if read is pu else v)
+    return (u if read is pu else v).host()
 
 
 def halo_smartarray(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
@@ -976,9 +1031,21 @@ def _agree(result: Any, expected: Any) -> bool:
     return bool(np.allclose(result, expected, rtol=1e-4, atol=1e-6))
 
 
-def measure(p: Params, names: list[str] | None = None) -> dict[str, Any]:
+def measure(
+    p: Params, names: list[str] | None = None, repeat: int = 1, profile: str | None = None
+) -> dict[str, Any]:
     """Every workload (of ``names``) under every variant, in this process: seconds, busiest
-    engine."""
+    engine.
+
+    Each variant runs once untimed (a small warm-up: compilation) and then ``repeat`` times
+    on fresh arrays, each timed region on a settled machine (:func:`settle`); ``seconds`` is
+    the median of the timed runs, ``runs`` each of them. ``profile``: a variant whose timed
+    regions are profiled (cProfile; the 15 functions of most own time printed per workload).
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat!r}")
+    if profile is not None and profile not in VARIANTS:
+        raise ValueError(f"profile must be one of {', '.join(VARIANTS)}, got {profile!r}")
     timer = Timer()
     rows: dict[str, Any] = {}
     warm = Params(
@@ -1009,20 +1076,32 @@ def measure(p: Params, names: list[str] | None = None) -> dict[str, Any]:
         agree = True
         for variant, fn in w.variants.items():
             fn(w.inputs(warm), warm, timer)  # compile outside the timed region
-            spans = len(timer.clock.spans) if timer.clock is not None else 0
-            results = fn(inputs, p, timer)
-            seconds = timer.stop()
-            agree = agree and _agree(results, expected)
-            figure: dict[str, Any] = {"seconds": seconds}
-            if timer.clock is not None:
-                busy: dict[str, float] = {}
-                for s in timer.clock.spans[spans:]:
-                    if s.label != "wait" and s.end > timer._start:
-                        start = max(s.start, timer._start)
-                        busy[s.engine] = busy.get(s.engine, 0.0) + s.end - start
-                engine = max(busy, key=busy.__getitem__)
-                figure.update(busiest_engine=engine, busiest_seconds=busy[engine])
+            timer.profiler = cProfile.Profile() if variant == profile else None
+            runs: list[dict[str, Any]] = []
+            for _ in range(repeat):
+                spans = len(timer.clock.spans) if timer.clock is not None else 0
+                results = fn(inputs, p, timer)
+                run: dict[str, Any] = {"seconds": timer.stop()}
+                agree = agree and _agree(results, expected)
+                del results  # (freed by the next run's settle, outside its timed region)
+                if timer.clock is not None:
+                    busy: dict[str, float] = {}
+                    for s in timer.clock.spans[spans:]:
+                        if s.label != "wait" and s.end > timer._start:
+                            start = max(s.start, timer._start)
+                            busy[s.engine] = busy.get(s.engine, 0.0) + s.end - start
+                    engine = max(busy, key=busy.__getitem__)
+                    run.update(busiest_engine=engine, busiest_seconds=busy[engine])
+                runs.append(run)
+            seconds = [r["seconds"] for r in runs]
+            median = statistics.median(seconds)
+            figure = dict(min(runs, key=lambda r: abs(r["seconds"] - median)))
+            figure.update(seconds=median, runs=seconds, spread=max(seconds) - min(seconds))
             figures[variant] = figure
+            if timer.profiler is not None:
+                print(_profile_text(timer.profiler, f"{name} / {variant}", repeat))
+                timer.profiler = None
+        settle()
         rows[name] = {
             "results_agree": agree,
             "modelled_bytes": w.modelled_bytes,
@@ -1032,8 +1111,17 @@ def measure(p: Params, names: list[str] | None = None) -> dict[str, Any]:
         "params": asdict(p),
         "modelled": timer.modelled,
         "preset": PRESET if timer.modelled else None,
+        "repeat": repeat,
         "workloads": rows,
     }
+
+
+def _profile_text(profiler: cProfile.Profile, title: str, repeat: int) -> str:
+    """The 15 functions of most own time (tottime) in the profiled timed regions."""
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(15)
+    return f"== profile of {title} ({repeat} timed runs, by own time)\n{text.getvalue()}"
 
 
 def targets(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -1083,9 +1171,17 @@ def _in_child(quick: bool, devices: int, names: list[str]) -> dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(quick: bool = False, measured: bool = False) -> dict[str, Any]:
+def run(
+    quick: bool = False,
+    measured: bool = False,
+    repeat: int | None = None,
+    profile: str | None = None,
+) -> dict[str, Any]:
     """The modelled figures (a child on the fake driver's clock) and, with ``measured`` on a
     GPU, the same variants' measured seconds at the modelled sizes.
+
+    ``repeat``: timed runs per variant (default 3 measured, 1 modelled: the model is
+    deterministic); ``profile``: a variant whose measured timed regions are profiled.
 
     Returns
     -------
@@ -1093,7 +1189,8 @@ def run(quick: bool = False, measured: bool = False) -> dict[str, Any]:
         ``{"model": {"params", "modelled", "preset", "workloads": {name: {"results_agree",
         "variants": {variant: {"seconds", "busiest_engine", "busiest_seconds"}}}}},
         "targets": {name: {...ratios, "ok": {target: bool}}}, "measured": same layout as
-        "model" or None}``.
+        "model" or None}``; a measured variant also has ``runs`` (each timed run's seconds,
+        ``seconds`` their median) and ``spread`` (the largest less the smallest).
     """
     # One child per device count: a one-device workload runs as a one-device program.
     model: dict[str, Any] = {}
@@ -1110,7 +1207,9 @@ def run(quick: bool = False, measured: bool = False) -> dict[str, Any]:
         out["targets"] = targets(model["workloads"])
     if measured:
         p = QUICK if quick else FULL
-        out["measured"] = measure(modelled_sizes(p))
+        out["measured"] = measure(
+            modelled_sizes(p), repeat=3 if repeat is None else repeat, profile=profile
+        )
     return out
 
 
@@ -1132,7 +1231,12 @@ def format_figures(figures: dict[str, Any]) -> str:
         lines.append(f"  {name} (arrays modelled as {w['modelled_bytes'] >> 20} MiB){agree}")
         for variant, f in w["variants"].items():
             gpu = measured.get(name, {}).get("variants", {}).get(variant)
-            extra = f"   measured {gpu['seconds'] * 1e3:9.3f} ms" if gpu else ""
+            extra = ""
+            if gpu:
+                extra = (
+                    f"   measured {gpu['seconds'] * 1e3:9.3f} ms (median of "
+                    f"{len(gpu['runs'])}, spread {gpu['spread'] * 1e3:.3f} ms)"
+                )
             lines.append(
                 f"    {variant:20s} {f['seconds'] * 1e3:9.3f} ms   busiest "
                 f"{f['busiest_engine']} {f['busiest_seconds'] * 1e3:.3f} ms{extra}"
@@ -1153,6 +1257,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--measured", action="store_true", help="also run the variants here (on a GPU)"
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        metavar="N",
+        help="timed runs per measured variant, each on fresh arrays (default 3; the median "
+        "and the spread are printed)",
+    )
+    parser.add_argument(
+        "--profile",
+        choices=VARIANTS,
+        metavar="VARIANT",
+        help="cProfile VARIANT's measured timed regions and print the 15 functions of most "
+        "own time per workload (implies --measured)",
+    )
     parser.add_argument("--json-figures", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--workloads", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -1160,7 +1279,9 @@ def main(argv: list[str] | None = None) -> None:
         names = args.workloads.split(",") if args.workloads else None
         print(json.dumps(measure(QUICK if args.quick else FULL, names)))
         return
-    figures = run(args.quick, args.measured)
+    if args.repeat is not None and args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    figures = run(args.quick, args.measured or args.profile is not None, args.repeat, args.profile)
     print(format_figures(figures))
 
 

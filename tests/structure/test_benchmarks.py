@@ -585,3 +585,96 @@ def test_bench_time_runs_every_variant_on_the_fake_drivers_clock(bench):
         assert set(figures["targets"][name]["ok"]) == expected
     assert set(figures["model"]["workloads"]) == set(bench_time.WORKLOADS)
     assert "modelled time on the fake driver's clock" in out.stdout
+
+
+TINY_TIME = dict(chunks=1, n=32, field=32, k=1, checks=2, vector=32, iterations=2)
+
+
+def test_bench_time_settle_frees_earlier_runs_garbage_before_a_timed_region():
+    """An earlier run's dead arrays are freed by ``settle`` (before the next timed region),
+    not inside that region: a dead SmartArray's device copy, numba-cuda's deferred frees of
+    device and page-locked arrays (counted on the fake driver)."""
+    import bench_time
+    from numba import cuda
+
+    from smartarray import _fakegpu
+
+    used = sa.device_budget().used
+    a = sa.SmartArray(np.arange(1 << 12, dtype=np.float32))
+    a.prefetch("gpu")
+    d = cuda.to_device(np.ones(1 << 12, np.float32))
+    h = cuda.pinned_array(1 << 12, np.float32)
+    assert sa.device_budget().used == used + a.nbytes
+    drv = _fakegpu.current()
+    before = dict(drv.calls) if drv is not None else {}
+    del a, d, h
+    bench_time.settle()
+    assert sa.device_budget().used == used
+    if drv is not None:  # numba-cuda's pending frees flushed: both device copies, the pinned one
+        assert drv.calls["cuMemFree"] - before.get("cuMemFree", 0) >= 2
+        assert drv.calls["cuMemFreeHost"] - before.get("cuMemFreeHost", 0) >= 1
+        ctx = cuda.current_context()
+        for owner in (getattr(ctx, "memory_manager", None), ctx):
+            assert len(getattr(owner, "deallocations", None) or ()) == 0
+
+
+def test_bench_time_measure_repeats_each_variant_and_profiles_one():
+    """``measure(repeat=N)`` times N fresh runs per variant (``seconds`` their median, the
+    spread beside it); ``profile=VARIANT`` prints that variant's profile per workload. In a
+    child on the fake driver (the workloads' kernels need a real target's ``cuda`` module)."""
+    from tests._targets import with_checkout
+
+    env = with_checkout(real_target_env())
+    env.update(SMARTARRAY_FAKE_GPU="1", NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0")
+    env.pop("SMARTARRAY_FAKE_GPU_TIMING", None)
+    script = (
+        "import json, sys; import smartarray; sys.path.insert(0, 'benchmarks'); "
+        "import bench_time as b; "
+        f"out = b.measure(b.Params(**{TINY_TIME!r}), ['solver'], repeat=3, "
+        "profile='smartarray'); print(json.dumps(out))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=BENCHMARKS.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    solver = out["workloads"]["solver"]
+    assert solver["results_agree"]
+    assert out["repeat"] == 3
+    assert tuple(solver["variants"]) == (
+        "numba_auto",
+        "hand_sync",
+        "hand_async",
+        "smartarray",
+        "smartarray_options",
+    )
+    for f in solver["variants"].values():
+        assert len(f["runs"]) == 3
+        assert f["seconds"] == sorted(f["runs"])[1]
+        assert f["spread"] == max(f["runs"]) - min(f["runs"])
+    assert "== profile of solver / smartarray (3 timed runs, by own time)" in done.stdout
+    assert "profile of solver / hand_sync" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"repeat": 0}, "repeat must be >= 1"), ({"profile": "numba"}, "profile must be one of")],
+)
+def test_bench_time_measure_rejects_bad_options(kwargs, message):
+    import bench_time
+
+    with pytest.raises(ValueError, match=message):
+        bench_time.measure(bench_time.Params(**TINY_TIME), ["solver"], **kwargs)
+
+
+def test_bench_time_command_line_rejects_a_repeat_below_one(capsys):
+    import bench_time
+
+    with pytest.raises(SystemExit):
+        bench_time.main(["--repeat", "0"])
+    assert "--repeat must be >= 1, got 0" in capsys.readouterr().err
