@@ -105,13 +105,15 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 
 __all__ = ["VARIANTS", "WORKLOADS", "format_figures", "run"]
+
+_R = TypeVar("_R")
 
 VARIANTS = ("numba_auto", "hand_sync", "hand_async", "smartarray", "smartarray_options")
 MODELLED_CHUNK_BYTES = 16 << 20
@@ -164,6 +166,7 @@ class Timer:
         driver = _fakegpu.current()
         self.clock: Any = getattr(driver, "clock", None)
         self._start = 0.0
+        self._end: float | None = None
         self.profiler: cProfile.Profile | None = None
 
     @property
@@ -175,14 +178,25 @@ class Timer:
 
     def start(self) -> None:
         settle()
+        self._end: float | None = None
         self._start = self.now()
         if self.profiler is not None:
             self.profiler.enable()
 
-    def stop(self) -> float:
-        seconds = self.now() - self._start
+    def done(self, results: _R) -> _R:
+        """End the timed region with ``results`` made (a variant returns through it, so
+        that its own arrays die after the region, as a longer program's would later)."""
+        self._end = self.now()
         if self.profiler is not None:
             self.profiler.disable()
+        return results
+
+    def stop(self) -> float:
+        """The seconds of the timed region :meth:`done` ended (or now, if it was not)."""
+        if self._end is None:
+            self.done(None)
+        seconds = self._end - self._start  # type: ignore[operator]  # (set by done)
+        self._end = None
         return seconds
 
     def smartarray_calls(self, count: int = 1) -> None:
@@ -268,7 +282,7 @@ def batch_numba_auto(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]
     timer.start()
     for a, out in zip(inputs, outs, strict=True):
         k[_grid(out.size)](a, out)
-    return outs
+    return timer.done(outs)
 
 
 def batch_hand_sync(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]:
@@ -283,7 +297,7 @@ def batch_hand_sync(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]:
         d_a.copy_to_device(a)
         k[_grid(d_out.size)](d_a, d_out)
         d_out.copy_to_host(out)
-    return outs
+    return timer.done(outs)
 
 
 def batch_hand_async(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]:
@@ -308,7 +322,7 @@ def batch_hand_async(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]
         k[(*_grid(d_out[j].size), s)](d_a[j], d_out[j])
         d_out[j].copy_to_host(h_out[i], stream=s)
     cuda.synchronize()
-    return h_out
+    return timer.done(h_out)
 
 
 def batch_smartarray(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]:
@@ -325,7 +339,7 @@ def batch_smartarray(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]
     for out in outs:
         timer.smartarray_calls()
         results.append(out.host())
-    return results
+    return timer.done(results)
 
 
 def batch_smartarray_options(inputs: list[np.ndarray], timer: Timer) -> list[np.ndarray]:
@@ -344,7 +358,7 @@ def batch_smartarray_options(inputs: list[np.ndarray], timer: Timer) -> list[np.
     for out in outs:
         timer.smartarray_calls()
         results.append(out.host())
-    return results
+    return timer.done(results)
 
 
 BATCH: dict[str, Callable[[Any, Timer], Any]] = {
@@ -417,7 +431,7 @@ def stencil_numba_auto(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndar
         u, v = v, u
         if step % p.k == 0:
             checks.append(float(u.max()))
-    return u, checks
+    return timer.done((u, checks))
 
 
 def stencil_hand_sync(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -435,7 +449,7 @@ def stencil_hand_sync(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarr
         if step % p.k == 0:
             d_u.copy_to_host(host)
             checks.append(float(host.max()))
-    return host, checks
+    return timer.done((host, checks))
 
 
 def stencil_hand_async(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -478,7 +492,7 @@ def stencil_hand_async(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndar
     checks.append(float(snaps_h[waiting[-1]].max()))
     d_u.copy_to_host(start, stream=compute)
     compute.synchronize()
-    return start, checks
+    return timer.done((start, checks))
 
 
 def stencil_smartarray(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -496,7 +510,7 @@ def stencil_smartarray(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndar
             timer.smartarray_calls()
             checks.append(float(u.host().max()))  # (not held: refreshed by no later step)
     timer.smartarray_calls()
-    return u.host(), checks
+    return timer.done((u.host(), checks))
 
 
 def stencil_smartarray_options(u0: np.ndarray, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -528,7 +542,7 @@ def stencil_smartarray_options(u0: np.ndarray, p: Params, timer: Timer) -> tuple
             waiting.append(s)
     timer.smartarray_calls(2)
     checks.append(float(waiting[-1].host().max()))
-    return u.host(), checks
+    return timer.done((u.host(), checks))
 
 
 STENCIL: dict[str, Callable[..., Any]] = {
@@ -599,7 +613,7 @@ def solver_numba_auto(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray,
         residual[_grid(x.size)](x, y, res)
         residuals.append(float(res[0]))
         x, y = y, x
-    return x, residuals
+    return timer.done((x, residuals))
 
 
 def solver_hand_sync(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -620,7 +634,7 @@ def solver_hand_sync(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, 
         d_res.copy_to_host(res)
         residuals.append(float(res[0]))
         d_x, d_y = d_y, d_x
-    return d_x.copy_to_host(), residuals
+    return timer.done((d_x.copy_to_host(), residuals))
 
 
 def solver_hand_async(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -658,7 +672,7 @@ def solver_hand_async(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray,
     residuals.append(float(h_res[(p.iterations - 1) % 2][0]))
     d_x.copy_to_host(h_x, stream=s)
     s.synchronize()
-    return h_x, residuals
+    return timer.done((h_x, residuals))
 
 
 def solver_smartarray(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -678,7 +692,7 @@ def solver_smartarray(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray,
         residuals.append(float(res.host()[0]))
         x, y = y, x
     timer.smartarray_calls()
-    return x.host(), residuals
+    return timer.done((x.host(), residuals))
 
 
 def solver_smartarray_options(inputs: Any, p: Params, timer: Timer) -> tuple[np.ndarray, list]:
@@ -706,7 +720,7 @@ def solver_smartarray_options(inputs: Any, p: Params, timer: Timer) -> tuple[np.
             residuals.append(float(res[1 - i % 2].host()[0]))
     timer.smartarray_calls(2)
     residuals.append(float(res[(p.iterations - 1) % 2].host()[0]))
-    return x.host(), residuals
+    return timer.done((x.host(), residuals))
 
 
 SOLVER: dict[str, Callable[..., Any]] = {
@@ -804,7 +818,7 @@ def halo_numba_auto(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
         v[1][0] = v[0][blocks[0][1] - 1]
         v[0][-1] = v[1][1]
         u, v = v, u
-    return np.concatenate([u[0][:-1], u[1][1:]])
+    return timer.done(np.concatenate([u[0][:-1], u[1][1:]]))
 
 
 def halo_hand_sync(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
@@ -845,7 +859,7 @@ def halo_hand_sync(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
     for d, a in enumerate(d_u):
         with cuda.gpus[d]:
             out.append(a.copy_to_host())
-    return np.concatenate([out[0][:-1], out[1][1:]])
+    return timer.done(np.concatenate([out[0][:-1], out[1][1:]]))
 
 
 def halo_hand_async(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
@@ -892,7 +906,7 @@ def halo_hand_async(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
     for d in range(2):
         with cuda.gpus[d]:
             streams[d].synchronize()
-    return np.concatenate([hosts[0][:-1], hosts[1][1:]])
+    return timer.done(np.concatenate([hosts[0][:-1], hosts[1][1:]]))
 
 
 def _halo_smartarray(u0: np.ndarray, p: Params, timer: Timer, options: bool) -> np.ndarray:
@@ -938,7 +952,7 @@ def _halo_smartarray(u0: np.ndarray, p: Params, timer: Timer, options: bool) -> 
             with cuda.gpus[b.device]:
                 b.owned.prefetch("host", stream=s)
     timer.smartarray_calls()
-    return (u if read is pu else v).host()
+    return timer.done((u if read is pu else v).host())
 
 
 def halo_smartarray(u0: np.ndarray, p: Params, timer: Timer) -> np.ndarray:
@@ -1086,10 +1100,11 @@ def measure(
                 del results  # (freed by the next run's settle, outside its timed region)
                 if timer.clock is not None:
                     busy: dict[str, float] = {}
+                    end = timer._start + run["seconds"]  # (the arrays' teardown after it)
                     for s in timer.clock.spans[spans:]:
-                        if s.label != "wait" and s.end > timer._start:
+                        if s.label != "wait" and s.end > timer._start and s.start < end:
                             start = max(s.start, timer._start)
-                            busy[s.engine] = busy.get(s.engine, 0.0) + s.end - start
+                            busy[s.engine] = busy.get(s.engine, 0.0) + min(s.end, end) - start
                     engine = max(busy, key=busy.__getitem__)
                     run.update(busiest_engine=engine, busiest_seconds=busy[engine])
                 runs.append(run)

@@ -33,6 +33,28 @@ staged rate and the host waits until it ends**. Synchronous copies (no ``Async``
 except device to device. ``cuEventElapsedTime`` answers the modelled milliseconds between two
 events' ends.
 
+Memory management costs the host too, and orders work (the constants are estimates, to be
+measured where a GPU is lent):
+
+* **allocation**: ``cuMemAlloc`` (and ``cuMemAllocManaged``) costs a latency plus bytes over
+  an allocation rate (the driver maps physical pages); ``cuMemHostAlloc`` and
+  ``cuMemHostRegister`` cost the page-locking above. Both are **implicit synchronisation**
+  (CUDA C++ Programming Guide, "Implicit Synchronization": "Two operations from different
+  streams cannot run concurrently if any one of the following operations is issued
+  in-between them by the host thread: a page-locked host memory allocation, a device memory
+  allocation, ..."): work of the current device queued after one starts only once all its work
+  queued before ended. The stream-ordered ``cuMemAllocAsync`` / ``cuMemAllocFromPoolAsync``
+  are not (the point of them): a plain call's cost;
+* **free**: ``cuMemFree`` waits for the device (the driver API's ``cuMemFree`` and CUDA's "API
+  synchronization behavior": frees synchronise; the fake waits for the freeing context's
+  device) and then costs a latency plus bytes over a free rate; ``cuMemFreeHost`` and
+  ``cuMemHostUnregister`` wait the same way and cost a latency plus bytes over an unlocking
+  rate;
+* **host copies**: the host copying between host buffers (a host-to-host ``cuMemcpy``;
+  :meth:`Clock.host_copy` for the copies a benchmark's NumPy code makes) costs bytes over a
+  host-memory rate, plus bytes over a first-touch rate into memory never touched (each page
+  faulted in and zeroed by the operating system).
+
 The clock lives beside the queue, not in it: :mod:`._queue` calls :meth:`Clock.queued` when it
 queues an operation and :meth:`Clock.waited` / :meth:`Clock.waited_all` when the host waits;
 the driver calls :meth:`Clock.call` as an entry point starts and :meth:`Clock.copy` /
@@ -84,6 +106,19 @@ class Preset:
     pin_latency_s, pin_Bps : float
         Page-locking ``n`` bytes (``cuMemHostAlloc``, ``cuMemHostRegister``) costs the host
         ``pin_latency_s + n / pin_Bps``.
+    alloc_latency_s, alloc_Bps : float
+        A device allocation of ``n`` bytes (``cuMemAlloc``, ``cuMemAllocManaged``) costs the
+        host ``alloc_latency_s + n / alloc_Bps`` (the driver maps physical pages).
+    free_latency_s, free_Bps : float
+        ``cuMemFree`` of ``n`` bytes costs the host ``free_latency_s + n / free_Bps`` after
+        its wait for the device.
+    unlock_latency_s, unlock_Bps : float
+        Unlocking ``n`` page-locked bytes (``cuMemFreeHost``, ``cuMemHostUnregister``)
+        costs the host ``unlock_latency_s + n / unlock_Bps`` after its wait.
+    host_copy_Bps, first_touch_Bps : float
+        The host copying ``n`` bytes between host buffers (a host-to-host ``cuMemcpy``, or
+        :meth:`Clock.host_copy`) costs ``n / host_copy_Bps``, plus ``n / first_touch_Bps``
+        when the destination was never touched (each page faulted in and zeroed).
     smartarray_call_s : float
         smartarray's own host time per SmartArray launch or host access above numba's
         (``benchmarks/bench_overhead.py``: launch preparation at most 1 us over numba's
@@ -105,6 +140,14 @@ class Preset:
     launch_call_s: float
     pin_latency_s: float
     pin_Bps: float
+    alloc_latency_s: float = 10e-6
+    alloc_Bps: float = 1e12
+    free_latency_s: float = 10e-6
+    free_Bps: float = 2e12
+    unlock_latency_s: float = 10e-6
+    unlock_Bps: float = 16e9
+    host_copy_Bps: float = 10e9
+    first_touch_Bps: float = 4e9
     smartarray_call_s: float = 1e-6
 
     def scaled(self, factor: float) -> Preset:
@@ -124,6 +167,11 @@ class Preset:
             peer_Bps=self.peer_Bps / factor,
             memory_Bps=self.memory_Bps / factor,
             pin_Bps=self.pin_Bps / factor,
+            alloc_Bps=self.alloc_Bps / factor,
+            free_Bps=self.free_Bps / factor,
+            unlock_Bps=self.unlock_Bps / factor,
+            host_copy_Bps=self.host_copy_Bps / factor,
+            first_touch_Bps=self.first_touch_Bps / factor,
         )
 
 
@@ -240,6 +288,8 @@ class Clock:
         self.host = 0.0
         self._engines: dict[str, _Engine] = {}
         self._device_end: dict[int, float] = {}
+        # Per device: work queued from now on starts no earlier (implicit synchronisation).
+        self._barrier: dict[int, float] = {}
         self.spans: list[Span] = []
         self._entry = ""
         self.copies = 0  # copies placed on an engine so far (trace events read the last one)
@@ -279,9 +329,47 @@ class Clock:
             raise ValueError(f"seconds must be >= 0, got {seconds!r}")
         self._host_span(label, seconds)
 
-    def page_locked(self, nbytes: int) -> None:
-        """The host page-locks ``nbytes`` bytes (``cuMemHostAlloc``, ``cuMemHostRegister``)."""
+    def page_locked(self, nbytes: int, device: int | None = None) -> None:
+        """The host page-locks ``nbytes`` bytes (``cuMemHostAlloc``, ``cuMemHostRegister``);
+        ``device``: the current device, whose later work starts after its earlier work
+        ended (implicit synchronisation; ``None``: no device is current)."""
         self._host_span("page-lock", self.preset.pin_latency_s + nbytes / self.preset.pin_Bps)
+        if device is not None:
+            self._separate(device)
+
+    def allocated(self, nbytes: int, device: int) -> None:
+        """The host allocated ``nbytes`` of ``device``'s memory (``cuMemAlloc``): it pays the
+        allocation, and ``device``'s work queued later starts after its earlier work ended."""
+        p = self.preset
+        self._host_span("alloc", p.alloc_latency_s + nbytes / p.alloc_Bps)
+        self._separate(device)
+
+    def freed(self, nbytes: int) -> None:
+        """The host freed ``nbytes`` of device memory (``cuMemFree``; the driver waited for
+        the device before)."""
+        self._host_span("free", self.preset.free_latency_s + nbytes / self.preset.free_Bps)
+
+    def unlocked(self, nbytes: int) -> None:
+        """The host unlocked ``nbytes`` page-locked bytes (``cuMemFreeHost``,
+        ``cuMemHostUnregister``; the driver waited for the device before)."""
+        p = self.preset
+        self._host_span("unlock", p.unlock_latency_s + nbytes / p.unlock_Bps)
+
+    def host_copy(self, nbytes: int, first_touch: bool = False) -> None:
+        """The host copies ``nbytes`` between host buffers (``first_touch``: into memory
+        never touched before, each page faulted in)."""
+        p = self.preset
+        seconds = nbytes / p.host_copy_Bps
+        if first_touch:
+            seconds += nbytes / p.first_touch_Bps
+        self._host_span("host copy", seconds)
+
+    def _separate(self, device: int) -> None:
+        """Implicit synchronisation on ``device``: two commands of different streams issued
+        before and after now cannot run at once, so later work waits for earlier work."""
+        end = self._device_end.get(device, 0.0)
+        if end > self._barrier.get(device, 0.0):
+            self._barrier[device] = end
 
     def _host_span(self, label: str, seconds: float) -> None:
         if seconds > 0:
@@ -297,7 +385,7 @@ class Clock:
     def queued(self, op: Op, deps: Iterable[Op | None]) -> None:
         """``op`` was queued after ``deps`` (done or not): it may start once the host issued it
         and they ended. Work that needs no engine (an event record, a wait) ends then."""
-        ready = self.host
+        ready = max(self.host, self._barrier.get(op.stream.device, 0.0))
         for d in deps:
             if d is not None and d.end > ready:
                 ready = d.end
@@ -347,7 +435,7 @@ class Clock:
         """
         p = self.preset
         if source_device is None and target_device is None:  # host to host: the host copies
-            self._host_span("host copy", nbytes / p.pageable_Bps)
+            self.host_copy(nbytes)
             op.end = max(op.end, self.host)
             self._ended(op)
             return

@@ -41,14 +41,20 @@ class MemoryEntries(DriverState):
 
     # allocation -----------------------------------------------------------------------------
     def cuMemAlloc(self, p: int, nbytes: int) -> None:
-        _put(p, ctypes.c_uint64, self.heaps[self._current_device()].alloc(nbytes))
+        device = self._current_device()
+        _put(p, ctypes.c_uint64, self.heaps[device].alloc(nbytes))
+        if self.clock is not None:
+            self.clock.allocated(nbytes, device)
 
     def cuMemFree(self, ptr: int) -> None:
         # A free waits for the freeing context's device (what drivers do; the API documents
         # no wait): other devices' queued work, even work using this memory, stays queued.
         self._wait_for_freeing_device()
+        found = self.heaps.find(ptr)
         self.heaps.free(ptr)
         self.managed.pop(ptr, None)
+        if self.clock is not None and found is not None:
+            self.clock.freed(found[1])
 
     def cuMemAllocManaged(self, p: int, nbytes: int, flags: int) -> None:
         """Managed memory: the current device's memory, which the host may also touch (the
@@ -57,9 +63,12 @@ class MemoryEntries(DriverState):
         ``CU_MEM_ATTACH_GLOBAL`` (1) and ``CU_MEM_ATTACH_HOST`` (2), else invalid."""
         if flags not in (_CU_MEM_ATTACH_GLOBAL, _CU_MEM_ATTACH_HOST):
             raise CudaError(CUDA_ERROR_INVALID_VALUE, f"cuMemAllocManaged flags {flags:#x}")
-        ptr = self.heaps[self._current_device()].alloc(nbytes)
+        device = self._current_device()
+        ptr = self.heaps[device].alloc(nbytes)
         self.managed[ptr] = flags
         _put(p, ctypes.c_uint64, ptr)
+        if self.clock is not None:
+            self.clock.allocated(nbytes, device)
 
     def _wait_for_freeing_device(self) -> None:
         device = self._current_device()
@@ -122,27 +131,35 @@ class MemoryEntries(DriverState):
             _put(psize, ctypes.c_size_t, found[1])
 
     def cuMemHostAlloc(self, p: int, nbytes: int, flags: int) -> None:
-        _put(p, ctypes.c_void_p, self.host.allocate(nbytes, self._current_device(), flags))
+        device = self._current_device()
+        _put(p, ctypes.c_void_p, self.host.allocate(nbytes, device, flags))
         if self.clock is not None:
-            self.clock.page_locked(nbytes)
+            self.clock.page_locked(nbytes, device)
 
     def cuMemAllocHost(self, p: int, nbytes: int) -> None:
         self.cuMemHostAlloc(p, nbytes, 0)
 
     def cuMemFreeHost(self, ptr: int) -> None:
         self._wait_for_freeing_device()
+        found = self.host.find(ptr)
         self.host.free(ptr)
+        if self.clock is not None and found is not None:
+            self.clock.unlocked(found[1])
 
     def cuMemHostRegister(self, ptr: int, nbytes: int, flags: int) -> None:
         if not ptr or not nbytes:
             raise CudaError(CUDA_ERROR_INVALID_VALUE, "cuMemHostRegister of nothing")
-        self.host.register(ptr, nbytes, self._current_device(), flags)
+        device = self._current_device()
+        self.host.register(ptr, nbytes, device, flags)
         if self.clock is not None:
-            self.clock.page_locked(nbytes)
+            self.clock.page_locked(nbytes, device)
 
     def cuMemHostUnregister(self, ptr: int) -> None:
         self._wait_for_freeing_device()
+        found = self.host.find(ptr)
         self.host.unregister(ptr)
+        if self.clock is not None and found is not None:
+            self.clock.unlocked(found[1])
 
     def cuMemHostGetDevicePointer(self, p: int, ptr: int, flags: int) -> None:
         # Unified addressing: a mapped page-locked host range has the same address on the

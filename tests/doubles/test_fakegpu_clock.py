@@ -116,6 +116,128 @@ def test_a_scaled_preset_models_a_larger_copy() -> None:
         PCIE5.scaled(0)
 
 
+def test_a_device_allocation_costs_the_host_its_latency_and_bytes() -> None:
+    _, clock = _setup()
+    clock.allocated(N, 0)
+    assert clock.host == pytest.approx(PCIE5.alloc_latency_s + N / PCIE5.alloc_Bps)
+    assert [s.label for s in clock.spans] == ["alloc"]
+
+
+@pytest.mark.parametrize("allocation", ["device", "page-locked"])
+def test_an_allocation_between_two_streams_commands_keeps_them_from_overlapping(
+    allocation: str,
+) -> None:
+    """The Programming Guide's implicit synchronisation: a device memory allocation or a
+    page-locked host allocation issued between two commands of different streams keeps
+    them from running at once (the later one starts when the earlier one ended)."""
+    queue, clock = _setup()
+    s1, s2 = queue.create_stream(1), queue.create_stream(1)
+    up = _copy(queue, clock, s1, N, None, 0)
+    before = clock.host
+    if allocation == "device":
+        clock.allocated(4096, 0)
+    else:
+        clock.page_locked(4096, 0)
+    assert clock.host > before  # the allocation's cost
+    down = _copy(queue, clock, s2, N, 0, None)
+    one = PCIE5.copy_latency_s + N / PCIE5.d2h_Bps
+    assert down.end == pytest.approx(up.end + one)  # not beside the upload: after it
+    # without the allocation in between the two copies overlap (the other copy engine)
+    queue2, clock2 = _setup()
+    t1, t2 = queue2.create_stream(1), queue2.create_stream(1)
+    _copy(queue2, clock2, t1, N, None, 0)
+    assert _copy(queue2, clock2, t2, N, 0, None).end == pytest.approx(one)
+
+
+def test_an_allocation_orders_only_its_own_devices_work() -> None:
+    queue, clock = _setup()
+    s0, s1 = queue.create_stream(1), queue.create_stream(1)
+    s1.device = 1
+    up = _copy(queue, clock, s0, N, None, 0)
+    clock.allocated(4096, 1)
+    issued = clock.host
+    assert issued < up.end
+    other = _copy(queue, clock, s1, N, None, 1)
+    # device 1's copy starts when issued, not after device 0's upload
+    assert other.end == pytest.approx(issued + PCIE5.copy_latency_s + N / PCIE5.h2d_Bps)
+
+
+def test_frees_and_unlocking_cost_the_host_latency_and_bytes() -> None:
+    _, clock = _setup()
+    clock.freed(N)
+    assert clock.host == pytest.approx(PCIE5.free_latency_s + N / PCIE5.free_Bps)
+    before = clock.host
+    clock.unlocked(N)
+    assert clock.host - before == pytest.approx(PCIE5.unlock_latency_s + N / PCIE5.unlock_Bps)
+
+
+def test_a_host_copy_runs_at_host_memory_bandwidth_first_touch_costs_more() -> None:
+    queue, clock = _setup()
+    clock.host_copy(N)
+    assert clock.host == pytest.approx(N / PCIE5.host_copy_Bps)
+    before = clock.host
+    clock.host_copy(N, first_touch=True)
+    assert clock.host - before == pytest.approx(N / PCIE5.host_copy_Bps + N / PCIE5.first_touch_Bps)
+    # a host-to-host cuMemcpy is a host copy
+    before = clock.host
+    _copy(queue, clock, queue.create_stream(1), N, None, None)
+    assert clock.host - before == pytest.approx(N / PCIE5.host_copy_Bps)
+
+
+def test_a_scaled_preset_scales_the_memory_management_rates() -> None:
+    scaled = PCIE5.scaled(4)
+    for name in ("alloc_Bps", "free_Bps", "unlock_Bps", "host_copy_Bps", "first_touch_Bps"):
+        assert getattr(scaled, name) == getattr(PCIE5, name) / 4, name
+    assert scaled.alloc_latency_s == PCIE5.alloc_latency_s
+
+
+MEMORY_CHILD = """
+from smartarray import _fakegpu
+clock = _fakegpu.current().clock
+p = clock.preset
+n = 1 << 20
+stream = cuda.stream()
+pinned = cuda.pinned_array(n, np.uint8)
+cuda.synchronize()
+out = {}
+before = clock.host
+dev = cuda.device_array(n, np.uint8)
+out["alloc_s"] = clock.host - before
+out["alloc_model_s"] = p.alloc_latency_s + n / p.alloc_Bps
+up = cuda.device_array(n, np.uint8)
+up.copy_to_device(pinned, stream=stream)  # queued; the host goes on
+copy_end = clock.last_copy.end
+assert copy_end > clock.host
+del up
+ctx = cuda.current_context()
+before = clock.host
+for owner in (getattr(ctx, "memory_manager", None), ctx):
+    if getattr(owner, "deallocations", None) is not None:
+        owner.deallocations.clear()
+out["free_ended_s"] = clock.host
+out["copy_end_s"] = copy_end
+out["free_model_s"] = p.free_latency_s + n / p.free_Bps
+out["frees"] = _fakegpu.current().calls["cuMemFree"]
+before = clock.host
+del pinned
+for owner in (getattr(ctx, "memory_manager", None), ctx):
+    if getattr(owner, "deallocations", None) is not None:
+        owner.deallocations.clear()
+out["unlock_s"] = clock.host - before
+out["unlock_model_s"] = p.unlock_latency_s + n / p.unlock_Bps
+print(json.dumps(out))
+"""
+
+
+def test_on_the_fake_driver_allocations_and_frees_take_modelled_time() -> None:
+    out = run_fake(MEMORY_CHILD, env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"})
+    assert out["alloc_s"] >= out["alloc_model_s"]
+    # the free waited for the queued copy on the memory, then paid its own cost
+    assert out["frees"] >= 1
+    assert out["free_ended_s"] >= out["copy_end_s"] + out["free_model_s"]
+    assert out["unlock_s"] >= out["unlock_model_s"]
+
+
 def test_the_environment_names_a_preset(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SMARTARRAY_FAKE_GPU_TIMING", raising=False)
     assert from_environment() is None

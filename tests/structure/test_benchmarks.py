@@ -678,3 +678,22 @@ def test_bench_time_command_line_rejects_a_repeat_below_one(capsys):
     with pytest.raises(SystemExit):
         bench_time.main(["--repeat", "0"])
     assert "--repeat must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_bench_time_a_timed_region_ends_when_the_variant_returns_its_results():
+    """A variant returns through ``Timer.done``: what its arrays' teardown costs afterwards
+    (frees, unlocking, as its locals die) is not in its timed region."""
+    import bench_time
+
+    from smartarray._fakegpu._clock import PCIE5, Clock
+
+    timer = bench_time.Timer()
+    timer.clock = Clock(PCIE5)
+    timer.start()
+    timer.clock.host_work(5e-3, "work")
+    assert timer.done(("results",)) == ("results",)
+    timer.clock.unlocked(1 << 20)  # a page-locked buffer of the variant freed on return
+    assert timer.stop() == pytest.approx(5e-3)
+    timer.start()  # without done: the region ends at stop
+    timer.clock.host_work(2e-3, "work")
+    assert timer.stop() == pytest.approx(2e-3)
