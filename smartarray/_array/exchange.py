@@ -212,6 +212,12 @@ def prefetch(self: SmartArray, where: str = "gpu", stream: Any = None) -> None:
     the data is queued, and the host waits only where it reads (a host array you hold, read
     without smartarray seeing it, is waited for at once).
 
+    To a device, the array's device copy is allocated there even when no byte needs to move
+    (an array made without data, ``SmartArray(shape=, dtype=)``): prefetch before a loop
+    allocates ahead, as a hand-written program allocates its device buffers before its
+    pipeline (a device allocation synchronises: on a GPU, two streams' work issued before and
+    after it does not overlap). Trade-off: the device memory is held from then on.
+
     Parameters
     ----------
     where : {'gpu', 'gpu:N', 'host'}

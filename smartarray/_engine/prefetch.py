@@ -7,7 +7,9 @@ buffer's event, as after a launch). A download to the host leaves an *arrival* e
 buffer, one per download in flight (downloads of different parts of one buffer may run side by
 side): the next host access of the buffer waits for them (:func:`arrive`), so a host read waits
 only there, not when the download starts. A download to a host copy the user holds (an ndarray
-handed out, read without smartarray seeing it) is waited for at once.
+handed out, read without smartarray seeing it) is waited for at once. A prefetch to a device
+with nothing to copy still allocates the device copy there: allocation ahead, outside a
+pipeline.
 """
 
 from __future__ import annotations
@@ -53,6 +55,13 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
             buf.locate(where)
         plan = buf._plan_read(where, lo, hi, _REASON)
         if not plan.copies:
+            if where != HOST:
+                # Nothing to copy (current there, or valid nowhere yet): the device copy is
+                # allocated now, ahead of the work that needs it. An allocation is implicit
+                # synchronisation on a GPU (two streams' work issued before and after it
+                # does not overlap), so one made inside a pipeline costs its overlap.
+                _devices.ensure_context()
+                buf.ensure_device(where)
             return
         _devices.ensure_context()
         items = _device_work.footprint(plan.copies)

@@ -77,6 +77,26 @@ def test_prefetch_of_current_bytes_moves_nothing() -> None:
     assert t.events == []
 
 
+def test_prefetch_to_the_device_of_data_valid_nowhere_allocates_its_copy_ahead() -> None:
+    """An array made without data (``shape=``), prefetched to the device, gets its device
+    copy there now (no byte moves): a launch that writes it or uploads the data produced into
+    its host copy later allocates nothing (an allocation between two streams' work is implicit
+    synchronisation on a GPU). Counted in the budget as any device copy."""
+    used = sa.device_budget().used
+    a = sa.SmartArray(shape=8, dtype=np.float64, pinned=True)
+    with sa.trace() as t:
+        a.prefetch("gpu")
+    assert t.events == []
+    assert sa.device_budget().used == used + a.nbytes
+    assert "gpu" in a.valid_at  # (uninitialised data is current wherever a copy is)
+    a[:] = np.arange(8.0)  # the program produces its data into the host copy
+    with sa.trace() as t:
+        add_one[1, 8](a)
+    assert _moved(t) == [("h2d", 64, "device use")]
+    assert sa.device_budget().used == used + a.nbytes  # the copy allocated ahead, reused
+    np.testing.assert_array_equal(a.host(), np.arange(8.0) + 1)
+
+
 @pytest.mark.parametrize(
     "where, stream, error, match",
     [
