@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import smartarray as sa
-from tests._targets import real_target_env
+from tests._targets import real_target_env, with_checkout
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -587,6 +587,43 @@ def test_bench_time_runs_every_variant_on_the_fake_drivers_clock(bench):
     assert "modelled time on the fake driver's clock" in out.stdout
 
 
+def test_bench_link_recovers_the_clock_presets_rates_on_the_fake_driver(tmp_path: Path) -> None:
+    """On the fake driver's clock the measured link is the preset's: the benchmark's fit (and
+    the clock's copy, launch and page-locking rules) agree with the constants a GPU is
+    compared against."""
+    path = tmp_path / "link.json"
+    env = with_checkout(real_target_env())
+    env.update(
+        SMARTARRAY_FAKE_GPU="1",
+        SMARTARRAY_FAKE_GPU_TIMING="pcie5",
+        NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0",
+    )
+    argv = [str(BENCHMARKS / "bench_link.py"), "--quick", "--repeat", "1", "--json", str(path)]
+    out = subprocess.run(
+        [sys.executable, *argv], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(path.read_text())
+    assert figures["target"] == "fake driver" and figures["modelled"]
+    measured, preset = figures["measured"], figures["preset"]
+    for quantity in ("h2d_Bps", "d2h_Bps", "h2d_pageable_Bps", "d2h_pageable_Bps"):
+        assert measured[quantity] == pytest.approx(preset[quantity], rel=1e-6), quantity
+    for quantity in ("h2d_latency_s", "d2h_latency_s", "launch_s", "kernel_round_trip_s"):
+        # (a few queries of numba-cuda's beside the call itself: within 10%)
+        assert measured[quantity] == pytest.approx(preset[quantity], rel=0.1), quantity
+    assert measured["pinned_alloc_s"] == pytest.approx(preset["pinned_alloc_s"], rel=1e-3)
+    for quantity in ("device_alloc_s", "device_free_s"):  # the clock's allocation rules
+        assert measured[quantity] == pytest.approx(preset[quantity], rel=0.02), quantity
+    assert "h2d_Bps" in out.stdout and "measured/preset" in out.stdout
+
+
+def test_bench_link_refuses_a_repeat_below_one() -> None:
+    import bench_link
+
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
+        bench_link.run(repeat=0)
+
+
 TINY_TIME = dict(chunks=1, n=32, field=32, k=1, checks=2, vector=32, iterations=2)
 
 
@@ -622,8 +659,6 @@ def test_bench_time_measure_repeats_each_variant_and_profiles_one():
     """``measure(repeat=N)`` times N fresh runs per variant (``seconds`` their median, the
     spread beside it); ``profile=VARIANT`` prints that variant's profile per workload. In a
     child on the fake driver (the workloads' kernels need a real target's ``cuda`` module)."""
-    from tests._targets import with_checkout
-
     env = with_checkout(real_target_env())
     env.update(SMARTARRAY_FAKE_GPU="1", NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS="0")
     env.pop("SMARTARRAY_FAKE_GPU_TIMING", None)
