@@ -110,7 +110,7 @@ def all(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.all``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.all()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -122,7 +122,7 @@ def any(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.any``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.any()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -134,7 +134,7 @@ def argmax(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmax``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.argmax()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -146,7 +146,7 @@ def argmin(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmin``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.argmin()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -233,7 +233,7 @@ def item(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.item``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.item()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -245,7 +245,7 @@ def max(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.max``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.max()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -257,7 +257,7 @@ def mean(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.mean``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.mean()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -269,7 +269,7 @@ def min(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.min``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.min()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -286,7 +286,7 @@ def prod(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.prod``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.prod()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -318,7 +318,7 @@ def std(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.std``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.std()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -330,7 +330,7 @@ def sum(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.sum``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.sum()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -357,7 +357,7 @@ def tolist(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.tolist``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.tolist()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -374,7 +374,7 @@ def var(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.var``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
+        host = self._host_nd if self._host_nd is not None else self._readable()
         if host is not None:
             result = host.var()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
@@ -521,6 +521,8 @@ def binary(ufunc: np.ufunc, name: str) -> Method:
         if other.__class__ in NUMBERS:
             # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
             stamp, host = self._host_at, self._host_nd
+            if host is None:
+                host = self._readable()  # (a new result's, made on its first read)
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(host, other)
                 if stamp == self._buf.host_stamp:
@@ -541,6 +543,8 @@ def reflected(ufunc: np.ufunc, name: str) -> Method:
         if other.__class__ in NUMBERS:
             # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
             stamp, host = self._host_at, self._host_nd
+            if host is None:
+                host = self._readable()  # (a new result's, made on its first read)
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(other, host)
                 if stamp == self._buf.host_stamp:

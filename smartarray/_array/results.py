@@ -38,11 +38,10 @@ def _owning(ary: np.ndarray) -> SmartArray:
     if ary.__class__ is np.ndarray:
         flags = ary.flags
         if flags.writeable and (flags.c_contiguous or flags.f_contiguous):
-            dtype = ary.dtype
-            if dtype.kind not in "biufc":  # (numbers need no further check)
-                if dtype.names is not None:
+            if ary.dtype.kind not in "biufc":  # (numbers need no further check)
+                if ary.dtype.names is not None:
                     return _adopting(ary)
-                _check_array_dtype(dtype, "a result's dtype")
+                _check_array_dtype(ary.dtype, "a result's dtype")
             result = object.__new__(_smart())
             result._init_host(ary, None)
             return result

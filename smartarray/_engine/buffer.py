@@ -186,8 +186,8 @@ class Buffer:
         # The ndarray a :meth:`host_only` buffer adopted, until ``host_bytes`` (derived) views it.
         self.adopted: np.ndarray | None = None
 
-    @classmethod
-    def host_only(cls, host: np.ndarray, name: str | None = None) -> Buffer:
+    @staticmethod  # (not a classmethod: one call per NumPy result, a static one costs less)
+    def host_only(host: np.ndarray, name: str | None = None) -> Buffer:
         """A new buffer adopting ``host`` (a 1-D contiguous ndarray nobody else holds) as its
         host copy, current there only: what ``Buffer(nbytes, HOST, False, name)`` then
         :meth:`adopt_host` of its bytes make, for every NumPy result and

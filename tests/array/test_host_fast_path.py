@@ -471,6 +471,7 @@ def test_results_hand_numpy_read_only_data_and_their_writes_reach_the_next_launc
     a = SmartArray(np.arange(8.0))
     mask = np.arange(8) % 2 == 0
     for r in (np.sin(a), a + 1, a[mask], SmartArray(np.arange(8.0))):
+        r.sum()  # a NumPy read (the read-only view is made on the first one)
         assert r._host_nd is not None and not r._host_nd.flags.writeable
         assert r._host_ro().flags.writeable is False
         with pytest.raises(ValueError, match="read-only"):
