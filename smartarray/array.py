@@ -41,10 +41,10 @@ from ._array import numpy_api as _numpy_api
 from ._array import protocols as _protocols
 from ._array import results as _results
 from ._array import views as _views
+from ._array.results import NO_KEY as _NO_KEY
 
 # (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
 from ._array.results import _from_njit, _rebuild  # noqa: F401
-from ._array.views import NO_KEY as _NO_KEY
 from ._engine import arguments as _arguments
 from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
@@ -344,9 +344,10 @@ class SmartArray(ArrayArgument):
         its host copy, current there only, its host fast path open.
 
         Every slot of :meth:`_init` is stored once from what is known (no geometry to derive:
-        offset 0, the whole buffer); new arrays of NumPy's results are made this way. A slice
-        of a 1-D view makes the same stores inline (smartarray._array.views.__getitem__): a
-        slot added here goes there.
+        offset 0, the whole buffer). New arrays of NumPy's 1-D results make the same stores
+        inline (smartarray._array.results.fresh), and so does a slice of a 1-D view
+        (smartarray._array.views.__getitem__): a slot added here goes there
+        (tests/array/test_host_fast_path.py reads every slot of arrays made every way).
         """
         dtype = ary.dtype
         shape = ary.shape

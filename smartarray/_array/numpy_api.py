@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._engine.buffer import HOST, IN, INOUT
+from .results import fresh as _fresh  # (no hook: a call less per result)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -78,8 +79,7 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
                 result = ufunc(host)
                 if stamp == self._buf.host_stamp:
                     if result.__class__ is np.ndarray:
-                        # (of this array's numbers: numbers, or what _adopt checks itself)
-                        return self._adopt(result)
+                        return _fresh(result)  # (of this array's numbers)
                     return self._wrap(result)  # (two outputs: np.modf, np.frexp)
         # The host fast path: every SmartArray operand current on the host (its stamp), no
         # output given (nothing written): NumPy's loop on the read-only host data, its result

@@ -23,6 +23,8 @@ from .numpy_api import INT_KEYS as _INT_KEYS
 from .numpy_api import NUMBERS as _NUMBERS
 from .numpy_api import arrays_in as _arrays_in
 from .numpy_api import locked as _locked
+from .results import NO_KEY
+from .results import fresh as _fresh  # (no hook: a call less per result)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -32,9 +34,6 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
-NO_KEY: tuple[int, Any] = (-1, None)
-"""A view's ``_host_key`` when no element write is known to need no record (see
-:func:`__setitem__`)."""
 
 __all__ = [
     "NO_KEY",
@@ -188,9 +187,9 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
     """
     stamp = self._host_at
     cls = key.__class__
-    # (``int`` tested before the set of integer classes: a set lookup costs a fifth of NumPy's
-    # whole ``x[i]``)
-    if cls is int or cls in _INT_KEYS:
+    # (``int`` tested first, and the set of integer classes only for none of the classes
+    # below: a set lookup costs a fifth of NumPy's whole ``x[i]``, a tenth of its ``x[1:5]``)
+    if cls is int or (cls is not slice and cls is not np.ndarray and cls in _INT_KEYS):
         if stamp == self._buf.host_stamp:
             items = self._host_item
             if items is not None:
@@ -243,7 +242,11 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
         if host is not None:
             result = host[key]
             if stamp == self._buf.host_stamp:
-                return self._adopt(result) if result.__class__ is np.ndarray else result
+                if result.__class__ is not np.ndarray:
+                    return result  # (an integer array of no axes: a scalar)
+                # Of a 1-D view, an ndarray key's result is a fresh array; of an N-D one, a
+                # 0-d integer key's is a view of the read-only host data (checked, copied).
+                return _fresh(result) if len(self._shape) == 1 else self._adopt(result)
     return _getitem(self, key)
 
 

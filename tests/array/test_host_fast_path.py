@@ -569,7 +569,9 @@ def test_threads_reading_a_new_result_at_once_read_its_values():
         got: list[np.ndarray] = []
         start = threading.Barrier(4)
 
-        def read(r: SmartArray = r, got: list[np.ndarray] = got) -> None:
+        def read(
+            r: SmartArray = r, got: list[np.ndarray] = got, start: threading.Barrier = start
+        ) -> None:
             start.wait()
             got.append(np.asarray(np.sqrt(r)))
 
@@ -606,3 +608,19 @@ def test_a_slice_downloads_and_uploads_only_its_span(key, elements):
     launch(a)  # (a view with a negative stride is no kernel argument: its array is)
     assert delta(before).h2d_bytes == 8  # the written element only
     assert v[0] == 101.0 and a[elements[0]] == 101.0 and a[elements[-1]] == elements[-1] + 2.0
+
+
+def test_an_index_array_of_no_axes_gives_a_writable_row_of_a_matrix():
+    """``m[np.array(1)]`` indexes like ``m[1]`` in NumPy, a view of the read-only host data the
+    fast path reads: the result must be a SmartArray that can be written, never that view."""
+    m = SmartArray(np.arange(12.0).reshape(3, 4))
+    m.sum()  # the host fast path open
+    r = m[np.array(1)]
+    assert type(r) is SmartArray and r.tolist() == [4.0, 5.0, 6.0, 7.0]
+    r[0] = 40.0
+    assert r[0] == 40.0
+    v = SmartArray(np.arange(4.0))
+    v.sum()
+    assert v[np.array(2)] == 2.0 and v[np.array([3, 1])].tolist() == [3.0, 1.0]
+    launch(r)
+    assert r.tolist() == [41.0, 6.0, 7.0, 8.0]
