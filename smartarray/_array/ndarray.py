@@ -527,7 +527,9 @@ def binary(ufunc: np.ufunc, name: str) -> Method:
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(host, other)
                 if stamp == self._buf.host_stamp:
-                    return _fresh(result) if result.__class__ is np.ndarray else result
+                    if result.__class__ is np.ndarray:
+                        return _fresh(result, self._shape)  # (elementwise, a number: its shape)
+                    return self._wrap(result)  # (divmod's two arrays, or a 0-d view's scalar)
         elif _defers(other):
             return NotImplemented
         return ufunc(self, other)
@@ -549,7 +551,9 @@ def reflected(ufunc: np.ufunc, name: str) -> Method:
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(other, host)
                 if stamp == self._buf.host_stamp:
-                    return _fresh(result) if result.__class__ is np.ndarray else result
+                    if result.__class__ is np.ndarray:
+                        return _fresh(result, self._shape)  # (elementwise, a number: its shape)
+                    return self._wrap(result)  # (divmod's two arrays, or a 0-d view's scalar)
         elif _defers(other):
             return NotImplemented
         return ufunc(other, self)

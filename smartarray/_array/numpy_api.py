@@ -79,7 +79,7 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
                 result = ufunc(host)
                 if stamp == self._buf.host_stamp:
                     if result.__class__ is np.ndarray:
-                        return _fresh(result)  # (of this array's numbers)
+                        return _fresh(result, self._shape)  # (elementwise: its shape)
                     return self._wrap(result)  # (two outputs: np.modf, np.frexp)
         # The host fast path: every SmartArray operand current on the host (its stamp), no
         # output given (nothing written): NumPy's loop on the read-only host data, its result

@@ -52,7 +52,7 @@ def _owning(ary: np.ndarray) -> SmartArray:
     return _adopting(ary)
 
 
-def fresh(ary: np.ndarray) -> SmartArray:
+def fresh(ary: np.ndarray, shape: tuple[int, ...] | None = None) -> SmartArray:
     """:func:`_owning` of an ndarray NumPy has just made from a SmartArray's host data of
     numbers (a ufunc's result with no ``out``, an advanced index's copy), which the host
     fast paths call directly (not through a hook of the class: one attribute read less).
@@ -60,9 +60,12 @@ def fresh(ary: np.ndarray) -> SmartArray:
     Such an array is writable, of numbers, and contiguous when 1-D (NumPy allocates it), so
     a 1-D one is adopted with nothing to check, SmartArray._init_host's stores made here
     inline (one call less: on a few elements, checks and calls cost as much as NumPy's whole
-    ufunc; a slot added there goes here). Any other goes through :func:`_owning`.
+    ufunc; a slot added there goes here). Any other goes through :func:`_owning`. ``shape``:
+    ``ary``'s, where the caller knows it (an elementwise result of a view: the view's tuple,
+    shared, instead of a new one NumPy makes per read of ``ary.shape``).
     """
-    shape = ary.shape
+    if shape is None:
+        shape = ary.shape
     if len(shape) != 1:
         return _owning(ary)
     dtype = ary.dtype

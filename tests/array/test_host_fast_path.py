@@ -624,3 +624,17 @@ def test_an_index_array_of_no_axes_gives_a_writable_row_of_a_matrix():
     assert v[np.array(2)] == 2.0 and v[np.array([3, 1])].tolist() == [3.0, 1.0]
     launch(r)
     assert r.tolist() == [41.0, 6.0, 7.0, 8.0]
+
+
+def test_divmod_of_a_host_current_array_gives_smartarrays():
+    """``divmod(a, n)`` (two results) through the operators' host fast path: both stay
+    SmartArrays, as every NumPy result of a SmartArray, with NumPy's values."""
+    a = SmartArray(np.arange(1.0, 6.0))
+    a.sum()  # the host fast path open
+    for got, want in (
+        (divmod(a, 2), divmod(np.arange(1.0, 6.0), 2)),
+        (divmod(7, a), divmod(7, np.arange(1.0, 6.0))),
+    ):
+        assert type(got) is tuple and [type(r) for r in got] == [SmartArray, SmartArray]
+        for r, w in zip(got, want, strict=True):
+            assert r.tolist() == w.tolist()
