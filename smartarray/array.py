@@ -303,9 +303,10 @@ class SmartArray(ArrayArgument):
         # The host fast path (smartarray._array.views): the buffer's host stamp at which this
         # view's bytes were current on the host, and current there only; the writable host
         # ndarray of a 1-D view of numbers that scalar indexing reaches then, the same of a view
-        # of any shape (what a write reaches: set whenever the read-only one is, so that a
+        # of any shape (what a write reaches: set whenever the fast path opens, so that a
         # fresh ``_host_only_at`` implies it), and the read-only one NumPy's methods and
-        # ufuncs read (None: they take the slow path).
+        # ufuncs read (made from the writable one on its first read, see ``_readable``; None
+        # with the writable one None too: they take the slow path).
         self._host_at = self._host_only_at = -1
         self._host_item: np.ndarray | None = None
         self._host_cells: np.ndarray | None = None
