@@ -111,8 +111,8 @@ def all(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.all``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.all()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -123,8 +123,8 @@ def any(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.any``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.any()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -135,8 +135,8 @@ def argmax(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmax``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.argmax()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -147,8 +147,8 @@ def argmin(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmin``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.argmin()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -234,8 +234,8 @@ def item(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.item``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.item()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -246,8 +246,8 @@ def max(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.max``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.max()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -258,8 +258,8 @@ def mean(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.mean``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.mean()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -270,8 +270,8 @@ def min(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.min``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.min()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -287,8 +287,8 @@ def prod(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.prod``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.prod()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -319,8 +319,8 @@ def std(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.std``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.std()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -331,8 +331,8 @@ def sum(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.sum``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.sum()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -358,8 +358,8 @@ def tolist(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.tolist``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.tolist()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -375,8 +375,8 @@ def var(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.var``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.var()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result

@@ -88,8 +88,10 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
         ins = []
         for x in inputs:
             if isinstance(x, _SmartArray):
-                host = x._host_nd if x._host_nd is not None else x._readable()
-                if host is None or x._host_at != x._buf.host_stamp:
+                host = x._host_nd  # (made on a new result's first read: _readable)
+                if host is None and (host := x._readable()) is None:
+                    break
+                if x._host_at != x._buf.host_stamp:
                     break
                 x = host
             ins.append(x)

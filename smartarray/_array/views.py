@@ -238,8 +238,8 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
     elif cls is np.ndarray and stamp == self._buf.host_stamp:
         # A mask or an index array over a view current on the host: NumPy's own indexing of
         # the host data (no offset array of the view), then adopted (a fresh array).
-        host = self._host_nd if self._host_nd is not None else self._readable()
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host[key]
             if stamp == self._buf.host_stamp:
                 if result.__class__ is not np.ndarray:
