@@ -41,10 +41,10 @@ from ._array import numpy_api as _numpy_api
 from ._array import protocols as _protocols
 from ._array import results as _results
 from ._array import views as _views
+from ._array.results import NO_KEY as _NO_KEY
 
 # (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
 from ._array.results import _from_njit, _rebuild  # noqa: F401
-from ._array.views import NO_KEY as _NO_KEY
 from ._engine import arguments as _arguments
 from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
@@ -179,8 +179,12 @@ class SmartArray(ArrayArgument):
             # copy, with no argument to check but x's dtype (before anything is copied).
             if obj.dtype.kind not in _NUMBER_KINDS:
                 _check_array_dtype(obj.dtype, "obj's dtype")
-            ary = np.array(obj, order="K", copy=True)
-            if ary.ndim > 1:  # (a 1-D copy is contiguous)
+            if obj.ndim == 1:
+                # A 1-D copy is contiguous in any order: ndarray.copy skips np.array's
+                # keyword parsing (about half of NumPy's whole copy of a few elements).
+                ary = obj.copy()
+            else:
+                ary = np.array(obj, order="K", copy=True)
                 flags = ary.flags
                 if not (flags.c_contiguous or flags.f_contiguous):
                     ary = np.ascontiguousarray(ary)
@@ -299,9 +303,10 @@ class SmartArray(ArrayArgument):
         # The host fast path (smartarray._array.views): the buffer's host stamp at which this
         # view's bytes were current on the host, and current there only; the writable host
         # ndarray of a 1-D view of numbers that scalar indexing reaches then, the same of a view
-        # of any shape (what a write reaches: set whenever the read-only one is, so that a
+        # of any shape (what a write reaches: set whenever the fast path opens, so that a
         # fresh ``_host_only_at`` implies it), and the read-only one NumPy's methods and
-        # ufuncs read (None: they take the slow path).
+        # ufuncs read (made from the writable one on its first read, see ``_readable``; None
+        # with the writable one None too: they take the slow path).
         self._host_at = self._host_only_at = -1
         self._host_item: np.ndarray | None = None
         self._host_cells: np.ndarray | None = None
@@ -340,39 +345,43 @@ class SmartArray(ArrayArgument):
         its host copy, current there only, its host fast path open.
 
         Every slot of :meth:`_init` is stored once from what is known (no geometry to derive:
-        offset 0, the whole buffer); new arrays of NumPy's results are made this way. A slice
-        of a 1-D view makes the same stores inline (smartarray._array.views.__getitem__): a
-        slot added here goes there.
+        offset 0, the whole buffer). New arrays of NumPy's 1-D results make the same stores
+        inline (smartarray._array.results.fresh), and so does a slice of a 1-D view
+        (smartarray._array.views.__getitem__): a slot added here goes there
+        (tests/array/test_host_fast_path.py reads every slot of arrays made every way).
         """
-        shape, dtype = ary.shape, ary.dtype
+        dtype = ary.dtype
+        shape = ary.shape
+        numbers = dtype.names is None
         if len(shape) == 1:
-            flat = ary
-            strides: tuple[int, ...] = (dtype.itemsize,)
+            # (the common case: the array is its own flat copy, its strides known at once)
+            self._buf = buf = _Buffer.host_only(ary, name)
+            self._strides = (dtype.itemsize,)
+            self._host_item = ary if numbers else None
         else:
+            self._host_item = None
             fortran = ary.flags.f_contiguous and not ary.flags.c_contiguous
             flat = ary.reshape(-1, order="F") if fortran else ary.reshape(-1)
-            strides = _geometry.contiguous_strides(shape, dtype.itemsize, "F" if fortran else "C")
-        self._buf = buf = _Buffer.host_only(flat, name)
+            self._buf = buf = _Buffer.host_only(flat, name)
+            self._strides = _geometry.contiguous_strides(
+                shape, dtype.itemsize, "F" if fortran else "C"
+            )
         self._offset = self._lo = 0
         self._hi = buf.nbytes
         self._shape = shape
-        self._strides = strides
         self._dtype = dtype
         self._device_view = self._njit_view = self._njit_fast = self._device_arg = None
         self._gpu_only_at = self._device_at = -1
         self._device_on = 0
         self._host_key = _NO_KEY
-        if dtype.names is None:
+        if numbers:
             # A new buffer current on the host only, nothing in flight: what
-            # Buffer.host_ready finds, known here without asking.
-            self._host_item = ary if len(shape) == 1 else None
+            # Buffer.host_ready finds, known here without asking (a new buffer's stamp is 0).
             self._host_cells = ary
-            readable = ary.view()
-            readable.setflags(False)  # (positional: NumPy parses a keyword in 0.1 us more)
-            self._host_nd = readable
-            self._host_at = self._host_only_at = buf.host_stamp
+            self._host_nd = None  # (made on its first read: see SmartArray._readable)
+            self._host_at = self._host_only_at = 0
         else:
-            self._host_item = self._host_cells = self._host_nd = None
+            self._host_cells = self._host_nd = None
             self._host_at = self._host_only_at = -1
 
     # -- public API ---------------------------------------------------------------------------
@@ -466,6 +475,7 @@ class SmartArray(ArrayArgument):
     _changed = _copies._changed
     _host_view = _copies._host_view
     _open_host = _copies._open_host
+    _readable = _copies._readable
     _export = _copies._export
     _host_ro = _copies._host_ro
     _host_rw = _copies._host_rw

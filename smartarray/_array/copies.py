@@ -35,6 +35,7 @@ __all__ = [
     "_host_rw",
     "_host_view",
     "_open_host",
+    "_readable",
     "gpu_changed",
     "host_changed",
     "is_valid",
@@ -85,7 +86,7 @@ def _open_host(self: SmartArray) -> None:
     buffer's lock held."""
     buf = self._buf
     at = buf.host_ready(self._lo, self._hi)
-    if at != -1 and self._host_nd is None:
+    if at != -1 and self._host_cells is None:
         if self._dtype.names is not None or self._dtype.subdtype is not None:
             return  # records: a[i] is a record view, made the slow way
         host = self._host_view()
@@ -97,6 +98,26 @@ def _open_host(self: SmartArray) -> None:
         self._host_nd = host
     self._host_at = at
     self._host_only_at = buf.host_ready(self._lo, self._hi, only=True) if at != -1 else -1
+
+
+def _readable(self: SmartArray) -> np.ndarray | None:
+    """The read-only host ndarray the host fast paths of NumPy's methods and ufuncs read
+    (``_host_nd``), made from the writable one (``_host_cells``) on its first read, or None
+    where that is not made either (the fast path not open: those paths go the slow way).
+
+    A new array of a NumPy result leaves it unmade (SmartArray._init_host): most results are
+    read once, or not at all, and dropped; the view and its flag cost as much as NumPy's
+    whole ufunc on a few elements. ``_host_cells`` is never unset once made (the host memory
+    it views stays), so the view made here stays right; two threads making it at once make
+    two equal views, either kept.
+    """
+    cells = self._host_cells
+    if cells is None:
+        return None
+    host = cells.view()
+    host.setflags(False)  # what NumPy reads may not write untracked (positional: see _init_host)
+    self._host_nd = host
+    return host
 
 
 def _export(self: SmartArray, readonly: bool, unannounced: bool = False) -> np.ndarray:

@@ -27,6 +27,7 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from .._engine.buffer import HOST
 from .numpy_api import NUMBERS, _convert, _failed_host_write, arrays_in, locked
+from .results import fresh as _fresh  # (no hook: a call less per result)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -110,8 +111,8 @@ def all(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.all``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.all()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -122,8 +123,8 @@ def any(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.any``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.any()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -134,8 +135,8 @@ def argmax(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmax``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.argmax()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -146,8 +147,8 @@ def argmin(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.argmin``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.argmin()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -233,8 +234,8 @@ def item(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.item``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.item()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -245,8 +246,8 @@ def max(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.max``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.max()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -257,8 +258,8 @@ def mean(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.mean``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.mean()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -269,8 +270,8 @@ def min(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.min``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.min()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -286,8 +287,8 @@ def prod(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.prod``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.prod()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -318,8 +319,8 @@ def std(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.std``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.std()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -330,8 +331,8 @@ def sum(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.sum``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.sum()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -357,8 +358,8 @@ def tolist(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.tolist``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.tolist()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -374,8 +375,8 @@ def var(self: SmartArray, *args: Any, **kwargs: Any) -> Any:
     """As ``numpy.ndarray.var``, on the current host data."""
     stamp = self._host_at
     if stamp == self._buf.host_stamp and not args and not kwargs:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host.var()
             if stamp == self._buf.host_stamp:  # (no device write began meanwhile)
                 return result
@@ -521,10 +522,14 @@ def binary(ufunc: np.ufunc, name: str) -> Method:
         if other.__class__ in NUMBERS:
             # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
             stamp, host = self._host_at, self._host_nd
+            if host is None:
+                host = self._readable()  # (a new result's, made on its first read)
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(host, other)
                 if stamp == self._buf.host_stamp:
-                    return self._adopt(result) if result.__class__ is np.ndarray else result
+                    if result.__class__ is np.ndarray:
+                        return _fresh(result, self._shape)  # (elementwise, a number: its shape)
+                    return self._wrap(result)  # (divmod's two arrays, or a 0-d view's scalar)
         elif _defers(other):
             return NotImplemented
         return ufunc(self, other)
@@ -541,10 +546,14 @@ def reflected(ufunc: np.ufunc, name: str) -> Method:
         if other.__class__ in NUMBERS:
             # The host fast path (see SmartArray.__array_ufunc__), without NumPy's dispatch.
             stamp, host = self._host_at, self._host_nd
+            if host is None:
+                host = self._readable()  # (a new result's, made on its first read)
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(other, host)
                 if stamp == self._buf.host_stamp:
-                    return self._adopt(result) if result.__class__ is np.ndarray else result
+                    if result.__class__ is np.ndarray:
+                        return _fresh(result, self._shape)  # (elementwise, a number: its shape)
+                    return self._wrap(result)  # (divmod's two arrays, or a 0-d view's scalar)
         elif _defers(other):
             return NotImplemented
         return ufunc(other, self)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._engine.buffer import HOST, IN, INOUT
+from .results import fresh as _fresh  # (no hook: a call less per result)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -72,12 +73,14 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
         if len(inputs) == 1 and inputs[0] is self:
             # A unary ufunc (np.sin(a)): the fast path below without its loops.
             stamp, host = self._host_at, self._host_nd
+            if host is None:
+                host = self._readable()  # (a new result's, made on its first read)
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(host)
                 if stamp == self._buf.host_stamp:
-                    if result.__class__ is np.ndarray and result.dtype.kind in "biufc":
-                        return self._adopt(result)
-                    return self._wrap(result)
+                    if result.__class__ is np.ndarray:
+                        return _fresh(result, self._shape)  # (elementwise: its shape)
+                    return self._wrap(result)  # (two outputs: np.modf, np.frexp)
         # The host fast path: every SmartArray operand current on the host (its stamp), no
         # output given (nothing written): NumPy's loop on the read-only host data, its result
         # adopted. The stamps are read again after the call (a device write began meanwhile:
@@ -85,8 +88,10 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
         ins = []
         for x in inputs:
             if isinstance(x, _SmartArray):
-                host = x._host_nd
-                if host is None or x._host_at != x._buf.host_stamp:
+                host = x._host_nd  # (made on a new result's first read: _readable)
+                if host is None and (host := x._readable()) is None:
+                    break
+                if x._host_at != x._buf.host_stamp:
                     break
                 x = host
             ins.append(x)
@@ -175,6 +180,8 @@ def __array_function__(self: SmartArray, func: Any, types: Any, args: Any, kwarg
         if len(args) == 1 and not kwargs:
             # The host fast path (``np.sum(a)``): a read of one array current on the host.
             stamp, host = first._host_at, first._host_nd
+            if host is None:
+                host = first._readable()  # (a new result's, made on its first read)
             if host is not None and stamp == first._buf.host_stamp:
                 result = func(host)
                 if stamp == first._buf.host_stamp:

@@ -61,8 +61,8 @@ def __reversed__(self: SmartArray) -> Iterator[Any]:
 def __contains__(self: SmartArray, value: Any) -> bool:
     stamp = self._host_at
     if stamp == self._buf.host_stamp and value.__class__ in _NUMBERS:
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             found = value in host  # NumPy's C loop over the current host data
             if stamp == self._buf.host_stamp:
                 return found

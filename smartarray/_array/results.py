@@ -13,7 +13,7 @@ import numpy as np
 
 from .._engine.arguments import address, njit_owner
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
-from .._engine.buffer import HOST
+from .._engine.buffer import HOST, Buffer
 from .._memory.checks import _check_array_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,7 +24,11 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
-__all__ = ["__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "wrap"]
+__all__ = ["NO_KEY", "__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "fresh", "wrap"]
+
+NO_KEY: tuple[int, Any] = (-1, None)
+"""A view's ``_host_key`` when no element write is known to need no record (see
+:func:`smartarray._array.views.__setitem__`; defined here, where new arrays are made)."""
 
 
 def _owning(ary: np.ndarray) -> SmartArray:
@@ -38,15 +42,50 @@ def _owning(ary: np.ndarray) -> SmartArray:
     if ary.__class__ is np.ndarray:
         flags = ary.flags
         if flags.writeable and (flags.c_contiguous or flags.f_contiguous):
-            dtype = ary.dtype
-            if dtype.kind not in "biufc":  # (numbers need no further check)
-                if dtype.names is not None:
+            if ary.dtype.kind not in "biufc":  # (numbers need no further check)
+                if ary.dtype.names is not None:
                     return _adopting(ary)
-                _check_array_dtype(dtype, "a result's dtype")
+                _check_array_dtype(ary.dtype, "a result's dtype")
             result = object.__new__(_smart())
             result._init_host(ary, None)
             return result
     return _adopting(ary)
+
+
+def fresh(ary: np.ndarray, shape: tuple[int, ...] | None = None) -> SmartArray:
+    """:func:`_owning` of an ndarray NumPy has just made from a SmartArray's host data of
+    numbers (a ufunc's result with no ``out``, an advanced index's copy), which the host
+    fast paths call directly (not through a hook of the class: one attribute read less).
+
+    Such an array is writable, of numbers, and contiguous when 1-D (NumPy allocates it), so
+    a 1-D one is adopted with nothing to check, SmartArray._init_host's stores made here
+    inline (one call less: on a few elements, checks and calls cost as much as NumPy's whole
+    ufunc; a slot added there goes here). Any other goes through :func:`_owning`. ``shape``:
+    ``ary``'s, where the caller knows it (an elementwise result of a view: the view's tuple,
+    shared, instead of a new one NumPy makes per read of ``ary.shape``).
+    """
+    if shape is None:
+        shape = ary.shape
+    if len(shape) != 1:
+        return _owning(ary)
+    dtype = ary.dtype
+    result = object.__new__(_smart())
+    result._buf = buf = Buffer.host_only(ary, None)
+    result._offset = result._lo = 0
+    result._hi = buf.nbytes
+    result._shape = shape
+    result._strides = (dtype.itemsize,)
+    result._dtype = dtype
+    result._device_view = result._njit_view = result._njit_fast = result._device_arg = None
+    result._gpu_only_at = result._device_at = -1
+    result._device_on = 0
+    result._host_key = NO_KEY
+    # A new buffer current on the host only, nothing in flight (its stamp 0): the host fast
+    # path open, its read-only ndarray made on the first read (SmartArray._readable).
+    result._host_item = result._host_cells = ary
+    result._host_nd = None
+    result._host_at = result._host_only_at = 0
+    return result
 
 
 def _adopting(ary: np.ndarray) -> SmartArray:

@@ -23,6 +23,8 @@ from .numpy_api import INT_KEYS as _INT_KEYS
 from .numpy_api import NUMBERS as _NUMBERS
 from .numpy_api import arrays_in as _arrays_in
 from .numpy_api import locked as _locked
+from .results import NO_KEY
+from .results import fresh as _fresh  # (no hook: a call less per result)
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -32,9 +34,6 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
-NO_KEY: tuple[int, Any] = (-1, None)
-"""A view's ``_host_key`` when no element write is known to need no record (see
-:func:`__setitem__`)."""
 
 __all__ = [
     "NO_KEY",
@@ -188,7 +187,9 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
     """
     stamp = self._host_at
     cls = key.__class__
-    if cls in _INT_KEYS:
+    # (``int`` tested first, and the set of integer classes only for none of the classes
+    # below: a set lookup costs a fifth of NumPy's whole ``x[i]``, a tenth of its ``x[1:5]``)
+    if cls is int or (cls is not slice and cls is not np.ndarray and cls in _INT_KEYS):
         if stamp == self._buf.host_stamp:
             items = self._host_item
             if items is not None:
@@ -197,26 +198,30 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
                     return value
     elif cls is slice and self._shape:
         # A view along the first axis, its geometry computed here (no probe, nothing read).
-        start, stop, step = key.indices(self._shape[0])
+        shape = self._shape
+        start, stop, step = key.indices(shape[0])
         if step == 1:
             n = stop - start if stop > start else 0
         else:
             n = len(range(start, stop, step))
         stride = self._strides[0]
-        if n and len(self._shape) == 1:  # (the common case: its byte span known at once)
+        if n and len(shape) == 1:  # (the common case: its byte span known at once)
             offset = self._offset + start * stride
             stride *= step
-            end = offset + (n - 1) * stride
-            lo, hi = (offset, end) if end >= offset else (end, offset)
+            dtype = self._dtype
             # (SmartArray._init_host's stores, inline: one call less on a path NumPy takes in 70 ns)
             view = object.__new__(self.__class__)
             view._buf = self._buf
             view._offset = offset
             view._shape = (n,)
             view._strides = (stride,)
-            view._dtype = dtype = self._dtype
-            view._lo = lo
-            view._hi = hi + dtype.itemsize
+            view._dtype = dtype
+            if stride >= 0:
+                view._lo = offset
+                view._hi = offset + (n - 1) * stride + dtype.itemsize
+            else:
+                view._lo = offset + (n - 1) * stride
+                view._hi = offset + dtype.itemsize
             view._device_view = view._njit_view = view._njit_fast = view._device_arg = None
             view._gpu_only_at = view._device_at = view._host_at = view._host_only_at = -1
             view._device_on = 0
@@ -224,20 +229,24 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
             view._host_key = NO_KEY
             return view
         offset = self._offset + start * stride if n else self._offset
-        shape, strides = (n, *self._shape[1:]), (stride * step, *self._strides[1:])
+        shape, strides = (n, *shape[1:]), (stride * step, *self._strides[1:])
         return self._view(self._buf, offset, shape, strides, self._dtype)
     elif cls is tuple and stamp == self._buf.host_stamp and _cell(self, key):
-        value = self._host_nd[key]  # type: ignore[index]  # (_cell: not None)
+        value = self._host_cells[key]  # type: ignore[index]  # (_cell: not None; a scalar)
         if stamp == self._buf.host_stamp:
             return value
     elif cls is np.ndarray and stamp == self._buf.host_stamp:
         # A mask or an index array over a view current on the host: NumPy's own indexing of
         # the host data (no offset array of the view), then adopted (a fresh array).
-        host = self._host_nd
-        if host is not None:
+        host = self._host_nd  # (made on a new result's first read: _readable)
+        if host is not None or (host := self._readable()) is not None:
             result = host[key]
             if stamp == self._buf.host_stamp:
-                return self._adopt(result) if result.__class__ is np.ndarray else result
+                if result.__class__ is not np.ndarray:
+                    return result  # (an integer array of no axes: a scalar)
+                # Of a 1-D view, an ndarray key's result is a fresh array; of an N-D one, a
+                # 0-d integer key's is a view of the read-only host data (checked, copied).
+                return _fresh(result) if len(self._shape) == 1 else self._adopt(result)
     return _getitem(self, key)
 
 
@@ -279,7 +288,7 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
 def _cell(self: SmartArray, key: tuple[Any, ...]) -> bool:
     """Whether ``key`` names one element of this N-D view of numbers by integers
     (``a[i, j]``), which the host fast path reads or writes directly."""
-    if len(key) != len(self._shape) or self._host_nd is None:
+    if len(key) != len(self._shape) or self._host_cells is None:
         return False
     for k in key:  # noqa: SIM110 - the host fast path: all() over a generator costs more
         if k.__class__ not in _INT_KEYS:

@@ -186,8 +186,8 @@ class Buffer:
         # The ndarray a :meth:`host_only` buffer adopted, until ``host_bytes`` (derived) views it.
         self.adopted: np.ndarray | None = None
 
-    @classmethod
-    def host_only(cls, host: np.ndarray, name: str | None = None) -> Buffer:
+    @staticmethod  # (not a classmethod: one call per NumPy result, a static one costs less)
+    def host_only(host: np.ndarray, name: str | None = None) -> Buffer:
         """A new buffer adopting ``host`` (a 1-D contiguous ndarray nobody else holds) as its
         host copy, current there only: what ``Buffer(nbytes, HOST, False, name)`` then
         :meth:`adopt_host` of its bytes make, for every NumPy result and
@@ -198,7 +198,7 @@ class Buffer:
         first use (see :class:`_LazyBuffer`): most results are read on the host and dropped,
         never asking.
         """
-        self = object.__new__(_LazyBuffer)
+        self = _LazyBuffer()  # (its __init__ is object's: see _LazyBuffer)
         self.nbytes = host.nbytes
         self.adopted = host
         self.host_stamp = 0
@@ -621,6 +621,10 @@ class _LazyBuffer(Buffer):
     """
 
     __slots__ = ()
+
+    # Made by calling the class (:meth:`Buffer.host_only`), without Buffer's __init__: a
+    # third cheaper than ``object.__new__(_LazyBuffer)``, once per NumPy result.
+    __init__ = object.__init__  # (no arguments, nothing to set)
 
     def _derive(self) -> None:
         """Set every attribute not set yet, then become a Buffer.

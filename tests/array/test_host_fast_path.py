@@ -471,6 +471,7 @@ def test_results_hand_numpy_read_only_data_and_their_writes_reach_the_next_launc
     a = SmartArray(np.arange(8.0))
     mask = np.arange(8) % 2 == 0
     for r in (np.sin(a), a + 1, a[mask], SmartArray(np.arange(8.0))):
+        r.sum()  # a NumPy read (the read-only view is made on the first one)
         assert r._host_nd is not None and not r._host_nd.flags.writeable
         assert r._host_ro().flags.writeable is False
         with pytest.raises(ValueError, match="read-only"):
@@ -500,3 +501,140 @@ def test_results_that_are_no_plain_numbers_are_adopted_the_general_way():
     t = _owning(ro)  # read-only: copied, its copy writable
     t[0] = 7.0
     assert ro[0] == 0.0 and t[0] == 7.0
+
+
+def _made_every_way() -> dict[str, SmartArray]:
+    a = SmartArray(np.arange(12.0))
+    m = SmartArray(np.arange(12.0).reshape(3, 4))
+    mask = np.arange(12) % 3 == 0
+    return {
+        "SmartArray(1-D)": a,
+        "SmartArray(2-D)": m,
+        "SmartArray(F order)": SmartArray(np.asfortranarray(np.ones((3, 4)))),
+        "SmartArray(records)": SmartArray(np.zeros(3, dtype=[("x", "f8"), ("y", "i4")])),
+        "SmartArray(shape=)": SmartArray(shape=(4,)),
+        "ufunc": np.sin(a),
+        "operator": a + 1,
+        "reflected": 2.0 - a,
+        "mask": a[mask],
+        "index array": a[np.array([0, 3])],
+        "slice": a[1:5],
+        "reversed slice": a[9:2:-3],
+        "empty slice": a[5:2],
+        "row slice": m[1:3],
+        "transpose": m.T,
+        "reshape": a.reshape(4, 3),
+        "copy": a.copy(),
+    }
+
+
+@pytest.mark.parametrize("how", list(_made_every_way()))
+def test_every_way_of_making_an_array_sets_every_slot(how):
+    """Each constructor stores every slot (some inline, on paths NumPy takes in 0.1 us): a slot
+    one of them forgets raises AttributeError on the first read that needs it."""
+    r = _made_every_way()[how]
+    for name in SmartArray.__slots__:
+        getattr(r, name)  # raises if never stored
+    assert type(r) is SmartArray
+
+
+def test_a_result_first_read_after_a_kernel_sees_the_kernel():
+    """A result's read-only host view is made on its first read: a kernel before that read
+    closes the fast path all the same, and every read sees the kernel's values."""
+    a = SmartArray(np.arange(8.0))
+    mask = np.arange(8) % 2 == 0
+    expected = np.arange(8.0) + 2
+    for read in (
+        lambda r: np.sin(r),
+        lambda r: r + 1,
+        lambda r: r.sum(),
+        lambda r: r[mask],
+        lambda r: 3.0 in r,
+        lambda r: np.sum(r),
+        lambda r: r.max(),
+    ):
+        r = a + 1  # never read on the host
+        launch(r)  # the device writes all of it
+        np.testing.assert_array_equal(np.asarray(read(r)), np.asarray(read(expected)))
+        np.testing.assert_array_equal(read(r), read(expected))  # (the fast path open again)
+        assert r._host_nd is None or not r._host_nd.flags.writeable  # (a mask reads a part)
+
+
+def test_threads_reading_a_new_result_at_once_read_its_values():
+    """Threads making a result's read-only host view at once (each its own, one kept) all read
+    the result's values through it, and none can write through what NumPy reads."""
+    a = SmartArray(np.arange(64.0))
+    for _ in range(20):
+        r = a * 3.0
+        got: list[np.ndarray] = []
+        start = threading.Barrier(4)
+
+        def read(
+            r: SmartArray = r, got: list[np.ndarray] = got, start: threading.Barrier = start
+        ) -> None:
+            start.wait()
+            got.append(np.asarray(np.sqrt(r)))
+
+        threads = [threading.Thread(target=read) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 4
+        for g in got:
+            np.testing.assert_array_equal(g, np.sqrt(np.arange(64.0) * 3.0))
+        assert not r._host_nd.flags.writeable
+        r[0] = 1.0  # still the host's only copy: written, and seen by the next launch
+        launch(r)
+        assert r[0] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("key", "elements"),
+    [(slice(3, 10, 3), [3, 6, 9]), (slice(10, 3, -3), [10, 7, 4]), (slice(2, 7), [2, 3, 4, 5, 6])],
+)
+def test_a_slice_downloads_and_uploads_only_its_span(key, elements):
+    """A slice's byte span (computed inline, for either sign of its step) is what its reads
+    download and what a launch of it uploads after a host write."""
+    a = SmartArray(np.arange(16.0))
+    launch(a)  # the device holds the only current copy
+    v = a[key]
+    span = (max(elements) - min(elements) + 1) * 8
+    before = sa.stats()
+    assert v.tolist() == [e + 1.0 for e in elements]
+    assert delta(before).d2h_bytes == span
+    v[0] = 100.0
+    before = sa.stats()
+    launch(a)  # (a view with a negative stride is no kernel argument: its array is)
+    assert delta(before).h2d_bytes == 8  # the written element only
+    assert v[0] == 101.0 and a[elements[0]] == 101.0 and a[elements[-1]] == elements[-1] + 2.0
+
+
+def test_an_index_array_of_no_axes_gives_a_writable_row_of_a_matrix():
+    """``m[np.array(1)]`` indexes like ``m[1]`` in NumPy, a view of the read-only host data the
+    fast path reads: the result must be a SmartArray that can be written, never that view."""
+    m = SmartArray(np.arange(12.0).reshape(3, 4))
+    m.sum()  # the host fast path open
+    r = m[np.array(1)]
+    assert type(r) is SmartArray and r.tolist() == [4.0, 5.0, 6.0, 7.0]
+    r[0] = 40.0
+    assert r[0] == 40.0
+    v = SmartArray(np.arange(4.0))
+    v.sum()
+    assert v[np.array(2)] == 2.0 and v[np.array([3, 1])].tolist() == [3.0, 1.0]
+    launch(r)
+    assert r.tolist() == [41.0, 6.0, 7.0, 8.0]
+
+
+def test_divmod_of_a_host_current_array_gives_smartarrays():
+    """``divmod(a, n)`` (two results) through the operators' host fast path: both stay
+    SmartArrays, as every NumPy result of a SmartArray, with NumPy's values."""
+    a = SmartArray(np.arange(1.0, 6.0))
+    a.sum()  # the host fast path open
+    for got, want in (
+        (divmod(a, 2), divmod(np.arange(1.0, 6.0), 2)),
+        (divmod(7, a), divmod(7, np.arange(1.0, 6.0))),
+    ):
+        assert type(got) is tuple and [type(r) for r in got] == [SmartArray, SmartArray]
+        for r, w in zip(got, want, strict=True):
+            assert r.tolist() == w.tolist()
