@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ._engine.arguments import address
+from ._array.geometry import address
 from ._engine.array_classes import register_record_view
 from .array import SmartArray
 

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import memory
+from ._array import arguments as _arguments
 from ._array import copies as _copies
 from ._array import exchange as _exchange
 from ._array import geometry as _geometry
@@ -45,7 +46,6 @@ from ._array import views as _views
 # (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
 from ._array.results import _from_njit, _rebuild  # noqa: F401
 from ._array.views import NO_KEY as _NO_KEY
-from ._engine import arguments as _arguments
 from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
 from ._engine.buffer import HOST, INOUT
@@ -292,7 +292,7 @@ class SmartArray(ArrayArgument):
         self._njit_view: np.ndarray | None = None
         self._njit_fast: Any = None
         self._device_arg: Any = None  # what a kernel receives for _device_view
-        # The launch fast path (smartarray._engine.arguments): the state's version at which this
+        # The launch fast path (smartarray._array.arguments): the state's version at which this
         # view was current on the device only, and at which it was current there.
         self._gpu_only_at = self._device_at = -1
         self._device_on = 0  # the device of the cached device view (several devices)
@@ -565,7 +565,7 @@ class SmartArray(ArrayArgument):
     __abs__ = _ndarray.unary(np.absolute, "abs")
     __invert__ = _ndarray.unary(np.invert, "invert")
 
-    # a kernel or njit argument: typing, launch, njit hooks (smartarray._engine.arguments)
+    # a kernel or njit argument: typing, launch, njit hooks (smartarray._array.arguments)
     _numba_type_ = functools.cached_property(_arguments._numba_type_)
     _numba_in_type_ = functools.cached_property(_arguments._numba_in_type_)
     _numba_type = _arguments._numba_type

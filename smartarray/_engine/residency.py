@@ -85,7 +85,7 @@ def default_margin(free: int, total: int) -> int:
 class CachingView(Protocol):
     """What the engine reads and resets of a view that caches a device view of a buffer's
     copy for the launch fast path (SmartArray implements it in its slots; the array layer's
-    side is ``smartarray/_engine/arguments.py``). The engine never names the array class: an
+    side is ``smartarray/_array/arguments.py``). The engine never names the array class: an
     eviction closes the fast path (:func:`close_fast_path`), dropping the copy also forgets the
     views (``Buffer.drop_device``)."""
 

@@ -346,23 +346,9 @@ def test_production_importing_a_double_is_found(tmp_path: pathlib.Path) -> None:
 
 # Reads of another layer's private names known today, (module, name) with the reason. Each
 # must stay exactly as listed (or vanish from here when fixed).
-_ARGUMENTS = "SmartArray's kernel-argument functions, array code in the engine's room"
 _HINT = "the In/Out/InOut hints forward numba's argument hooks to the SmartArray they wrap"
 _RECORD = "the record view is a subclass of SmartArray: its base class's own names"
 KNOWN_PRIVATE_READS: dict[tuple[str, str], str] = {
-    **{
-        ("smartarray._engine.arguments", name): _ARGUMENTS
-        for name in (
-            "_check_device_geometry",
-            "_covers",
-            "_device_on",
-            "_dtype",
-            "_host_view",
-            "_probe",
-            "_shape",
-            "_strides",
-        )
-    },
     **{
         ("smartarray.hints", name): _HINT
         for name in (

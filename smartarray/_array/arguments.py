@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import memory
+from .._engine import launch as _launch
+from .._engine import residency as _residency
+from .._engine.buffer import HOST, IN, INOUT
+from .._engine.launch import LaunchWrites
 from .._memory import devices as _devices
 from .._numba import kernels as _numba_cuda
 from .._numba import njit as _numba_cpu
 from .._numba.njit import Layout
 from ..errors import TransferError
-from . import launch as _launch
-from . import residency as _residency
-from .buffer import HOST, IN, INOUT
-from .launch import LaunchWrites
+from .geometry import address
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -47,16 +48,10 @@ __all__ = [
     "_numba_type",
     "_numba_type_",
     "_prepare_launch",
-    "address",
     "njit_owner",
     "register_njit_view",
     "to_device",
 ]
-
-
-def address(ary: np.ndarray) -> int:
-    """The address of ``ary``'s first element."""
-    return ary.__array_interface__["data"][0]
 
 
 def _numba_type_(self: SmartArray) -> Any:
