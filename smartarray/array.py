@@ -50,6 +50,7 @@ from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
 from ._engine.buffer import HOST, INOUT
 from ._engine.buffer import Buffer as _Buffer
+from ._interop import dlpack as _dlpack
 from ._interop import foreign as _foreign
 from ._memory import devices as _devices
 from ._memory.checks import _check_array_dtype, _check_shape, _check_stream
@@ -514,8 +515,8 @@ class SmartArray(ArrayArgument):
     prefetch = _exchange.prefetch
     __cuda_array_interface__ = property(_exchange.__cuda_array_interface__)
     cuda_view = _exchange.cuda_view
-    __dlpack__ = _exchange.__dlpack__
-    __dlpack_device__ = _exchange.__dlpack_device__
+    __dlpack__ = _dlpack.__dlpack__  # (the interop layer's own: no forwarding call)
+    __dlpack_device__ = _dlpack.__dlpack_device__
     copy = _exchange.copy  # device to device when current there only; else ndarray.copy's
 
     # NumPy's protocols (smartarray._array.numpy_api)
@@ -570,11 +571,11 @@ class SmartArray(ArrayArgument):
     _numba_in_type_ = functools.cached_property(_arguments._numba_in_type_)
     _numba_type = _arguments._numba_type
     to_device = _arguments.to_device
-    _prepare_launch = _arguments._prepare_launch
+    _prepare_launch = _arguments.prepare_launch
     _after_launch = _arguments._after_launch
-    _njit_enter, _njit_enter_as = _arguments._njit_enter, _arguments._njit_enter_as
-    _njit_exit, _njit_exit_as = _arguments._njit_exit, _arguments._njit_exit_as
-    _njit_abort, _njit_abort_as = _arguments._njit_abort, _arguments._njit_abort_as
+    _njit_enter, _njit_enter_as = _arguments._njit_enter, _arguments.njit_enter_as
+    _njit_exit, _njit_exit_as = _arguments._njit_exit, _arguments.njit_exit_as
+    _njit_abort, _njit_abort_as = _arguments._njit_abort, _arguments.njit_abort_as
 
 
 # The classes the layers below construct through (smartarray._engine.array_classes), and the njit

@@ -14,8 +14,12 @@ Each module holds functions ``def name(self: SmartArray, ...)`` that the class b
 - :mod:`.arguments`: a SmartArray as a kernel or ``njit`` argument (its Numba type, launch
   preparation through the engine's buffer and launch object, the njit hooks).
 
-They import ``SmartArray`` for annotations only. Imports nothing itself; ``__all__`` lists the
-modules the rest of the package may import (``tests/structure/test_layers.py``).
+- :mod:`.record`: the record view (``a[i]`` of a structured array), a SmartArray subclass that
+  registers itself when the package imports it.
+
+They import ``SmartArray`` for annotations only, but :mod:`.record`, which subclasses it.
+Imports nothing itself; ``__all__`` lists the modules the rest of the package may import
+(``tests/structure/test_layers.py``).
 """
 
 __all__ = [
@@ -26,6 +30,7 @@ __all__ = [
     "ndarray",
     "numpy_api",
     "protocols",
+    "record",
     "results",
     "views",
 ]

@@ -71,10 +71,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # which binds their functions: they test SmartArray's base class, construct through
     # _engine.array_classes)
     ("_interop",),
-    ("array", "_array"),  # the class statement and the concept modules it binds
-    # what builds on the array: numba's wrappers and hints, record views, *_like, several
-    # devices and processes
-    ("jit", "hints", "_record", "_like", "_distributed"),
+    # the class statement, the concept modules it binds and the record view (a subclass)
+    ("array", "_array"),
+    # what builds on the array: numba's wrappers and hints, *_like, several devices and
+    # processes
+    ("jit", "hints", "_like", "_distributed"),
     ("", "testing", "mpi", "__main__", "_demo", "_cli"),  # the public API ("" the package)
 )
 
@@ -346,23 +347,7 @@ def test_production_importing_a_double_is_found(tmp_path: pathlib.Path) -> None:
 
 # Reads of another layer's private names known today, (module, name) with the reason. Each
 # must stay exactly as listed (or vanish from here when fixed).
-_HINT = "the In/Out/InOut hints forward numba's argument hooks to the SmartArray they wrap"
-_RECORD = "the record view is a subclass of SmartArray: its base class's own names"
-KNOWN_PRIVATE_READS: dict[tuple[str, str], str] = {
-    **{
-        ("smartarray.hints", name): _HINT
-        for name in (
-            "_njit_abort_as",
-            "_njit_enter_as",
-            "_njit_exit_as",
-            "_numba_in_type_",
-            "_prepare_launch",
-        )
-    },
-    **{("smartarray._record", name): _RECORD for name in ("_dtype", "_host_ro", "_view")},
-    ("smartarray._access.known", "_smartarray_access"): "smartarray.jit's wrappers' marker",
-    ("smartarray._numba.copy_counting", "_all_numba"): "stats' switch, a module global",
-}
+KNOWN_PRIVATE_READS: dict[tuple[str, str], str] = {}
 
 
 def _private(name: str) -> bool:
