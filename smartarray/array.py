@@ -456,7 +456,7 @@ class SmartArray(ArrayArgument):
 
     def _as_record(self) -> SmartArray:
         """This 0-d view of a structured array as a record view (see :class:`_Record`)."""
-        record = _array_classes.record_view_class()  # registered by smartarray._record
+        record = _array_classes.record_view_class()  # registered by smartarray._array.record
         return record._view(self._buf, self._offset, self._shape, self._strides, self._dtype)
 
     # -- the concept modules' functions (module-level functions, ``self`` a SmartArray) ----------
@@ -580,8 +580,8 @@ class SmartArray(ArrayArgument):
 
 # The classes the layers below construct through (smartarray._engine.array_classes), and the njit
 # results adapter (smartarray._array.results): registered where the class they make exists. What
-# builds on the class without being bound into it (the record view, smartarray._record; jit,
-# _like, _partition, _mpi) imports this module; the package imports them all.
+# builds on the class without being bound into it (the record view, smartarray._array.record;
+# jit, _like, _distributed) imports this module; the package imports them all.
 _array_classes.register(SmartArray)
 _numba_cpu.set_result_adapter(_from_njit)
 
