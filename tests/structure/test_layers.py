@@ -7,7 +7,9 @@ Each rule's known exceptions are named here with a reason:
 - no module imports a module of a higher layer (``LAYERS``, lowest first: each private package
   is one layer's room);
 - no import circle: a module's imports (at module level or inside functions, not under
-  ``if TYPE_CHECKING:``) never lead back to it;
+  ``if TYPE_CHECKING:``) never lead back to it; counting the type-only imports too, the
+  circles and upward imports left are named (``KNOWN_TYPE_ONLY_CIRCLES``,
+  ``TYPE_UPWARD_IMPORTS``, and in CONTRIBUTING.md);
 - a private package's ``__init__`` imports nothing and lists in ``__all__`` the modules the
   rest may import (``FACADES`` re-export names instead), and nothing outside it imports
   another of its modules, not even for types;
@@ -52,6 +54,44 @@ DOUBLE_IMPORTS = {
 # Import circles known today, with the reason. Each must stay exactly as listed (or vanish
 # from here when fixed). None is left (the array layer's and strict mode's are gone).
 KNOWN_CIRCLES: dict[frozenset[str], str] = {}
+
+
+def _modules(room: str, *names: str) -> frozenset[str]:
+    return frozenset(f"smartarray.{room}{name}" for name in names)
+
+
+# Circles that appear when the imports under ``if TYPE_CHECKING:`` count too, with the reason
+# (CONTRIBUTING.md names them). Each must stay exactly as listed (or vanish when fixed).
+KNOWN_TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
+    _modules("_array.", "arguments", "copies", "exchange", "geometry", "ndarray", "numpy_api")
+    | _modules("_array.", "protocols", "results", "views")
+    | _modules("_interop.", "device_objects", "dlpack", "exports", "foreign")
+    | {"smartarray.array", "smartarray._engine.array_classes"}: (
+        "the class statement binds its concept modules' and the interop layer's functions, "
+        "which annotate their ``self`` with the class (TYPE_UPWARD_IMPORTS for the layers below)"
+    ),
+    _modules("_engine.", "buffer", "buffer_copies", "device_work", "launch", "prefetch")
+    | _modules("_engine.", "residency"): (
+        "Buffer's collaborators (its copies, its device work, launches, prefetches, residency) "
+        "annotate the Buffer they serve, which calls them"
+    ),
+    _modules("coherence.", "_state", "_locations", "_planning", "_series"): (
+        "BufferState's planner and location helpers annotate the state they serve, which calls them"
+    ),
+    _modules("_fakegpu.", "_clock", "_queue"): (
+        "the fake driver's clock and queue name each other's types (a test double)"
+    ),
+}
+
+# Imports of a higher layer under ``if TYPE_CHECKING:`` (annotations only), with the reason.
+_BOUND = "annotates the SmartArray its functions are bound into or construct (never imported)"
+TYPE_UPWARD_IMPORTS: dict[tuple[str, str], str] = {
+    ("smartarray._engine.array_classes", "smartarray.array"): "the registered classes' type",
+    **{
+        (f"smartarray._interop.{name}", "smartarray.array"): _BOUND
+        for name in ("device_objects", "dlpack", "exports", "foreign")
+    },
+}
 
 
 # The layers, lowest first: a module imports only its own layer and lower ones at run time.
@@ -303,6 +343,25 @@ def test_no_import_circle_but_the_known_ones() -> None:
     assert circles(import_graph(PACKAGE)) == set(KNOWN_CIRCLES)
 
 
+def test_type_only_imports_close_no_circle_but_the_known_ones() -> None:
+    assert circles(import_graph(PACKAGE, type_only=True)) == set(KNOWN_TYPE_ONLY_CIRCLES)
+
+
+def test_no_type_only_import_reaches_a_higher_layer_but_the_known_ones() -> None:
+    graph = import_graph(PACKAGE, type_only=True)
+    assert upward_imports(graph) == set(UPWARD_IMPORTS) | set(TYPE_UPWARD_IMPORTS)
+
+
+def test_known_type_only_exceptions_are_named_in_contributing() -> None:
+    """Each circle and upward import left when type-only imports count is named in
+    CONTRIBUTING.md with its reason (by one of its modules' paths)."""
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    for circle in KNOWN_TYPE_ONLY_CIRCLES:
+        assert any(m.replace(".", "/") + ".py" in text for m in circle), sorted(circle)
+    for importer, _ in TYPE_UPWARD_IMPORTS:
+        assert importer.replace(".", "/") + ".py" in text, importer
+
+
 def _tree(tmp_path: pathlib.Path, files: dict[str, str]) -> pathlib.Path:
     package = tmp_path / "smartarray"
     for name, text in files.items():
@@ -330,6 +389,17 @@ def test_a_type_only_import_is_no_circle(tmp_path: pathlib.Path) -> None:
     a = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import b\n"
     package = _tree(tmp_path, {"__init__.py": "", "a.py": a, "b.py": "from .a import x\n"})
     assert circles(import_graph(package)) == set()
+    # ... at run time: counting type-only imports, it is one
+    found = circles(import_graph(package, type_only=True))
+    assert found == {frozenset({"smartarray.a", "smartarray.b"})}
+
+
+def test_a_type_only_upward_import_is_found(tmp_path: pathlib.Path) -> None:
+    errors = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .array import A\n"
+    package = _tree(tmp_path, {"__init__.py": "", "errors.py": errors, "array.py": ""})
+    assert upward_imports(import_graph(package)) == set()
+    found = upward_imports(import_graph(package, type_only=True))
+    assert found == {("smartarray.errors", "smartarray.array")}
 
 
 def test_production_importing_a_double_is_found(tmp_path: pathlib.Path) -> None:
