@@ -1,6 +1,7 @@
 """SmartArray as a kernel and ``njit`` argument: typing, launch preparation, njit hooks.
 
-Functions the :class:`~smartarray.array.SmartArray` class statement binds under the same names: the
+Functions the :class:`~smartarray.array.SmartArray` class statement binds (under the same names,
+but the public ``*_as`` and ``prepare_launch`` forms, which it binds with a leading underscore): the
 array layer's side of the glue's :class:`~smartarray._numba.kernels.ArrayArgument` protocol
 (SmartArray's base class). numba-cuda's dispatcher calls :func:`to_device` (the ArgHint protocol),
 the njit unbox hooks of :mod:`smartarray._numba.njit` call ``_njit_enter`` / ``_njit_exit`` /
