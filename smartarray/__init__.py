@@ -17,7 +17,7 @@ elif _flag("SMARTARRAY_STRICT"):
 
     _select_simulator()
 
-from . import _record  # noqa: F401 - _record registers the record view class
+from ._array import record as _record  # noqa: F401 - registers the record view class
 from ._distributed.partition import DeviceBlock, decompose
 from ._engine.budget import device_budget, resident, set_device_budget
 from ._interop.foreign import as_cuda_array, is_cuda_array

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import memory
+from ._array import arguments as _arguments
 from ._array import copies as _copies
 from ._array import exchange as _exchange
 from ._array import geometry as _geometry
@@ -45,11 +46,11 @@ from ._array.results import NO_KEY as _NO_KEY
 
 # (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
 from ._array.results import _from_njit, _rebuild  # noqa: F401
-from ._engine import arguments as _arguments
 from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
 from ._engine.buffer import HOST, INOUT
 from ._engine.buffer import Buffer as _Buffer
+from ._interop import dlpack as _dlpack
 from ._interop import foreign as _foreign
 from ._memory import devices as _devices
 from ._memory.checks import _check_array_dtype, _check_shape, _check_stream
@@ -296,7 +297,7 @@ class SmartArray(ArrayArgument):
         self._njit_view: np.ndarray | None = None
         self._njit_fast: Any = None
         self._device_arg: Any = None  # what a kernel receives for _device_view
-        # The launch fast path (smartarray._engine.arguments): the state's version at which this
+        # The launch fast path (smartarray._array.arguments): the state's version at which this
         # view was current on the device only, and at which it was current there.
         self._gpu_only_at = self._device_at = -1
         self._device_on = 0  # the device of the cached device view (several devices)
@@ -464,7 +465,7 @@ class SmartArray(ArrayArgument):
 
     def _as_record(self) -> SmartArray:
         """This 0-d view of a structured array as a record view (see :class:`_Record`)."""
-        record = _array_classes.record_view_class()  # registered by smartarray._record
+        record = _array_classes.record_view_class()  # registered by smartarray._array.record
         return record._view(self._buf, self._offset, self._shape, self._strides, self._dtype)
 
     # -- the concept modules' functions (module-level functions, ``self`` a SmartArray) ----------
@@ -524,8 +525,8 @@ class SmartArray(ArrayArgument):
     prefetch = _exchange.prefetch
     __cuda_array_interface__ = property(_exchange.__cuda_array_interface__)
     cuda_view = _exchange.cuda_view
-    __dlpack__ = _exchange.__dlpack__
-    __dlpack_device__ = _exchange.__dlpack_device__
+    __dlpack__ = _dlpack.__dlpack__  # (the interop layer's own: no forwarding call)
+    __dlpack_device__ = _dlpack.__dlpack_device__
     copy = _exchange.copy  # device to device when current there only; else ndarray.copy's
 
     # NumPy's protocols (smartarray._array.numpy_api)
@@ -575,22 +576,22 @@ class SmartArray(ArrayArgument):
     __abs__ = _ndarray.unary(np.absolute, "abs")
     __invert__ = _ndarray.unary(np.invert, "invert")
 
-    # a kernel or njit argument: typing, launch, njit hooks (smartarray._engine.arguments)
+    # a kernel or njit argument: typing, launch, njit hooks (smartarray._array.arguments)
     _numba_type_ = functools.cached_property(_arguments._numba_type_)
     _numba_in_type_ = functools.cached_property(_arguments._numba_in_type_)
     _numba_type = _arguments._numba_type
     to_device = _arguments.to_device
-    _prepare_launch = _arguments._prepare_launch
+    _prepare_launch = _arguments.prepare_launch
     _after_launch = _arguments._after_launch
-    _njit_enter, _njit_enter_as = _arguments._njit_enter, _arguments._njit_enter_as
-    _njit_exit, _njit_exit_as = _arguments._njit_exit, _arguments._njit_exit_as
-    _njit_abort, _njit_abort_as = _arguments._njit_abort, _arguments._njit_abort_as
+    _njit_enter, _njit_enter_as = _arguments._njit_enter, _arguments.njit_enter_as
+    _njit_exit, _njit_exit_as = _arguments._njit_exit, _arguments.njit_exit_as
+    _njit_abort, _njit_abort_as = _arguments._njit_abort, _arguments.njit_abort_as
 
 
 # The classes the layers below construct through (smartarray._engine.array_classes), and the njit
 # results adapter (smartarray._array.results): registered where the class they make exists. What
-# builds on the class without being bound into it (the record view, smartarray._record; jit,
-# _like, _partition, _mpi) imports this module; the package imports them all.
+# builds on the class without being bound into it (the record view, smartarray._array.record;
+# jit, _like, _distributed) imports this module; the package imports them all.
 _array_classes.register(SmartArray)
 _numba_cpu.set_result_adapter(_from_njit)
 

@@ -29,6 +29,7 @@ from numba.cuda import args as _numba_args
 from numba.cuda.typing.typeof import Purpose, typeof
 
 from . import memory
+from ._array import arguments as _arguments
 from ._engine import residency as _residency
 from ._engine.buffer import IN, INOUT, OUT
 from ._memory import streams as _streams
@@ -78,7 +79,7 @@ class _Intent(_numba_args.ArgHint):
     def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
         """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
         if self._smart:
-            return self.value._prepare_launch(retr, stream, self.intent)
+            return _arguments.prepare_launch(self.value, retr, stream, self.intent)
         value = self.value
         if isinstance(value, np.ndarray):
             return _host_array_argument(value, self.intent, retr, stream)
@@ -91,20 +92,20 @@ class _Intent(_numba_args.ArgHint):
             # In: a readonly array type, so writes fail at compile time on both targets.
             # Cached in the array: a loop of launches makes a new wrapper each time.
             value = self.value
-            return value._numba_in_type_ if self.intent == IN else value._numba_type_
+            return _arguments.numba_in_type(value) if self.intent == IN else value._numba_type_
         found = self.__dict__.get("_foreign_type")
         if found is None:
             found = self.__dict__["_foreign_type"] = typeof(self.value, Purpose.argument)
         return found
 
     def _njit_enter(self) -> Any:
-        return self.value._njit_enter_as(self.intent)
+        return _arguments.njit_enter_as(self.value, self.intent)
 
     def _njit_exit(self) -> None:
-        self.value._njit_exit_as(self.intent)
+        _arguments.njit_exit_as(self.value, self.intent)
 
     def _njit_abort(self) -> None:
-        self.value._njit_abort_as(self.intent)
+        _arguments.njit_abort_as(self.value, self.intent)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.value!r})"

@@ -61,6 +61,14 @@ _all_numba = False
 _own = threading.local()
 
 
+def count_numba_copies(enabled: bool) -> None:
+    """Whether the copies numba.cuda makes itself count too (the one writer of the switch is
+    :func:`smartarray.count_all_transfers`, in :mod:`smartarray._numba.copy_counting`, which
+    wraps numba's copy functions)."""
+    global _all_numba
+    _all_numba = enabled
+
+
 def own_copies_under_way() -> bool:
     """Whether this thread is inside a copy smartarray counts itself (see :func:`own_copy`)."""
     return getattr(_own, "depth", 0) > 0

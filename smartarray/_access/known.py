@@ -13,7 +13,7 @@ import builtins
 import cmath
 import inspect
 import math
-from typing import Any
+from typing import Any, Protocol
 
 # Array methods that write neither the array nor their arguments, with the number of positional
 # arguments that are inputs (more are outputs, e.g. ``a.sum(axis, dtype, out)``), and what the
@@ -137,6 +137,14 @@ def _py_func(obj: Any) -> Any:
         if inspect.isfunction(fn) and _is_dispatcher(candidate):
             return fn
     return None
+
+
+class AnalysedDispatcher(Protocol):
+    """What marks a dispatcher wrapper of a layer above (:func:`smartarray.jit`'s) as one whose
+    Python function this analysis may follow, whatever module its class says it is from."""
+
+    @property
+    def _smartarray_access(self) -> Any: ...  # the wrapped function's access analysis
 
 
 def _is_dispatcher(obj: Any) -> bool:

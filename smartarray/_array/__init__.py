@@ -10,19 +10,27 @@ Each module holds functions ``def name(self: SmartArray, ...)`` that the class b
 - :mod:`.ndarray`: numpy.ndarray's methods and Python's operators;
 - :mod:`.protocols`: Python's protocols (length, iteration, conversions, text, copying);
 - :mod:`.exchange`: how outside code reads and writes a SmartArray (device copies, interop);
-- :mod:`.results`: SmartArrays over ndarrays made elsewhere (NumPy, pickles, njit).
+- :mod:`.results`: SmartArrays over ndarrays made elsewhere (NumPy, pickles, njit);
+- :mod:`.arguments`: a SmartArray as a kernel or ``njit`` argument (its Numba type, launch
+  preparation through the engine's buffer and launch object, the njit hooks).
 
-They import ``SmartArray`` for annotations only. Imports nothing itself; ``__all__`` lists the
-modules the rest of the package may import (``tests/structure/test_layers.py``).
+- :mod:`.record`: the record view (``a[i]`` of a structured array), a SmartArray subclass that
+  registers itself when the package imports it.
+
+They import ``SmartArray`` for annotations only, but :mod:`.record`, which subclasses it.
+Imports nothing itself; ``__all__`` lists the modules the rest of the package may import
+(``tests/structure/test_layers.py``).
 """
 
 __all__ = [
+    "arguments",
     "copies",
     "exchange",
     "geometry",
     "ndarray",
     "numpy_api",
     "protocols",
+    "record",
     "results",
     "views",
 ]

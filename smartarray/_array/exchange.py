@@ -2,10 +2,11 @@
 
 Functions the :class:`~smartarray.array.SmartArray` class statement binds under the same names:
 those through which other code reads or writes a SmartArray's data as its own kind of array:
-numba.cuda device arrays' ``copy_to_host`` / ``copy_to_device`` (numba's helpers call them), and
-the interop protocols (``__cuda_array_interface__``, :func:`cuda_view`,
-``__dlpack__``, ``__dlpack_device__``) and ``copy`` (device to device when current on the device
-only), whose logic is :mod:`smartarray._interop.exports`'s. SmartArray's ``copy`` is this module's,
+numba.cuda device arrays' ``copy_to_host`` / ``copy_to_device`` (numba's helpers call them), the
+CUDA Array Interface (``__cuda_array_interface__``, :func:`cuda_view`), whose logic is
+:mod:`smartarray._interop.exports`'s, and ``copy`` (device to device when current on the device
+only). The class binds DLPack's ``__dlpack__`` and ``__dlpack_device__`` straight from
+:mod:`smartarray._interop.dlpack`. SmartArray's ``copy`` is this module's,
 not :mod:`smartarray._array.ndarray`'s (which it calls for a host copy).
 """
 
@@ -40,8 +41,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "__cuda_array_interface__",
-    "__dlpack__",
-    "__dlpack_device__",
     "copy",
     "copy_to_device",
     "copy_to_host",
@@ -153,47 +152,6 @@ def cuda_view(self: SmartArray, intent: str = "inout") -> Any:
         An object with ``__cuda_array_interface__``, usable as a context manager.
     """
     return _interop.cuda_view(self, intent)
-
-
-def __dlpack__(
-    self: SmartArray,
-    *,
-    stream: Any = None,
-    max_version: Any = None,
-    dl_device: Any = None,
-    copy: bool | None = None,
-) -> Any:
-    """Export through DLPack: the host copy, or the device copy for ``dl_device=(2, id)``.
-
-    Host consumers (``np.from_dlpack(a)``): the host copy is made current and shared; the
-    consumer may write, so a host write is recorded (the device copy becomes stale),
-    unless ``copy=True`` (a snapshot).
-
-    CUDA consumers (``dl_device=(2, id)``; or ``cupy.from_dlpack(a.cuda_view())``): the
-    device copy is made current and shared. ``stream`` is the consumer's stream (None or
-    1: the legacy default stream, 2: the per-thread default stream, a larger int: a
-    stream handle, -1: no synchronization): this array's pending device work is ordered
-    before it with an event, without a host wait. The consumer may write, so a device
-    write is recorded, as for ``__cuda_array_interface__``. ``copy=True``: a fresh device
-    copy. ``max_version`` of (1, 0) or later gets the versioned capsule.
-
-    Raises
-    ------
-    BufferError
-        A device other than the CPU or this array's CUDA device; a dtype DLPack cannot
-        carry; ``copy=False`` where a copy is needed.
-    """
-    return _interop.dlpack(self, stream, max_version, dl_device, copy)
-
-
-def __dlpack_device__(self: SmartArray) -> tuple[int, int]:
-    """``(1, 0)`` (kDLCPU): ``__dlpack__`` exports the host copy unless asked for CUDA.
-
-    A SmartArray is a host array with a device copy. ``np.from_dlpack(a)`` asks for no
-    device and must get host memory; consumers that follow ``__dlpack_device__`` (CuPy,
-    PyTorch) take the device copy from ``a.cuda_view()``, whose device is CUDA.
-    """
-    return _interop.dlpack_device(self)
 
 
 def copy(self: SmartArray, order: str = "C") -> SmartArray:

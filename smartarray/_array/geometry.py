@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .._engine.arguments import address
-
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
 
 __all__ = [
     "T",
+    "address",
     "check_device_geometry",
     "contiguous_strides",
     "covers",
@@ -36,6 +35,11 @@ __all__ = [
     "size",
     "strides",
 ]
+
+
+def address(ary: np.ndarray) -> int:
+    """The address of ``ary``'s first element."""
+    return ary.__array_interface__["data"][0]
 
 
 def contiguous_strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._engine.arguments import address, njit_owner
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
 from .._engine.buffer import HOST, Buffer
 from .._memory.checks import _check_array_dtype
+from .arguments import njit_owner
+from .geometry import address
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray

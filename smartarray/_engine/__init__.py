@@ -5,8 +5,9 @@ What the layers above may use (``__all__``):
 - :mod:`.buffer`: :class:`~smartarray._engine.buffer.Buffer`, the state every view of one
   SmartArray shares, changed only through its named operations (``acquire``/``release``,
   ``adopt_host``, ``record_write``, ...), and the location and intent names;
-- :mod:`.arguments`: a SmartArray as a kernel or ``njit`` argument (the functions the class
-  statement binds), launch preparation through one engine call;
+- :mod:`.launch`: one object per kernel launch, in which the array layer's kernel-argument
+  functions (``smartarray/_array/arguments.py``) gather a launch's arguments and whose callback
+  records their writes;
 - :mod:`.residency`: the device-memory budget's bookkeeping and eviction, and the protocol of
   the per-view launch cache (``CachingView``) that SmartArray implements;
 - :mod:`.budget`: the budget as users set and see it;
@@ -18,18 +19,18 @@ What the layers above may use (``__all__``):
 
 The engine's own rooms, used by nothing above it: :mod:`.buffer_copies` (the copies that make
 bytes current), :mod:`.device_work` (which stream holds a buffer's work), :mod:`.held` (host
-arrays the user holds), :mod:`.launch` (one object per kernel launch), :mod:`.deferred_lock`.
+arrays the user holds), :mod:`.deferred_lock`.
 
 The engine never imports the array layer (it names SmartArray's base class, or the protocol).
 Imports nothing itself (``tests/structure/test_layers.py`` checks the list and the layers).
 """
 
 __all__ = [
-    "arguments",
     "array_classes",
     "budget",
     "buffer",
     "interface",
+    "launch",
     "prefetch",
     "residency",
 ]

@@ -4,7 +4,7 @@ The interop layer (a device object copied into a new array: ``a.copy()``, a DLPa
 the array layer's own helpers (NumPy and njit results, unpickling, record views) construct
 SmartArrays, but the class statement sits above them and binds their functions: importing it
 from there would close an import circle. So :mod:`smartarray.array` registers ``SmartArray``
-right after its class statement and :mod:`smartarray._record` its record view when imported
+right after its class statement and :mod:`smartarray._array.record` its record view when imported
 (the package imports both), and the code below reads the classes here: a list item, as
 cheap as a module global (the njit result adapter reads it on every returned view).
 """
@@ -29,7 +29,7 @@ def register(cls: type[SmartArray]) -> None:
 
 
 def register_record_view(cls: type[SmartArray]) -> None:
-    """Make ``cls`` the record view class (``smartarray._record`` calls it when imported)."""
+    """Make ``cls`` the record view class (``smartarray._array.record`` calls it when imported)."""
     _RECORD_VIEW[:] = [cls]
 
 
@@ -55,11 +55,12 @@ def record_view_class() -> type[SmartArray]:
     Raises
     ------
     RuntimeError
-        ``smartarray._record`` was never imported (``import smartarray`` imports it).
+        ``smartarray._array.record`` was never imported (``import smartarray`` imports it).
     """
     if not _RECORD_VIEW:
         raise RuntimeError(
             "no record view class is registered: import smartarray (it imports "
-            "smartarray._record, which registers it) before indexing structured SmartArrays"
+            "smartarray._array.record, which registers it) before indexing structured "
+            "SmartArrays"
         )
     return _RECORD_VIEW[0]

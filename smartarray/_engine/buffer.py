@@ -84,7 +84,7 @@ def _refused(plan: Plan) -> bool:
 
 class ArmableView(Protocol):
     """What the engine reads and sets of a view whose ``njit`` calls may skip it (the njit fast
-    path): SmartArray implements it in its slots, its side is ``smartarray/_engine/arguments.py``.
+    path): SmartArray implements it in its slots, its side is ``smartarray/_array/arguments.py``.
     The engine never names the array class (as :class:`~smartarray._engine.residency.CachingView`
     for the launch fast path)."""
 

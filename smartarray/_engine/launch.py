@@ -27,7 +27,7 @@ from __future__ import annotations
 import threading
 import weakref
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._memory import devices as _devices
 from .._memory import streams as _streams
@@ -39,7 +39,21 @@ from .buffer import IN
 if TYPE_CHECKING:  # pragma: no cover
     from .buffer import Buffer
 
-__all__ = ["Launch", "LaunchWrites", "current"]
+__all__ = ["Launch", "LaunchArgument", "LaunchWrites", "current"]
+
+
+class LaunchArgument(Protocol):
+    """What a launch reads of, and asks of, a view passed as a kernel argument (SmartArray
+    implements it; its side is ``smartarray/_array/arguments.py``). The engine never names the
+    array class (as for :class:`~smartarray._engine.residency.CachingView`)."""
+
+    _lo: int  # the view's bytes in its buffer: [_lo, _hi)
+    _hi: int
+    _gpu_only_at: int  # the launch fast path's version (see CachingView)
+
+    def _after_launch(self, writes: LaunchWrites | None = None) -> TransferError | None:
+        """Record the kernel's write to the view's bytes; a failed refresh is returned."""
+        ...
 
 
 class LaunchWrites:
@@ -78,14 +92,14 @@ class Launch:
         self.slot = len(retr)
         # (buffer, view, intent, fast) per argument, in order; ``fast``: prepared by the
         # fast path (the view was current on the device only, or, for ``In``, current there).
-        self.entries: list[tuple[Buffer, Any, str, bool]] = []
+        self.entries: list[tuple[Buffer, LaunchArgument, str, bool]] = []
         self.state = Launch.PREPARING
         # Held only to append a failure report at its end; dropped by the callback (a
         # reference back from ``retr``'s callback: a cycle while the launch is pending).
         self.retr: list[Any] | None = retr
         retr.append(self)
 
-    def add(self, buf: Buffer, view: Any, intent: str, fast: bool) -> None:
+    def add(self, buf: Buffer, view: LaunchArgument, intent: str, fast: bool) -> None:
         """``view`` (of ``buf``) is an argument: claimed from now until the callback ran."""
         self.entries.append((buf, view, intent, fast))
 
@@ -151,7 +165,7 @@ class Launch:
         event = _streams.launch_event()
         event.record(_streams.native(pending))
         # Per buffer, its arguments (in argument order).
-        arguments: dict[Buffer, list[tuple[Any, str, bool]]] = {}
+        arguments: dict[Buffer, list[tuple[LaunchArgument, str, bool]]] = {}
         device = _devices.current()
         for buf, view, intent, fast in self.entries:
             args = arguments.get(buf)

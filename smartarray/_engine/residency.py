@@ -85,7 +85,7 @@ def default_margin(free: int, total: int) -> int:
 class CachingView(Protocol):
     """What the engine reads and resets of a view that caches a device view of a buffer's
     copy for the launch fast path (SmartArray implements it in its slots; the array layer's
-    side is ``smartarray/_engine/arguments.py``). The engine never names the array class: an
+    side is ``smartarray/_array/arguments.py``). The engine never names the array class: an
     eviction closes the fast path (:func:`close_fast_path`), dropping the copy also forgets the
     views (``Buffer.drop_device``)."""
 
@@ -311,14 +311,19 @@ def keep_until_ran(held: Any, stream: Any) -> None:
     event = _streams.new_event()
     event.record(_streams.native(_streams.pending(stream)))
     with _lock:
-        if _retired:
-            _free_retired()
+        _free_retired()
         _retired.append(_Retired(held, [event], 0, _devices.current()))
 
 
 def _free_retired(wait: bool = False) -> int:
     """Free the retired copies whose work ran (``wait``: wait for it); return the bytes freed.
-    Registry lock held."""
+    Registry lock held.
+
+    Freed bytes leave the budget's count now, so they are given back to the device now too
+    (numba-cuda defers its frees: an allocation the count allows could fail otherwise).
+    """
+    if not _retired:
+        return 0  # (the common case: nothing retired, nothing to look at)
     freed = 0
     for old in list(_retired):
         if wait:
@@ -330,6 +335,8 @@ def _free_retired(wait: bool = False) -> int:
         if old.nbytes:
             _used[old.device] -= old.nbytes
         freed += old.nbytes
+    if freed:
+        _sim.give_back_freed()
     return freed
 
 
@@ -380,8 +387,7 @@ def reset() -> None:
     with _lock:
         _budget, _budget_set = None, False
         _default.clear()
-        if _retired and _free_retired(wait=True):
-            _sim.give_back_freed()
+        _free_retired(wait=True)
         _skipped.clear()
         _derive_claiming()
 
@@ -390,8 +396,7 @@ def budget_of(device: int) -> DeviceBudget:
     """The budget, the bytes used and the resident copies on ``device`` (see
     smartarray._engine.budget.device_budget)."""
     with _lock:
-        if _retired and _free_retired():
-            _sim.give_back_freed()
+        _free_retired()
         budget = _effective_budget(device)
         claimed = _claimed()
         entries = []
@@ -599,14 +604,12 @@ def allocate(buf: Buffer, device: int = 0) -> Any:
     """
     nbytes = buf.nbytes
     with _lock:
-        if _retired and _free_retired():
-            _sim.give_back_freed()
+        _free_retired()
         budget = _effective_budget(device)
         used = _used.get(device, 0)
         if budget is not None and used + nbytes > budget and _retired:
             # Copies of dead arrays first: waiting for their work costs no transfer.
-            if _free_retired(wait=True):
-                _sim.give_back_freed()
+            _free_retired(wait=True)
             used = _used.get(device, 0)
         if budget is not None and used + nbytes > budget:
             if nbytes > budget:
@@ -620,8 +623,6 @@ def allocate(buf: Buffer, device: int = 0) -> Any:
             if not _sim.out_of_memory(exc):
                 raise
             retired = _free_retired(wait=True)
-            if retired:
-                _sim.give_back_freed()
             if not _evict(max(nbytes, 1), buf, "out of memory", device) and not retired:
                 cause = f"the device is out of memory: {exc}"
                 raise _no_room(buf, budget, cause, device) from exc

@@ -13,4 +13,4 @@ Imports nothing itself; ``__all__`` lists the modules the rest of the package ma
 (``tests/structure/test_layers.py``).
 """
 
-__all__ = ["exports", "foreign"]
+__all__ = ["dlpack", "exports", "foreign"]

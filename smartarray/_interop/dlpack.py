@@ -1,6 +1,10 @@
-"""DLPack export of a SmartArray's device copy to CUDA consumers (CuPy, PyTorch, JAX).
+"""DLPack export of a SmartArray: the host copy to NumPy, the device copy to CUDA consumers.
 
-What ``a.__dlpack__(dl_device=(2, id))`` and ``a.cuda_view().__dlpack__(...)`` return (see
+SmartArray's ``__dlpack__`` and ``__dlpack_device__`` are this module's (the class statement
+binds them). ``__dlpack_device__`` is ``(kDLCPU, 0)``, and ``__dlpack__`` (``dl_device`` None or
+the CPU) exports the host copy, made current, with a host write recorded (``copy=True``: a
+snapshot, nothing recorded). What ``a.__dlpack__(dl_device=(2, id))`` and
+``a.cuda_view().__dlpack__(...)`` return for a CUDA consumer (CuPy, PyTorch, JAX; see
 ``docs/interop.rst``):
 
 - the device copy made current. ``stream`` is the consumer's stream (DLPack's convention: None
@@ -43,7 +47,7 @@ from .._engine import array_classes as _array_classes
 from .._engine import budget as _budget
 from .._engine import interface as _engine
 from .._engine import residency as _residency
-from .._engine.buffer import GPU
+from .._engine.buffer import GPU, HOST, INOUT
 from .._memory import devices as _devices
 from .._memory import streams as _streams
 from .._platform import cuda_simulator as _sim
@@ -54,11 +58,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
 
 __all__ = [
+    "KDL_CPU",
+    "KDL_CUDA",
     "DLManagedTensor",
     "DLManagedTensorVersioned",
     "FLAG_IS_COPIED",
     "FLAG_READ_ONLY",
-    "KDL_CUDA",
+    "__dlpack__",
+    "__dlpack_device__",
+    "check_dl_device",
     "device_id",
     "export",
 ]
@@ -218,6 +226,90 @@ def device_id(device_bytes: Any = None) -> int:
     context = getattr(getattr(device_bytes, "gpu_data", None), "context", None)
     device = getattr(context, "device", None) or cuda.get_current_device()
     return int(device.id)
+
+
+# -- the SmartArray's protocol (the class statement binds these) ---------------------------
+
+
+def __dlpack__(
+    self: SmartArray,
+    *,
+    stream: Any = None,
+    max_version: Any = None,
+    dl_device: Any = None,
+    copy: bool | None = None,
+) -> Any:
+    """Export through DLPack: the host copy, or the device copy for ``dl_device=(2, id)``.
+
+    Host consumers (``np.from_dlpack(a)``): the host copy is made current and shared; the
+    consumer may write, so a host write is recorded (the device copy becomes stale),
+    unless ``copy=True`` (a snapshot).
+
+    CUDA consumers (``dl_device=(2, id)``; or ``cupy.from_dlpack(a.cuda_view())``): the
+    device copy is made current and shared. ``stream`` is the consumer's stream (None or
+    1: the legacy default stream, 2: the per-thread default stream, a larger int: a
+    stream handle, -1: no synchronization): this array's pending device work is ordered
+    before it with an event, without a host wait. The consumer may write, so a device
+    write is recorded, as for ``__cuda_array_interface__``. ``copy=True``: a fresh device
+    copy. ``max_version`` of (1, 0) or later gets the versioned capsule.
+
+    Raises
+    ------
+    BufferError
+        A device other than the CPU or this array's CUDA device; a dtype DLPack cannot
+        carry; ``copy=False`` where a copy is needed.
+    """
+    kind = check_dl_device(dl_device)
+    if kind is not None and kind[0] == KDL_CUDA:
+        return export(self, stream, max_version, kind[1], copy)
+    # The host export is NumPy's: its checks of ``copy``, ``dl_device`` and ``max_version`` run
+    # on an empty stand-in first, so a bad request fails as NumPy's does, before anything moves.
+    # ``stream`` is the consumer's stream. The host copy is current when this returns (its
+    # downloads waited for), so there is nothing to order on it: any value is accepted, as
+    # cuda.core passes one for host memory too.
+    np.empty(0).__dlpack__(max_version=max_version, dl_device=kind, copy=copy)
+    if copy:
+        host = self.copy_to_host()  # a snapshot: nothing shared, nothing recorded
+    else:
+        buf = _engine.buffer(self)
+        with buf.lock:
+            buf.ensure_host()
+            buf.acquire(HOST, *_engine.span(self), INOUT, "dlpack export")
+            # Tracked: refreshed after device writes. The consumer may write through it at any
+            # time and cannot say so: each refresh records a host write again.
+            host = _engine.host_export(self, readonly=False, unannounced=True)
+            self.mark_changed(HOST)
+    return host.__dlpack__(max_version=max_version)
+
+
+def __dlpack_device__(self: SmartArray) -> tuple[int, int]:
+    """``(1, 0)`` (kDLCPU): ``__dlpack__`` exports the host copy unless asked for CUDA.
+
+    A SmartArray is a host array with a device copy. ``np.from_dlpack(a)`` asks for no
+    device and must get host memory; consumers that follow ``__dlpack_device__`` (CuPy,
+    PyTorch) take the device copy from ``a.cuda_view()``, whose device is CUDA.
+    """
+    return (KDL_CPU, 0)
+
+
+def check_dl_device(dl_device: Any) -> tuple[int, int] | None:
+    """``dl_device`` as a (device type, id) pair of a device we serve (CPU or CUDA), or None."""
+    if dl_device is None:
+        return None
+    try:
+        kind, number = dl_device
+        if any(isinstance(v, (bool, np.bool_)) for v in (kind, number)):
+            raise TypeError  # (True is not device 1)
+        kind, number = operator.index(kind), operator.index(number)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"dl_device must be None or a (device_type, device_id) pair of ints, got {dl_device!r}"
+        ) from None
+    if kind not in (KDL_CPU, KDL_CUDA):
+        raise BufferError(
+            f"SmartArray.__dlpack__ exports to the CPU (1) or a CUDA device (2), not {kind}"
+        )
+    return kind, number
 
 
 # -- export ---------------------------------------------------------------------------------

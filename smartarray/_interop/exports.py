@@ -12,12 +12,10 @@ Export rules (see ``docs/interop.rst``):
   records a device write (conservative). ``cuda_view(intent='in')`` shares read-only and records
   nothing; ``with a.cuda_view() as v:`` records the write again on exit, so held host arrays show
   what the consumer wrote.
-- ``__dlpack_device__`` is ``(kDLCPU, 0)``, and ``__dlpack__`` (``dl_device`` None or the CPU)
-  exports to host consumers (``np.from_dlpack``): the host copy is made current and a host
-  write recorded (``copy=True``: a snapshot, nothing recorded). A CUDA consumer asks for the
-  device copy with ``dl_device=(kDLCUDA, id)``, or takes ``cuda_view()``, whose
+- DLPack (SmartArray's ``__dlpack__``, ``__dlpack_device__``) is
+  :mod:`smartarray._interop.dlpack`'s; a CUDA consumer may also take ``cuda_view()``, whose
   ``__dlpack_device__`` is CUDA: the device copy is made current on the consumer's stream and
-  a device write recorded as for the CUDA Array Interface (:mod:`smartarray._interop.dlpack`).
+  a device write recorded as for the CUDA Array Interface.
 
 Import (device objects of other libraries, ``copy``, numba.cuda's primitives):
 :mod:`smartarray._interop.foreign`.
@@ -25,7 +23,6 @@ Import (device objects of other libraries, ``copy``, numba.cuda's primitives):
 
 from __future__ import annotations
 
-import operator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -33,7 +30,6 @@ import numpy as np
 from .. import memory
 from .._engine import interface as _engine
 from .._engine import residency as _residency
-from .._engine.buffer import HOST, INOUT
 from .._memory import devices as _devices
 from .._memory import streams as _streams
 from .._numba.kernels import ArrayArgument
@@ -47,13 +43,7 @@ __all__ = [
     "CudaView",
     "cuda_array_interface",
     "cuda_view",
-    "dlpack",
-    "dlpack_device",
 ]
-
-#: DLPack device types (``DLDeviceType``).
-KDL_CPU = 1
-KDL_CUDA = 2
 
 _INTENTS = ("in", "inout")
 
@@ -159,8 +149,8 @@ class CudaView:
         records nothing and needs the versioned form (``max_version=(1, 0)``), whose flags
         say read-only. ``copy=True``: a fresh device copy.
         """
-        kind = _check_dl_device(dl_device)
-        if kind is not None and kind[0] != KDL_CUDA:
+        kind = _dlpack.check_dl_device(dl_device)
+        if kind is not None and kind[0] != _dlpack.KDL_CUDA:
             raise BufferError(
                 "a CudaView exports the device copy; host consumers take the SmartArray "
                 "itself (np.from_dlpack(a))"
@@ -178,7 +168,7 @@ class CudaView:
     def __dlpack_device__(self) -> tuple[int, int]:
         """``(kDLCUDA, device id)``: the device copy is what this view shares."""
         where = _devices.location(self.device)  # the copy this view shares
-        return (KDL_CUDA, _dlpack.device_id(_engine.buffer(self.array).device_copy(where)))
+        return (_dlpack.KDL_CUDA, _dlpack.device_id(_engine.buffer(self.array).device_copy(where)))
 
     def __enter__(self) -> CudaView:
         return self
@@ -202,62 +192,6 @@ class CudaView:
 def cuda_view(a: SmartArray, intent: str = "inout") -> CudaView:
     """See :meth:`SmartArray.cuda_view`."""
     return CudaView(a, intent)
-
-
-def _check_dl_device(dl_device: Any) -> tuple[int, int] | None:
-    """``dl_device`` as a (device type, id) pair of a device we serve (CPU or CUDA), or None."""
-    if dl_device is None:
-        return None
-    try:
-        kind, number = dl_device
-        if any(isinstance(v, (bool, np.bool_)) for v in (kind, number)):
-            raise TypeError  # (True is not device 1)
-        kind, number = operator.index(kind), operator.index(number)
-    except (TypeError, ValueError):
-        raise ValueError(
-            f"dl_device must be None or a (device_type, device_id) pair of ints, got {dl_device!r}"
-        ) from None
-    if kind not in (KDL_CPU, KDL_CUDA):
-        raise BufferError(
-            f"SmartArray.__dlpack__ exports to the CPU (1) or a CUDA device (2), not {kind}"
-        )
-    return kind, number
-
-
-def dlpack(
-    a: SmartArray,
-    stream: Any = None,
-    max_version: Any = None,
-    dl_device: Any = None,
-    copy: bool | None = None,
-) -> Any:
-    """See :meth:`SmartArray.__dlpack__`."""
-    kind = _check_dl_device(dl_device)
-    if kind is not None and kind[0] == KDL_CUDA:
-        return _dlpack.export(a, stream, max_version, kind[1], copy)
-    # The host export is NumPy's: its checks of ``copy``, ``dl_device`` and ``max_version`` run
-    # on an empty stand-in first, so a bad request fails as NumPy's does, before anything moves.
-    # ``stream`` is the consumer's stream. The host copy is current when this returns (its
-    # downloads waited for), so there is nothing to order on it: any value is accepted, as
-    # cuda.core passes one for host memory too.
-    np.empty(0).__dlpack__(max_version=max_version, dl_device=kind, copy=copy)
-    if copy:
-        host = a.copy_to_host()  # a snapshot: nothing shared, nothing recorded
-    else:
-        buf = _engine.buffer(a)
-        with buf.lock:
-            buf.ensure_host()
-            buf.acquire(HOST, *_engine.span(a), INOUT, "dlpack export")
-            # Tracked: refreshed after device writes. The consumer may write through it at any
-            # time and cannot say so: each refresh records a host write again.
-            host = _engine.host_export(a, readonly=False, unannounced=True)
-            a.mark_changed(HOST)
-    return host.__dlpack__(max_version=max_version)
-
-
-def dlpack_device(a: SmartArray) -> tuple[int, int]:
-    """See :meth:`SmartArray.__dlpack_device__`."""
-    return (KDL_CPU, 0)
 
 
 # -- numba-cuda's own In / Out / InOut ------------------------------------------------------

@@ -27,7 +27,8 @@ from ..coherence import IntervalSet
 from ..errors import DeviceMemoryError, TransferError
 from .device_objects import layout as _layout
 from .device_objects import order_before_default
-from .exports import KDL_CUDA, CudaView, _adopt_device_bytes
+from .dlpack import KDL_CUDA
+from .exports import CudaView, _adopt_device_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray

@@ -43,6 +43,7 @@ __all__ = [
     "owner",
     "peer",
     "reach",
+    "reset",
     "resolve",
 ]
 
@@ -79,6 +80,23 @@ def count() -> int:
                 several = n > 1  # (before _count: who sees the count sees this too)
                 _count = n
     return _count
+
+
+def reset() -> None:
+    """The topology as a fresh process knows it, for tests (between them: no launch in flight).
+
+    What was asked of the driver is asked again at next use: the device count (and so
+    :data:`several`), which pairs of devices can reach each other and whether peer access was
+    enabled (enabling it again is no error), each context's device. What the driver keeps
+    stays known: the primary contexts made (see :class:`on`), and the location names.
+    """
+    global _count, several
+    with _first_touch:
+        several = False
+        _count = None
+        _peer.clear()
+        _reached.clear()
+        _context_devices.clear()
 
 
 def location(device: int) -> str:

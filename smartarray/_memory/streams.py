@@ -297,7 +297,7 @@ def copy_stream() -> Any:
 
 def new_event() -> Any:
     """A new event for ordering and host waits (no timing data)."""
-    return _sim.event()  # (the simulator's Event takes no arguments)
+    return _sim.untimed_event()
 
 
 # Each thread's launch events (see launch_event), with what they belong to.

@@ -155,5 +155,5 @@ def count_all_transfers(enabled: bool = True) -> bool:
             while _originals:
                 owner, name, original = _originals.pop()
                 setattr(owner, name, original)
-        _stats._all_numba = enabled
+        _stats.count_numba_copies(enabled)
     return was_on

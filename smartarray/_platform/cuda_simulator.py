@@ -237,10 +237,11 @@ def emulates_page_locking() -> bool:
     return SIMULATOR and not hasattr(cuda.current_context(), "mempin")
 
 
-def event() -> Any:
-    """A new CUDA event for ordering streams (no timing data needed).
+def untimed_event() -> Any:
+    """A new CUDA event without timing data (``cuda.event(timing=False)``): what ordering
+    streams and host waits need, and cheaper to record than a timed one.
 
-    Gap: the simulator's ``Event`` takes no arguments.
+    Gap: the simulator's ``Event`` takes no arguments (its events carry no timing anyway).
     """
     if SIMULATOR:
         return cuda.event()

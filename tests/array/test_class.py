@@ -21,9 +21,9 @@ import pytest
 from numba.cuda.args import ArgHint
 
 import smartarray as sa
+from smartarray._array.record import _Record
 from smartarray._engine import array_classes as _array_classes
 from smartarray._numba.kernels import ArrayArgument
-from smartarray._record import _Record
 from smartarray.array import SmartArray
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

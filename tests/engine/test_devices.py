@@ -75,6 +75,36 @@ print(json.dumps({"values": np.asarray(a).tolist(), "seen": seen, "gpus": len(cu
     assert out["seen"] == [["gpu"]] * (2 * devices)
 
 
+def test_the_topology_reset_asks_the_driver_again_and_arrays_keep_working() -> None:
+    """``smartarray._memory.devices.reset()``: a fresh process's topology (the device count,
+    the peer answers, asked again at next use); a copy between devices goes peer to peer
+    again afterwards."""
+    out = _run(
+        """
+from smartarray._memory import devices
+a = sa.SmartArray(np.arange(8.0))
+for dev in (1, 0):
+    with cuda.gpus[dev]:
+        add_one[1, 8](a)
+known = [devices.count(), devices.several, len(devices._peer)]
+devices.reset()
+forgot = [devices._count, devices.several, len(devices._peer)]
+for dev in (1, 0):
+    with cuda.gpus[dev]:
+        add_one[1, 8](a)
+again = [devices.count(), devices.several, len(devices._peer)]
+print(json.dumps({"known": known, "forgot": forgot, "again": again, "peer": peer(),
+                  "values": np.asarray(a).tolist()}))
+"""
+    )
+    assert out["known"] == [2, True, 2]
+    assert out["forgot"] == [None, False, 0]
+    assert out["again"] == [2, True, 2]
+    assert out["values"] == (np.arange(8.0) + 4).tolist()
+    # Device 1's first copy came from the host; every later one from the other device.
+    assert out["peer"] == {"1->0": 2, "0->1": 1}
+
+
 @pytest.mark.seeds
 @pytest.mark.parametrize("devices", [2, 4])
 def test_stale_bytes_go_peer_to_peer_counted_d2d_with_both_devices(devices: int) -> None:

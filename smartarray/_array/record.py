@@ -3,7 +3,9 @@
 It is a SmartArray subclass, so it builds on :mod:`smartarray.array`, which never imports it:
 this module registers the class (:mod:`smartarray._engine.array_classes`) when imported, and
 SmartArray's ``_as_record`` hook builds these views through that registration. The package
-imports this module, so it is registered whenever a SmartArray can exist.
+imports this module, so it is registered whenever a SmartArray can exist. It is the one module
+of the array layer that imports the class at run time (to subclass it) and that the class
+statement does not bind; it reads its base class's slots as the class's own code does.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ._engine.arguments import address
-from ._engine.array_classes import register_record_view
-from .array import SmartArray
+from .._engine.array_classes import register_record_view
+from ..array import SmartArray
+from .geometry import address
 
 __all__ = ["_Record"]
 

@@ -1,10 +1,13 @@
 """SmartArray as a kernel and ``njit`` argument: typing, launch preparation, njit hooks.
 
-Functions the :class:`~smartarray.array.SmartArray` class statement binds under the same names: the
+Functions the :class:`~smartarray.array.SmartArray` class statement binds (under the same names,
+but the public ``*_as`` and ``prepare_launch`` forms, which it binds with a leading underscore): the
 array layer's side of the glue's :class:`~smartarray._numba.kernels.ArrayArgument` protocol
 (SmartArray's base class). numba-cuda's dispatcher calls :func:`to_device` (the ArgHint protocol),
 the njit unbox hooks of :mod:`smartarray._numba.njit` call ``_njit_enter`` / ``_njit_exit`` /
-``_njit_abort``, and the intent wrappers of :mod:`smartarray.hints` call the ``_as(intent)`` forms.
+``_njit_abort``. The intent wrappers of :mod:`smartarray.hints` call the ``*_as(view, intent)``
+forms and :data:`numba_in_type` here, the named interface of the layer above (the class binds the
+same functions as ``_prepare_launch``, ``_njit_enter_as``, ...): no added call on their path.
 Each goes through its base buffer's :meth:`~smartarray._engine.buffer.Buffer.acquire` /
 :meth:`~smartarray._engine.buffer.Buffer.release` with this view's byte range; a launch's arguments
 gather in one :class:`smartarray._engine.launch.Launch`, whose callback records their writes. What
@@ -16,21 +19,24 @@ host ndarray (``_njit_view``, whose fast path the engine arms and disarms).
 
 from __future__ import annotations
 
+import operator
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import memory
+from .._engine import launch as _launch
+from .._engine import residency as _residency
+from .._engine.buffer import HOST, IN, INOUT
+from .._engine.launch import LaunchWrites
 from .._memory import devices as _devices
 from .._numba import kernels as _numba_cuda
 from .._numba import njit as _numba_cpu
 from .._numba.njit import Layout
 from ..errors import TransferError
-from . import launch as _launch
-from . import residency as _residency
-from .buffer import HOST, IN, INOUT
-from .launch import LaunchWrites
+from .geometry import address
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
@@ -38,25 +44,20 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "_after_launch",
     "_njit_abort",
-    "_njit_abort_as",
     "_njit_enter",
-    "_njit_enter_as",
     "_njit_exit",
-    "_njit_exit_as",
     "_numba_in_type_",
     "_numba_type",
     "_numba_type_",
-    "_prepare_launch",
-    "address",
+    "njit_abort_as",
+    "njit_enter_as",
+    "njit_exit_as",
     "njit_owner",
+    "numba_in_type",
+    "prepare_launch",
     "register_njit_view",
     "to_device",
 ]
-
-
-def address(ary: np.ndarray) -> int:
-    """The address of ``ary``'s first element."""
-    return ary.__array_interface__["data"][0]
 
 
 def _numba_type_(self: SmartArray) -> Any:
@@ -71,6 +72,12 @@ def _numba_type_(self: SmartArray) -> Any:
 def _numba_in_type_(self: SmartArray) -> Any:
     """The Numba type of this array as an ``In`` argument (read only), cached likewise."""
     return self._numba_type(readonly=True)
+
+
+#: The cached Numba type of a view as an ``In`` argument (``view._numba_in_type_``) for the intent
+#: wrappers: an ``attrgetter`` runs in C, so numba's two reads per argument and launch add no
+#: Python frame to what reading the attribute costs.
+numba_in_type: Callable[[SmartArray], Any] = operator.attrgetter("_numba_in_type_")
 
 
 def _numba_type(self: SmartArray, readonly: bool) -> Any:
@@ -115,7 +122,7 @@ def to_device(self: SmartArray, retr: list[Any], stream: Any = 0) -> Any:
     return self._prepare_launch(retr, stream, INOUT)
 
 
-def _prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str) -> Any:
+def prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str) -> Any:
     """Make the device copy current for a launch on ``stream``; record the write after it."""
     launch = _launch.current(retr, stream)
     buf = self._buf
@@ -153,7 +160,7 @@ def _prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str)
 
 
 def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, intent: str) -> Any:
-    """:meth:`_prepare_launch` under the buffer's lock: what may move, moves."""
+    """:func:`prepare_launch` under the buffer's lock: what may move, moves."""
     buf = self._buf
     # (The fast path needs no type check: it is open only to a view prepared here before.)
     self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
@@ -239,7 +246,7 @@ def _njit_abort(self: SmartArray) -> None:
     self._njit_abort_as(INOUT)
 
 
-def _njit_enter_as(self: SmartArray, intent: str) -> np.ndarray:
+def njit_enter_as(self: SmartArray, intent: str) -> np.ndarray:
     """The current host ndarray handed to an njit function (its exact type and layout)."""
     buf = self._buf
     with buf.lock:
@@ -251,7 +258,7 @@ def _njit_enter_as(self: SmartArray, intent: str) -> np.ndarray:
         return view
 
 
-def _njit_exit_as(self: SmartArray, intent: str) -> None:
+def njit_exit_as(self: SmartArray, intent: str) -> None:
     """Record the njit call's host write (later calls take the fast path while the
     bytes stay current on the host only: the engine arms and disarms it)."""
     buf = self._buf
@@ -259,7 +266,7 @@ def _njit_exit_as(self: SmartArray, intent: str) -> None:
         buf.release(HOST, self._lo, self._hi, intent, view=self)
 
 
-def _njit_abort_as(self: SmartArray, intent: str) -> None:
+def njit_abort_as(self: SmartArray, intent: str) -> None:
     """The cleanup of an njit call that failed with a Python error pending.
 
     Numba runs it when a later argument failed to unbox (the function never ran), and in
