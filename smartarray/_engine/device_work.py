@@ -488,9 +488,9 @@ def unnamed_stream(self: Buffer) -> Any:
             if entry.event is None:
                 return entry.stream  # never destroyed: named again
             if entry.stream is _streams.DEFAULT:
-                # The default stream (this thread's, with per-thread default streams): never
-                # destroyed; made to wait for the event (the work may be another thread's).
-                entry.event.wait(0)
+                # The default stream, never destroyed: the legacy one (thread 0: every thread's
+                # handle 0 names it) or this thread's own. Either way the copy queued on it
+                # comes after the work in stream order; no event wait is needed.
                 return _streams.DEFAULT
     stream = _streams.copy_stream()
     order_before(self, stream)

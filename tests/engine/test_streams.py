@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
 from numba import cuda
 
 import smartarray as sa
-from smartarray import memory
+from smartarray import _fakegpu, memory
 from smartarray.testing import is_strict, strict
 from tests._kernels import add_one
 from tests._targets import real_target_env
@@ -200,6 +201,36 @@ def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_ordering(log):
         launch(a, s)
     # One switch, one wait, on the event recorded after the latest launch on the old stream.
     assert log == [("record", "config 4"), ("wait", "s")]
+
+
+def test_a_host_read_after_default_stream_work_is_ordered_by_the_stream_alone(log):
+    # The download goes on the default stream itself, after the kernel in stream order: an
+    # event wait there would cost a driver call and order nothing.
+    a = sa.SmartArray(np.zeros(8))
+    launch(a, 0)
+    np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
+    assert not [entry for entry in log if entry[0] in ("record", "wait")], log
+
+
+@pytest.mark.parametrize("reader", ["same thread", "another thread"])
+def test_fake_driver_a_read_after_a_default_stream_launch_waits_for_no_event(reader):
+    fake = _fakegpu.current()
+    if fake is None:
+        pytest.skip("counts the fake driver's calls")
+    a = sa.SmartArray(np.zeros(64))
+    add_one[2, 32](a)
+    add_one[2, 32](a)  # (the steady state: a launch of a current array)
+    before = fake.calls.copy()
+    seen: list[np.ndarray] = []
+    if reader == "same thread":
+        seen.append(np.array(a))
+    else:  # the legacy default stream is every thread's: ordered there too
+        t = threading.Thread(target=lambda: seen.append(np.array(a)))
+        t.start()
+        t.join()
+    np.testing.assert_array_equal(seen[0], np.full(64, 2.0))
+    calls = fake.calls - before
+    assert calls["cuStreamWaitEvent"] == 0 and calls["cuEventSynchronize"] == 0, calls
 
 
 def test_host_reads_wait_for_their_own_buffers_stream_only(log):
