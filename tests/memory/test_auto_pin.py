@@ -10,6 +10,9 @@ import gc
 
 import numpy as np
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from numba import cuda
 
 import smartarray as sa
@@ -227,3 +230,59 @@ def test_the_threshold_is_the_page_locking_cost_over_the_per_byte_saving(
     saving = 1 / p.pageable_Bps - 1 / p.h2d_Bps
     assert _auto_pin.threshold(n) == pytest.approx(cost / saving)
     assert 10 * n < _auto_pin.threshold(n) < 12 * n  # about ten times the array
+
+
+class AutoPinMachine(RuleBasedStateMachine):
+    """Arrays moved, dropped, budgets changed: values stay right, the budget holds, and the
+    fake driver's page-locked ranges are the policy's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _auto_pin.reset()
+        self.arrays: list[tuple[sa.SmartArray, int]] = []
+
+    @rule(budget=st.sampled_from([None, 0, 2048, 4096, 1 << 20]))
+    def set_budget(self, budget: int | None) -> None:
+        sa.set_pinned_budget(budget)
+
+    @rule()
+    def new_array(self) -> None:
+        if len(self.arrays) < 3:
+            self.arrays.append((sa.SmartArray(np.zeros(N)), 0))
+
+    @rule(data=st.data())
+    def move(self, data: st.DataObject) -> None:
+        if self.arrays:
+            i = data.draw(st.integers(0, len(self.arrays) - 1))
+            a, count = self.arrays[i]
+            _round_trip(a)
+            self.arrays[i] = (a, count + 1)
+
+    @rule(data=st.data())
+    def drop(self, data: st.DataObject) -> None:
+        if self.arrays:
+            del self.arrays[data.draw(st.integers(0, len(self.arrays) - 1))]
+            gc.collect()
+
+    @invariant()
+    def values_budget_and_driver_agree(self) -> None:
+        report = sa.pinned_budget()
+        if report.budget is not None:
+            assert report.used <= report.budget
+        else:
+            assert report.used == 0
+        locked = [a for a, _ in self.arrays if _auto_pin._policy.is_locked(a._buf)]
+        assert report.arrays == len(locked)
+        assert report.used == sum(a.nbytes for a in locked)
+        for a, count in self.arrays:
+            assert _driver_locked(a) in (None, _auto_pin._policy.is_locked(a._buf))
+            assert np.all(a.get() == count)
+
+    def teardown(self) -> None:
+        self.arrays.clear()
+        gc.collect()
+        _auto_pin.reset()
+
+
+AutoPinMachine.TestCase.settings = settings(max_examples=10, stateful_step_count=12, deadline=None)
+test_auto_pin_machine = AutoPinMachine.TestCase
