@@ -203,6 +203,21 @@ class _Policy:
             self.flush()
         return used + nbytes <= budget
 
+    def _release_idle(self) -> None:
+        """Move every live registration whose buffer lock is free now to the pending list
+        (one held by another thread may be issuing a copy from its memory: it stays
+        registered until the next flush point)."""
+        for key, entry in list(self.live.items()):
+            owner = entry.owner()
+            if owner is not None and not owner.lock.acquire(blocking=False):
+                continue
+            try:
+                del self.live[key]
+                self.pending.append(entry)
+            finally:
+                if owner is not None:
+                    owner.lock.release()
+
     def flush(self) -> None:
         """Unlock the deferred registrations, after waiting for every device (a queued copy
         may still read or write their memory)."""
@@ -224,9 +239,7 @@ class _Policy:
             if budget is not None and self.used() > budget:
                 self._make_room(0, budget, None)
             elif budget is None:
-                for entry in self.live.values():
-                    self.pending.append(entry)
-                self.live.clear()
+                self._release_idle()
             self.flush()
 
     def report(self) -> PinnedBudget:
@@ -248,8 +261,7 @@ class _Policy:
     def reset(self) -> None:
         with self.lock:
             self.budget = None
-            self.pending.extend(self.live.values())
-            self.live.clear()
+            self._release_idle()
             self.flush()
             self.dead.clear()
             self.moved = weakref.WeakKeyDictionary()
