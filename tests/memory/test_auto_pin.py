@@ -158,6 +158,9 @@ def test_death_defers_the_unlock_until_every_device_waited(monkeypatch: pytest.M
     stream = cuda.stream()
     a[0:1] = a.get()[0:1]
     add_one[1, N, stream](a)  # an upload from the page-locked copy, queued on a stream
+    drv = _fakegpu.current()
+    if drv is not None:
+        assert drv.queue.ops  # the upload and the kernel still queued (the fake runs lazily)
     unlocked: list[bool] = []
     real_unpin = _auto_pin._pinning._unpin
 
