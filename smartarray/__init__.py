@@ -19,6 +19,7 @@ elif _flag("SMARTARRAY_STRICT"):
 
 from ._array import record as _record  # noqa: F401 - registers the record view class
 from ._distributed.partition import DeviceBlock, decompose
+from ._engine.auto_pin import pinned_budget, set_pinned_budget
 from ._engine.budget import device_budget, resident, set_device_budget
 from ._interop.foreign import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like
@@ -112,10 +113,12 @@ __all__ = [
     "peer_pairs",
     "pinned",
     "pinned_array",
+    "pinned_budget",
     "register",
     "reset_stats",
     "resident",
     "set_device_budget",
+    "set_pinned_budget",
     "set_transfer_cost",
     "stats",
     "stream",

@@ -11,6 +11,8 @@ What the layers above may use (``__all__``):
 - :mod:`.residency`: the device-memory budget's bookkeeping and eviction, and the protocol of
   the per-view launch cache (``CachingView``) that SmartArray implements;
 - :mod:`.budget`: the budget as users set and see it;
+- :mod:`.auto_pin`: the automatic page-lock policy and its page-locked budget
+  (``set_pinned_budget``; issue 41), which the copies consult before they run;
 - :mod:`.array_classes`: where the array layer registers the classes the code below it makes;
 - :mod:`.interface`: what the layers above, other than the array's own, read of a view's
   engine side (its buffer, its bytes, its hand-outs), never its private slots;
@@ -27,6 +29,7 @@ Imports nothing itself (``tests/structure/test_layers.py`` checks the list and t
 
 __all__ = [
     "array_classes",
+    "auto_pin",
     "budget",
     "buffer",
     "interface",

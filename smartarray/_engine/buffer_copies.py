@@ -23,6 +23,7 @@ from .._memory.devices import GPU, HOST
 from .._observe import performance as _perf
 from ..coherence import Plan
 from ..errors import TransferError
+from . import auto_pin as _auto_pin
 from . import prefetch as _prefetch
 from . import residency as _residency
 
@@ -177,6 +178,10 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any, wait: bool = True) 
             self.ensure_device(c.target)  # (DeviceMemoryError as it is, before any copy)
     if any(c.target != HOST for c in plan.copies):
         self._leave_host_only()  # (registers the njit calls still running as host writers)
+    if _auto_pin._policy.budget is not None and not self.pinned:
+        # Between transfers (issue 41): page-lock the host copy if its staged copies paid.
+        staged = sum(c.stop - c.start for c in plan.copies if HOST in (c.source, c.target))
+        _auto_pin._policy.before_copy(self, host, staged)
     if self.host_writers:
         # An njit call still writing some of these bytes without the GIL: copy after it.
         self.wait_for_host_writers(plan.copies)

@@ -246,3 +246,36 @@ def _mapping(arrays: Sequence[np.ndarray], stream: Any) -> Iterator[Any]:
             # numba unmaps on leaving its block: kernels launched in ours may still be using
             # the mapping (launches are asynchronous), so wait for them first.
             _wait_before_unpinning()
+
+
+# What the automatic page-lock policy (smartarray._engine.auto_pin, issue 41) uses.
+
+memory_owner = _memory_owner
+
+
+def is_registered(ary: np.ndarray) -> bool:
+    """Whether ``ary``'s bytes are page-locked through this registry (or at allocation)."""
+    return _registry.is_registered(ary)
+
+
+def lock_portable(ary: np.ndarray) -> Any:
+    """Page-lock ``ary`` in place for every device (PORTABLE, like ``pinned=True`` host
+    copies); the pin (unlocked by :func:`unlock_after_waiting`), None on the plain simulator.
+
+    Outside this registry: the caller owns the pin and keeps ``ary``'s memory alive with it.
+    """
+    extent = _byte_extent(ary)
+    if _sim.SIMULATOR:  # (strict mode models mempin; the plain simulator emulates nothing)
+        return _pin(ary, extent)
+    return _pin_portable(cuda.current_context(), ary, extent, False)
+
+
+def unlock_after_waiting(pins: Sequence[Any]) -> None:
+    """Unlock pins from :func:`lock_portable`, after waiting for every device (a queued copy
+    may still read or write their memory)."""
+    if not any(pin is not None for pin in pins):
+        return
+    _wait_before_unpinning()
+    for pin in pins:
+        if pin is not None:
+            _unpin(pin)
