@@ -78,9 +78,13 @@ def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **k
             if host is not None and stamp == self._buf.host_stamp:
                 result = ufunc(host)
                 if stamp == self._buf.host_stamp:
-                    if result.__class__ is np.ndarray:
+                    if (
+                        result.__class__ is np.ndarray
+                        and ufunc.signature is None  # (a gufunc's core dims reshape it)
+                        and not result.dtype.hasobject  # (np.frompyfunc's: no SmartArray)
+                    ):
                         return _fresh(result, self._shape)  # (elementwise: its shape)
-                    return self._wrap(result)  # (two outputs: np.modf, np.frexp)
+                    return self._wrap(result)  # (two outputs: np.modf, np.frexp; the rest)
         # The host fast path: every SmartArray operand current on the host (its stamp), no
         # output given (nothing written): NumPy's loop on the read-only host data, its result
         # adopted. The stamps are read again after the call (a device write began meanwhile:

@@ -63,7 +63,10 @@ def fresh(ary: np.ndarray, shape: tuple[int, ...] | None = None) -> SmartArray:
     inline (one call less: on a few elements, checks and calls cost as much as NumPy's whole
     ufunc; a slot added there goes here). Any other goes through :func:`_owning`. ``shape``:
     ``ary``'s, where the caller knows it (an elementwise result of a view: the view's tuple,
-    shared, instead of a new one NumPy makes per read of ``ary.shape``).
+    shared, instead of a new one NumPy makes per read of ``ary.shape``). The caller
+    guarantees both: an array of numbers (never NumPy's object arrays, from
+    ``np.frompyfunc``) and ``shape`` its own (never a generalized ufunc's, whose core
+    dimensions change it).
     """
     if shape is None:
         shape = ary.shape

@@ -638,3 +638,26 @@ def test_divmod_of_a_host_current_array_gives_smartarrays():
         assert type(got) is tuple and [type(r) for r in got] == [SmartArray, SmartArray]
         for r, w in zip(got, want, strict=True):
             assert r.tolist() == w.tolist()
+
+
+def test_a_unary_ufunc_of_python_objects_gives_numpys_object_array():
+    a = SmartArray(np.arange(4.0))
+    r = np.frompyfunc(lambda x: x * 2, 1, 1)(a)
+    assert type(r) is np.ndarray and r.dtype == object  # (a SmartArray holds numbers only)
+    assert r.tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_unary_generalized_ufunc_result_has_its_own_shape():
+    from numba import guvectorize
+
+    @guvectorize(["void(float64[:], float64[:, :])"], "(n)->(n,n)")
+    def outer(x, out):  # pragma: no cover - compiled
+        for i in range(x.shape[0]):
+            for j in range(x.shape[0]):
+                out[i, j] = x[i] * x[j]
+
+    x = np.arange(1.0, 4.0)
+    r = outer(SmartArray(x))
+    assert isinstance(r, SmartArray) and r.shape == (3, 3)
+    np.testing.assert_array_equal(np.asarray(r), outer(x))
+    assert r.sum() == outer(x).sum()

@@ -71,9 +71,9 @@ KNOWN_TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
         "which annotate their ``self`` with the class (TYPE_UPWARD_IMPORTS for the layers below)"
     ),
     _modules("_engine.", "buffer", "buffer_copies", "device_work", "launch", "prefetch")
-    | _modules("_engine.", "residency"): (
-        "Buffer's collaborators (its copies, its device work, launches, prefetches, residency) "
-        "annotate the Buffer they serve, which calls them"
+    | _modules("_engine.", "residency", "auto_pin"): (
+        "Buffer's collaborators (its copies, its device work, launches, prefetches, residency, "
+        "the page-lock policy) annotate the Buffer they serve, which calls them"
     ),
     _modules("coherence.", "_state", "_locations", "_planning", "_series"): (
         "BufferState's planner and location helpers annotate the state they serve, which calls them"
