@@ -192,8 +192,10 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any, wait: bool = True) 
     try:
         for c in plan.copies:
             if c.target == HOST:
-                downloads = True
                 dev = self.device_copies[_devices.ordinal(c.source)]
+                if dev is None:
+                    continue  # never written: garbage anywhere (as device to device, below)
+                downloads = True
                 memory.copy_range(
                     "d2h", host, dev, c.start, c.stop, native, reason, self.name, c.source
                 )
@@ -207,6 +209,11 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any, wait: bool = True) 
                 )
             else:
                 source = self.device_copies[_devices.ordinal(c.source)]
+                if source is None:
+                    # Bytes current at a device whose copy was never made were never written
+                    # since the array was made uninitialised (a copy is freed only with its
+                    # location's bytes, drop_device): garbage anywhere, nothing to copy.
+                    continue
                 _devices.reach(_devices.ordinal(c.source), _devices.ordinal(c.target))
                 memory.copy_between_devices(
                     dev,

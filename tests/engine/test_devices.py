@@ -75,6 +75,30 @@ print(json.dumps({"values": np.asarray(a).tolist(), "seen": seen, "gpus": len(cu
     assert out["seen"] == [["gpu"]] * (2 * devices)
 
 
+@pytest.mark.parametrize("how", ["prefetch", "get", "launch"])
+def test_an_array_never_written_reaches_a_second_device_first(how: str) -> None:
+    # Bytes never written are current everywhere (garbage, never stale): the second device's
+    # copy needs nothing from the first's, which was never made.
+    out = _run(
+        f"""
+a = sa.SmartArray(shape=(16,), dtype=np.float64)
+with cuda.gpus[1]:
+    if {how!r} == "prefetch":
+        a.prefetch("gpu")
+    elif {how!r} == "get":
+        a.get("gpu")
+    else:
+        add_one[1, 16](sa.Out(a))
+a[:] = np.arange(16.0)
+with cuda.gpus[1]:
+    add_one[1, 16](a)
+print(json.dumps({{"values": np.asarray(a).tolist(), "h2d": sa.stats().h2d_bytes}}))
+"""
+    )
+    assert out["values"] == (np.arange(16.0) + 1).tolist()
+    assert out["h2d"] == 16 * 8  # the host's write, once; nothing for the bytes never written
+
+
 def test_the_topology_reset_asks_the_driver_again_and_arrays_keep_working() -> None:
     """``smartarray._memory.devices.reset()``: a fresh process's topology (the device count,
     the peer answers, asked again at next use); a copy between devices goes peer to peer
