@@ -238,6 +238,7 @@ def settle() -> None:
                 if pending is not None:
                     pending.clear()
             cuda.synchronize()
+            sa.device_budget(d)  # (copies retired by the collection above: their work ran)
 
 
 # -- the streamed batch ----------------------------------------------------------------------

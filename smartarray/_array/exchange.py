@@ -189,6 +189,11 @@ def prefetch(self: SmartArray, where: str = "gpu", stream: Any = None) -> None:
     ------
     ValueError, TypeError
         For a bad ``where`` or ``stream``, before anything moves.
+    DeviceMemoryError
+        The device copy does not fit the device or its budget even after evicting other
+        arrays' copies (as a launch would raise); the array is unchanged.
+    TransferError
+        A copy failed; nothing stale is marked current.
 
     Examples
     --------
