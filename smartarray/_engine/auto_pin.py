@@ -23,12 +23,12 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from operator import index
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from .._memory import pinning as _pinning
+from .._memory.checks import check_byte_budget
 
 if TYPE_CHECKING:  # pragma: no cover
     from .buffer import Buffer
@@ -326,20 +326,7 @@ def set_pinned_budget(nbytes: int | None) -> None:
     268435456
     >>> sa.set_pinned_budget(None)
     """
-    if nbytes is None:
-        _policy.set_budget(None)
-        return
-    if isinstance(nbytes, bool):
-        raise TypeError("nbytes must be an int (bytes) or None, got a bool")
-    try:
-        value = index(nbytes)
-    except TypeError:
-        raise TypeError(
-            f"nbytes must be an int (bytes) or None, got {type(nbytes).__name__}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"nbytes must be >= 0 (bytes) or None, got {value}")
-    _policy.set_budget(value)
+    _policy.set_budget(check_byte_budget(nbytes))
 
 
 def pinned_budget() -> PinnedBudget:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from .._memory import devices as _devices
+from .._memory.checks import check_byte_budget
 from .._numba.kernels import ArrayArgument
 from . import residency as _residency
 from .residency import DeviceBudget, ResidentArray
@@ -59,20 +60,7 @@ def set_device_budget(nbytes: int | None) -> None:
     1048576
     >>> sa.set_device_budget(None)
     """
-    if nbytes is None:
-        _residency.set_budget(None)
-        return
-    if isinstance(nbytes, bool):
-        raise TypeError("nbytes must be an int (bytes) or None, got a bool")
-    try:
-        value = index(nbytes)
-    except TypeError:
-        raise TypeError(
-            f"nbytes must be an int (bytes) or None, got {type(nbytes).__name__}"
-        ) from None
-    if value < 0:
-        raise ValueError(f"nbytes must be >= 0 (bytes) or None, got {value}")
-    _residency.set_budget(value)
+    _residency.set_budget(check_byte_budget(nbytes))
 
 
 def device_budget(device: int | None = None) -> DeviceBudget:

@@ -50,6 +50,24 @@ def _check_shape(shape: Any, name: str = "shape", itemsize: int = 1) -> tuple[in
     return dims
 
 
+def check_byte_budget(nbytes: Any, name: str = "nbytes") -> int | None:
+    """A budget in bytes: a non-negative int (anything ``operator.index`` takes but a bool),
+    or None (no budget); TypeError or ValueError naming ``name`` otherwise."""
+    if nbytes is None:
+        return None
+    if isinstance(nbytes, bool):
+        raise TypeError(f"{name} must be an int (bytes) or None, got a bool")
+    try:
+        value = operator.index(nbytes)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be an int (bytes) or None, got {type(nbytes).__name__}"
+        ) from None
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0 (bytes) or None, got {value}")
+    return value
+
+
 def _check_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     try:
         dt = np.dtype(dtype)
