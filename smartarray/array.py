@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -56,6 +56,9 @@ from ._memory import devices as _devices
 from ._memory.checks import _check_array_dtype, _check_shape, _check_stream
 from ._numba import njit as _numba_cpu
 from ._numba.kernels import ArrayArgument
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ._engine.residency import LaunchCache
 
 __all__ = ["SmartArray"]
 
@@ -134,13 +137,9 @@ class SmartArray(ArrayArgument):
         "_dtype",
         "_lo",
         "_hi",
-        "_device_view",
+        "_launch_cache",
         "_njit_view",
         "_njit_fast",
-        "_device_arg",
-        "_gpu_only_at",
-        "_device_at",
-        "_device_on",
         "_host_at",
         "_host_only_at",
         "_host_item",
@@ -293,14 +292,11 @@ class SmartArray(ArrayArgument):
         self._shape = tuple(map(int, shape))
         self._strides = tuple(map(int, strides))
         self._dtype = dtype
-        self._device_view: Any = None  # (annotated: what mypy reads as the slots' types)
+        # (annotated: what mypy reads as the slots' types) The launch fast path's cache
+        # (smartarray._array.arguments): the engine's object, made at the first slow path.
+        self._launch_cache: LaunchCache | None = None
         self._njit_view: np.ndarray | None = None
         self._njit_fast: Any = None
-        self._device_arg: Any = None  # what a kernel receives for _device_view
-        # The launch fast path (smartarray._array.arguments): the state's version at which this
-        # view was current on the device only, and at which it was current there.
-        self._gpu_only_at = self._device_at = -1
-        self._device_on = 0  # the device of the cached device view (several devices)
         # The host fast path (smartarray._array.views): the buffer's host stamp at which this
         # view's bytes were current on the host, and current there only; the writable host
         # ndarray of a 1-D view of numbers that scalar indexing reaches then, the same of a view
@@ -371,9 +367,7 @@ class SmartArray(ArrayArgument):
         self._hi = buf.nbytes
         self._shape = shape
         self._dtype = dtype
-        self._device_view = self._njit_view = self._njit_fast = self._device_arg = None
-        self._gpu_only_at = self._device_at = -1
-        self._device_on = 0
+        self._launch_cache = self._njit_view = self._njit_fast = None
         self._host_key = _NO_KEY
         if numbers:
             # A new buffer current on the host only, nothing in flight: what

@@ -10,11 +10,12 @@ forms and :data:`numba_in_type` here, the named interface of the layer above (th
 same functions as ``_prepare_launch``, ``_njit_enter_as``, ...): no added call on their path.
 Each goes through its base buffer's :meth:`~smartarray._engine.buffer.Buffer.acquire` /
 :meth:`~smartarray._engine.buffer.Buffer.release` with this view's byte range; a launch's arguments
-gather in one :class:`smartarray._engine.launch.Launch`, whose callback records their writes. What
-is kept here is the per-view cache of the launch fast path (``_gpu_only_at`` and ``_device_at``: the
-state's version at which this view was current on the device only, and current there; any transition
-changes the version; ``_device_view`` and ``_device_arg``, what the kernel receives) and the njit
-host ndarray (``_njit_view``, whose fast path the engine arms and disarms).
+gather in one :class:`smartarray._engine.launch.Launch`, whose callback records their writes. The
+launch fast path reads the view's launch cache (``_launch_cache``: an engine object,
+:class:`smartarray._engine.residency.LaunchCache`, which the engine makes, opens and closes: the
+state's version at which this view was current on the device only, and current there; any
+transition changes the version; the device view and what the kernel receives). Kept here is the
+njit host ndarray (``_njit_view``, whose fast path the engine arms and disarms).
 """
 
 from __future__ import annotations
@@ -127,12 +128,13 @@ def prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str) 
     launch = _launch.current(retr, stream)
     buf = self._buf
     version = buf.state.version
-    devary = self._device_view  # read once: an eviction (another thread) clears it
+    cache = self._launch_cache  # the engine's object (residency.LaunchCache), None at first
     if (
-        (self._gpu_only_at == version or (intent == IN and self._device_at == version))
-        and devary is not None
+        cache is not None
+        and (cache.gpu_only_at == version or (intent == IN and cache.device_at == version))
+        and (arg := cache.arg) is not None  # read once: an eviction (another thread) drops it
         and buf.sole == launch.key
-        and (not _devices.several or self._device_on == _devices.current())
+        and (not _devices.several or cache.device == _devices.current())
     ):
         # The loop-of-launches fast path: nothing changed since this view was found
         # current on the device only (or, for a read, current there), and all work in
@@ -143,12 +145,12 @@ def prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str) 
         # meanwhile (a host read before the kernel runs).
         launch.add(buf, self, intent, True)
         if not _residency.claiming:
-            return self._device_arg
+            return arg
         # An allocation may evict (another thread's): claimed first, then checked again.
         # An eviction closes the fast path (under the lock) before it reads the claims, so
         # either it sees this claim, or this check sees the fast path closed.
-        if self._device_view is devary and version in (self._gpu_only_at, self._device_at):
-            return self._device_arg
+        if cache.arg is arg and version in (cache.gpu_only_at, cache.device_at):
+            return arg
         launch.entries.pop()  # evicted meanwhile: the slow path prepares it again
     try:
         return _prepare_launch_slow(self, launch, stream, intent)
@@ -166,12 +168,9 @@ def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, 
     self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
     device = _devices.current()  # (a launch runs on the current device)
     where = _devices.location(device)
-    if self._device_on != device:
-        # Cached for another device's copy: this launch needs this device's.
-        self._device_view = self._device_arg = None
-        self._gpu_only_at = self._device_at = -1
-        self._device_on = device
-    if self._device_view is None:
+    # (A new cache if there was none, or it was another device's: this launch needs this one's.)
+    cache = self._launch_cache = _residency.open_launch_cache(self._launch_cache, device)
+    if cache.view is None:
         self._check_device_geometry()  # before anything moves
     _residency.preparing(launch)  # an allocation now keeps this launch's own claims
     try:
@@ -185,23 +184,22 @@ def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, 
                 covers=self._covers(),
                 launch=stream,
             )
-            if self._device_view is None:
-                devary = self._device_view = memory.device_view(
+            if cache.view is None:
+                devary = memory.device_view(
                     buf.ensure_device(where),
                     self._offset,
                     self._shape,
                     self._strides,
                     self._dtype,
                 )
-                self._device_arg = _numba_cuda.kernel_argument(devary)
-                _residency.cache_view(buf, self)  # an eviction clears the cache
+                arg = _numba_cuda.kernel_argument(devary)
+                # Registered with the buffer: an eviction closes it, dropping the copy drops it.
+                _residency.fill_launch_cache(buf, cache, devary, arg)
             state = buf.state
-            if exclusive:
-                self._gpu_only_at = self._device_at = state.version
-            elif state.is_valid(where, self._lo, self._hi):  # (Out uploads nothing)
-                self._device_at = state.version
+            if exclusive or state.is_valid(where, self._lo, self._hi):  # (Out uploads nothing)
+                cache.open(state.version, exclusive)
             launch.add(buf, self, intent, exclusive)  # claimed until the launch ran
-            return self._device_arg
+            return cache.arg
     finally:
         _residency.preparing(None)
 
@@ -215,7 +213,9 @@ def _after_launch(self: SmartArray, writes: LaunchWrites | None = None) -> Trans
     """
     buf = self._buf
     lo, hi = self._lo, self._hi
-    where = _devices.location(self._device_on)  # (the launch's device)
+    cache = self._launch_cache
+    assert cache is not None  # (a launched argument was prepared: its cache was made)
+    where = _devices.location(cache.device)  # (the launch's device)
     try:
         with buf.lock:
             buf.release(where, lo, hi, INOUT, writes=writes)
@@ -226,7 +226,7 @@ def _after_launch(self: SmartArray, writes: LaunchWrites | None = None) -> Trans
             if state.is_exclusive(where, lo, hi) and not buf.held.any_stale(
                 state.valid(HOST), lo, hi
             ):
-                self._gpu_only_at = self._device_at = state.version
+                cache.open(state.version, True)
     except TransferError as exc:
         if writes is None:
             raise

@@ -80,9 +80,7 @@ def fresh(ary: np.ndarray, shape: tuple[int, ...] | None = None) -> SmartArray:
     result._shape = shape
     result._strides = (dtype.itemsize,)
     result._dtype = dtype
-    result._device_view = result._njit_view = result._njit_fast = result._device_arg = None
-    result._gpu_only_at = result._device_at = -1
-    result._device_on = 0
+    result._launch_cache = result._njit_view = result._njit_fast = None
     result._host_key = NO_KEY
     # A new buffer current on the host only, nothing in flight (its stamp 0): the host fast
     # path open, its read-only ndarray made on the first read (SmartArray._readable).

@@ -222,9 +222,8 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
             else:
                 view._lo = offset + (n - 1) * stride
                 view._hi = offset + dtype.itemsize
-            view._device_view = view._njit_view = view._njit_fast = view._device_arg = None
-            view._gpu_only_at = view._device_at = view._host_at = view._host_only_at = -1
-            view._device_on = 0
+            view._launch_cache = view._njit_view = view._njit_fast = None
+            view._host_at = view._host_only_at = -1
             view._host_item = view._host_cells = view._host_nd = None
             view._host_key = NO_KEY
             return view

@@ -8,8 +8,9 @@ What the layers above may use (``__all__``):
 - :mod:`.launch`: one object per kernel launch, in which the array layer's kernel-argument
   functions (``smartarray/_array/arguments.py``) gather a launch's arguments and whose callback
   records their writes;
-- :mod:`.residency`: the device-memory budget's bookkeeping and eviction, and the protocol of
-  the per-view launch cache (``CachingView``) that SmartArray implements;
+- :mod:`.residency`: the device-memory budget's bookkeeping and eviction, and the per-view
+  launch cache (``LaunchCache``, one object in a view's one slot, which only the engine makes,
+  opens and closes);
 - :mod:`.budget`: the budget as users set and see it;
 - :mod:`.auto_pin`: the automatic page-lock policy and its page-locked budget
   (``set_pinned_budget``; issue 41), which the copies consult before they run;

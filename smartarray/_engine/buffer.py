@@ -85,8 +85,8 @@ def _refused(plan: Plan) -> bool:
 class ArmableView(Protocol):
     """What the engine reads and sets of a view whose ``njit`` calls may skip it (the njit fast
     path): SmartArray implements it in its slots, its side is ``smartarray/_array/arguments.py``.
-    The engine never names the array class (as :class:`~smartarray._engine.residency.CachingView`
-    for the launch fast path)."""
+    The engine never names the array class (the launch fast path's cache is the engine's own
+    object, :class:`~smartarray._engine.residency.LaunchCache`)."""
 
     _njit_view: np.ndarray | None  # the host ndarray njit receives for the view, once made
     _njit_fast: Any  # that ndarray while the fast path is armed, else None (read by the unboxer)

@@ -112,20 +112,19 @@ def drop_device(self: Buffer, where: str = GPU) -> None:
     that frees it.
 
     Only when no byte is current there only (the state refuses otherwise) and no device
-    work is queued on it. Every cache of a device copy goes here, with it: the views'
-    device views (``_device_view``, which also keep the memory alive; those of the other
-    devices' copies are made again on their next launch); the launch fast path
-    (``_gpu_only_at``) is closed by the state's new version. The next access there
+    work is queued on it. Every cache of a device copy goes here, with it: the views' launch
+    caches (:class:`~smartarray._engine.residency.LaunchCache`) drop their device views (which
+    also keep the memory alive; those of the other devices' copies are made again on their next
+    launch) and close the launch fast path. The next access there
     allocates a new copy and uploads only what it needs.
     """
     self.state.drop(where)
     self.device_copies[_devices.ordinal(where)] = None
     rec = self.residency
-    if rec is not None and rec.views:
-        for view in list(rec.views.values()):
-            view._device_view = view._device_arg = None
-            _residency.close_fast_path(view)
-        rec.views.clear()
+    if rec is not None and rec.caches:
+        for cache in list(rec.caches):
+            cache.drop()
+        rec.caches.clear()
 
 
 def adopt_host(self: Buffer, raw: np.ndarray) -> None:

@@ -38,6 +38,7 @@ from .buffer import IN
 
 if TYPE_CHECKING:  # pragma: no cover
     from .buffer import Buffer
+    from .residency import LaunchCache
 
 __all__ = ["Launch", "LaunchArgument", "LaunchWrites", "current"]
 
@@ -45,11 +46,11 @@ __all__ = ["Launch", "LaunchArgument", "LaunchWrites", "current"]
 class LaunchArgument(Protocol):
     """What a launch reads of, and asks of, a view passed as a kernel argument (SmartArray
     implements it; its side is ``smartarray/_array/arguments.py``). The engine never names the
-    array class (as for :class:`~smartarray._engine.residency.CachingView`)."""
+    array class."""
 
     _lo: int  # the view's bytes in its buffer: [_lo, _hi)
     _hi: int
-    _gpu_only_at: int  # the launch fast path's version (see CachingView)
+    _launch_cache: LaunchCache | None  # the launch fast path's cache (the engine's object)
 
     def _after_launch(self, writes: LaunchWrites | None = None) -> TransferError | None:
         """Record the kernel's write to the view's bytes; a failed refresh is returned."""
@@ -186,10 +187,17 @@ class Launch:
                 items = [(device, intent != IN, view._lo, view._hi) for view, intent, _ in args]
                 buf.kernel_queued(pending, self.key, event, items)
                 version = buf.state.version
+                # (A fast argument's launch cache was made by its first preparation; without
+                # one, the write is recorded all the same.)
                 views = [
                     view
                     for view, intent, fast in args
-                    if intent != IN and (not fast or view._gpu_only_at != version)
+                    if intent != IN
+                    and (
+                        not fast
+                        or (cache := view._launch_cache) is None
+                        or cache.gpu_only_at != version
+                    )
                 ]
             if views:
                 writes = LaunchWrites(len(views))

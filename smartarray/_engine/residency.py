@@ -41,7 +41,7 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from numba import cuda
@@ -82,22 +82,72 @@ def default_margin(free: int, total: int) -> int:
     return min(max(free // 10, min(DEFAULT_MARGIN, total // 16)), free // 2)
 
 
-class CachingView(Protocol):
-    """What the engine reads and resets of a view that caches a device view of a buffer's
-    copy for the launch fast path (SmartArray implements it in its slots; the array layer's
-    side is ``smartarray/_array/arguments.py``). The engine never names the array class: an
-    eviction closes the fast path (:func:`close_fast_path`), dropping the copy also forgets the
-    views (``Buffer.drop_device``)."""
+class LaunchCache:
+    """A view's launch cache: what the launch fast path reads (a view's one slot,
+    ``_launch_cache``, holds it; ``None`` until its first slow-path preparation).
 
-    _device_view: Any  # the view of the device copy, or None
-    _device_arg: Any  # what a kernel receives for it
-    _gpu_only_at: int  # the state's version at which the view was current on the device only
-    _device_at: int  # ... and current there (-1: closed)
+    The engine owns it: :func:`open_launch_cache` makes it (and registers it with the buffer's
+    residency record, never the view), :meth:`open` opens the fast path at a state's version,
+    :meth:`close` closes it (an eviction) and :meth:`drop` also forgets the device view (the
+    copy went, ``Buffer.drop_device``). The array layer's side, the fast path itself, is
+    ``smartarray/_array/arguments.py``: it reads these attributes and writes none.
+
+    Attributes
+    ----------
+    view : device array or None
+        The view of the device copy (``None``: made again on the next slow path).
+    arg : object or None
+        What a kernel receives for ``view``.
+    gpu_only_at : int
+        The state's version at which the view was current on the device only (-1: closed).
+    device_at : int
+        ... and current there (-1: closed).
+    device : int
+        The device of ``view`` (several devices: another device's launch makes a new cache).
+    """
+
+    __slots__ = ("view", "arg", "gpu_only_at", "device_at", "device", "__weakref__")
+
+    def __init__(self, device: int) -> None:
+        self.view: Any = None
+        self.arg: Any = None
+        self.gpu_only_at = self.device_at = -1
+        self.device = device
+
+    def open(self, version: int, exclusive: bool) -> None:
+        """Open the fast path at the state's ``version``: the view is current on the device
+        (``exclusive``: there only, so a write needs no record either)."""
+        if exclusive:
+            self.gpu_only_at = version
+        self.device_at = version
+
+    def close(self) -> None:
+        """Make the next launch take the slow path (it re-checks the state)."""
+        self.gpu_only_at = self.device_at = -1
+
+    def drop(self) -> None:
+        """Forget the device view too (its copy went): the slow path makes it again."""
+        self.view = self.arg = None
+        self.close()
 
 
-def close_fast_path(view: CachingView) -> None:
-    """Make ``view``'s next launch take the slow path (it re-checks the state)."""
-    view._gpu_only_at = view._device_at = -1
+def open_launch_cache(cache: LaunchCache | None, device: int) -> LaunchCache:
+    """The launch cache for a view whose slot holds ``cache``, for a launch on ``device``: a
+    new one (closed, no device view) if there was none or it was another device's."""
+    if cache is None or cache.device != device:
+        cache = LaunchCache(device)
+    return cache
+
+
+def fill_launch_cache(buf: Buffer, cache: LaunchCache, view: Any, arg: Any) -> None:
+    """``cache`` holds ``view`` (of ``buf``'s device copy) and its kernel argument ``arg``: it
+    is registered with ``buf``'s residency record, so that an eviction closes it and dropping
+    the copy drops it."""
+    cache.view, cache.arg = view, arg
+    rec = of(buf)
+    if rec.caches is None:
+        rec.caches = weakref.WeakSet()
+    rec.caches.add(cache)
 
 
 class Residency:
@@ -115,22 +165,22 @@ class Residency:
         How many :func:`~smartarray.resident` blocks keep it resident.
     shared : str
         Why it stays resident for good ('' if it may be evicted): its device memory was shared.
-    views : WeakValueDictionary or None
-        The views (by id; SmartArrays are unhashable) that cache a device view of the copy
-        (``_device_view``): an eviction clears those caches (see ``Buffer.drop_device``).
+    caches : WeakSet of LaunchCache or None
+        The views' launch caches that hold a device view of the copy: an eviction closes them,
+        dropping the copy drops them (see ``Buffer.drop_device``).
     handouts : list of (weakref, str)
         What holds the copy's memory outside (``get('gpu')`` tokens, see
         ``memory.handout_view``; live DLPack exports), and why: while one lives, it stays.
     """
 
-    __slots__ = ("tick", "sizes", "keep", "shared", "views", "handouts")
+    __slots__ = ("tick", "sizes", "keep", "shared", "caches", "handouts")
 
     def __init__(self) -> None:
         self.tick = 0
         self.sizes: dict[int, int] = {}
         self.keep = 0
         self.shared = ""
-        self.views: weakref.WeakValueDictionary[int, CachingView] | None = None
+        self.caches: weakref.WeakSet[LaunchCache] | None = None
         self.handouts: list[tuple[weakref.ref[Any], str]] = []
 
 
@@ -207,14 +257,6 @@ def started(launch: weakref.ref[Any]) -> None:
     :func:`_claimed`). Weak: a launch that raised, or whose thread ended, keeps nothing alive
     from here."""
     _launches[threading.get_ident()] = launch
-
-
-def cache_view(buf: Buffer, view: CachingView) -> None:
-    """``view`` caches a device view of ``buf``'s device copy: an eviction clears it."""
-    rec = of(buf)
-    if rec.views is None:
-        rec.views = weakref.WeakValueDictionary()
-    rec.views[id(view)] = view
 
 
 def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
@@ -506,9 +548,9 @@ def _evict_one(buf: Buffer, reason: str, device: int) -> int:
         # Close the lock-free launch fast path first, then read the claims: a launch in another
         # thread claims before it checks the fast path again, so either its claim is seen here or
         # it finds the fast path closed and takes the slow path (which waits for this lock).
-        if rec.views:
-            for view in list(rec.views.values()):
-                close_fast_path(view)
+        if rec.caches:
+            for cache in list(rec.caches):
+                cache.close()
         if _kept(buf, _claimed()):
             return 0
         # Queued device work uses it (stream order): wait for it, as a host read would.

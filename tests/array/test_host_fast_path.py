@@ -535,6 +535,7 @@ def test_every_way_of_making_an_array_sets_every_slot(how):
     r = _made_every_way()[how]
     for name in SmartArray.__slots__:
         getattr(r, name)  # raises if never stored
+    assert r._launch_cache is None  # the engine makes the launch cache at the first launch
     assert type(r) is SmartArray
 
 

@@ -262,12 +262,13 @@ def test_cached_device_views_are_not_reused_after_eviction(budget):
     budget(NB)
     for _ in range(3):
         launch(add_one, a)  # fast path from the 2nd launch on
-    old = a._device_view
-    assert old is not None
+    cache = a._launch_cache
+    old = cache.view
+    assert old is not None and cache.gpu_only_at >= 0  # (the fast path open)
     launch(add_one, b)  # evicts a
-    assert a._device_view is None
+    assert cache.view is None and cache.arg is None and cache.gpu_only_at == cache.device_at == -1
     launch(add_one, a)
-    assert a._device_view is not None and a._device_view is not old
+    assert a._launch_cache.view is not None and a._launch_cache.view is not old
     np.testing.assert_array_equal(np.asarray(a), np.arange(N) + 4)
     np.testing.assert_array_equal(np.asarray(b), np.arange(N) + 101)
 
