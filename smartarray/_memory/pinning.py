@@ -248,7 +248,7 @@ def _mapping(arrays: Sequence[np.ndarray], stream: Any) -> Iterator[Any]:
             _wait_before_unpinning()
 
 
-# What the automatic page-lock policy (smartarray._engine.auto_pin, issue 41) uses.
+# What the automatic page-lock policy (smartarray._engine.auto_pin) uses.
 
 memory_owner = _memory_owner
 

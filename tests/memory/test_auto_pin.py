@@ -1,4 +1,4 @@
-"""The automatic page-lock policy (issue 41): ``set_pinned_budget`` / ``pinned_budget``.
+"""The automatic page-lock policy: ``set_pinned_budget`` / ``pinned_budget``.
 
 Runs in every mode (plain simulator, strict, fake driver); on the fake driver the driver's own
 record of page-locked ranges is checked too, and with its clock the copies' rate.
