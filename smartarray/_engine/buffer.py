@@ -240,7 +240,6 @@ class Buffer:
     copied_on = _device_work.copied_on
     wait_for_host_writers = _device_work.wait_for_host_writers
     _unnamed_stream = _device_work.unnamed_stream
-    _upload_for_launch = _device_work.upload_for_launch
     use_stream = _device_work.use_stream
 
     # -- transitions --------------------------------------------------------------------------
@@ -535,12 +534,7 @@ class Buffer:
             return True
         if intent != OUT or not covers:
             if plan:
-                if launch_stream is _streams.DEFAULT and all(c.source == HOST for c in plan.copies):
-                    # Uploads on smartarray's non-blocking stream, the launch's stream made
-                    # to wait for them: they overlap the default stream's earlier kernels.
-                    self._upload_for_launch(plan, reason, launch_stream, items)
-                else:
-                    self._copy(plan, reason, launch)
+                self._copy(plan, reason, launch)
                 state.apply(plan)
             if self.perf is not None:
                 _perf.uploaded(self, plan.nbytes if plan else 0, lo, hi)

@@ -68,7 +68,6 @@ __all__ = [
     "order_before",
     "queued",
     "unnamed_stream",
-    "upload_for_launch",
     "use_stream",
     "wait_for_device",
     "wait_for_host_writers",
@@ -341,35 +340,6 @@ def kernel_queued(
         _set(self, key, new)
     if touch:
         _residency.touch(self)
-
-
-def upload_for_launch(
-    self: Buffer, plan: Any, reason: str, launch: Any, items: list[Item] | None
-) -> None:
-    """Perform ``plan``'s uploads (host to device only) for a launch on ``launch`` (the
-    default stream, :func:`smartarray._memory.streams.pending`'s form) on smartarray's
-    non-blocking upload stream, so that they overlap the default stream's earlier kernels
-    (issue 41): a pageable upload on the legacy default stream first waits for every kernel
-    queued before it, whichever arrays it uses.
-
-    Ordered on the device, with events (no host wait): the buffer's earlier work that touches
-    ``items`` (on any stream, the launch's included) before the copies, and the launch's
-    stream after them, so that the kernel, and whatever the launch's stream queues later,
-    sees the uploaded bytes. The caller then records the buffer's event on the launch's
-    stream (:func:`queued`): that entry, recorded after the wait, stands for the upload, and
-    host reads, hand-outs, other streams and frees wait for it. A copy that fails is
-    recorded on the upload stream, for what of it was queued. Call with the lock held.
-    """
-    up = _streams.upload_stream()
-    order_before(self, up, items)
-    try:
-        self._copy(plan, reason, up)
-    except BaseException:
-        queued(self, up)  # (what was queued may still run: host reads and frees wait for it)
-        raise
-    event = _streams.launch_event()  # (reused: the wait queued now keeps what it captured)
-    event.record(up)
-    event.wait(_streams.native(launch))
 
 
 def consumer_queued(self: Buffer, stream: Any) -> None:
