@@ -433,13 +433,92 @@ def real_launch(quick: bool = False) -> dict[str, float]:
     return out
 
 
+def real_launch_read(quick: bool = False) -> dict[str, float]:
+    """Nanoseconds per launch that writes an array, followed by the host's read of it, through
+    numba-cuda's real dispatcher (the iterative solver's loop, issue 41): a device array's
+    ``k[1, 32](out, x, y)`` and ``out.copy_to_host(h)`` against a SmartArray's launch and
+    ``out.host()`` (the launch after a host read takes smartarray's slow path each time).
+
+    Only off the simulator; on the fake driver also the time above the driver, its ratio
+    (``real_launch_read_smartarray_above_driver_ratio``: what
+    :attr:`smartarray._fakegpu._clock.Preset.smartarray_call_s` is derived from, with
+    :func:`real_launch`'s) and the driver calls per launch and read.
+    """
+    import time
+    import warnings
+
+    from numba import cuda
+
+    import smartarray as sa
+    from smartarray import _fakegpu, memory
+
+    if memory.SIMULATOR:
+        return {}
+
+    def body(out: Any, x: Any, y: Any) -> None:  # pragma: no cover - compiled
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = x[i] + y[i]
+
+    plain = cuda.jit(body)
+    smart = tuple(sa.SmartArray(np.zeros(32)) for _ in range(3))
+    device = tuple(sa.to_device(np.zeros(32)) for _ in range(3))
+    landing = np.zeros(32)
+
+    def numba_step() -> None:
+        plain[1, 32](*device)
+        device[0].copy_to_host(landing)
+
+    def smart_step() -> None:
+        plain[1, 32](*smart)
+        smart[0].host()
+
+    variants = {"device_array": numba_step, "smartarray": smart_step}
+    number, rounds = (10, 6) if quick else (30, 30)
+    best = dict.fromkeys(variants, float("inf"))
+    host = dict.fromkeys(variants, float("inf"))
+    calls = dict.fromkeys(variants, 0.0)
+    fake = _fakegpu.current()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numba's low-occupancy warning, once per launch
+        for call in variants.values():
+            call()
+        for r in range(rounds):
+            names = list(variants) if r % 2 == 0 else list(variants)[::-1]
+            for name in names:
+                call = variants[name]
+                in_driver = fake.thread_time_ns if fake is not None else 0
+                made = sum(fake.calls.values()) if fake is not None else 0
+                start = time.thread_time_ns()
+                for _ in range(number):
+                    call()
+                elapsed = time.thread_time_ns() - start
+                best[name] = min(best[name], elapsed / number)
+                if fake is not None:
+                    in_driver = fake.thread_time_ns - in_driver
+                    host[name] = min(host[name], (elapsed - in_driver) / number)
+                    calls[name] = (sum(fake.calls.values()) - made) / number
+                cuda.synchronize()
+    out = {f"real_launch_read_{name}_ns": value for name, value in best.items()}
+    out["real_launch_read_smartarray_ratio"] = best["smartarray"] / best["device_array"]
+    if fake is not None:
+        for name in variants:
+            out[f"real_launch_read_{name}_above_driver_ns"] = host[name]
+            out[f"real_launch_read_{name}_driver_calls"] = calls[name]
+        out["real_launch_read_smartarray_above_driver_ratio"] = (
+            host["smartarray"] / host["device_array"]
+        )
+    return out
+
+
 def run(quick: bool = False) -> dict[str, float]:
     """All overhead figures: ``njit_*``, ``launch_prep_*``, ``jit_launch_*`` (units in names)
-    on the simulator; ``real_launch_*`` (numba-cuda's real dispatcher) off it."""
+    on the simulator; ``real_launch_*`` and ``real_launch_read_*`` (numba-cuda's real
+    dispatcher) off it."""
     import smartarray as sa
 
     if not sa.memory.SIMULATOR:
-        return real_launch(quick)
+        return {**real_launch(quick), **real_launch_read(quick)}
     out = {**njit_call(quick), **launch_preparation(quick), **jit_launch(quick)}
     out.update(budgeted_launch(quick))
     out.update(_ratios(out))

@@ -49,9 +49,11 @@ would otherwise fall inside the next variant's region; smartarray keeps a dead a
 copy until its work ran) and waits for all devices. ``--profile VARIANT`` prints cProfile's
 15 functions of most own time in that variant's measured timed regions, per workload.
 
-Every variant charges the host clock smartarray's own per-call overhead
-(:attr:`~smartarray._fakegpu._clock.Preset.smartarray_call_s`) for each SmartArray launch
-and host read: the smartarray variants only, so the comparison is against numba's own cost.
+The smartarray variants charge the host clock smartarray's own per-call overhead
+(:attr:`~smartarray._fakegpu._clock.Preset.smartarray_call_s`, 1.8 us: ``bench_overhead.py``'s
+measured ratio of a SmartArray launch and host read to numba's launch and ``copy_to_host``,
+applied to what the model charges numba's) for each SmartArray launch, prefetch and host read;
+the other variants pay numba's own cost only.
 Host arrays: the streamed batch's smartarray variants hold the outputs ``.host()`` returned
 (each is written once, so holding costs nothing); the other workloads hold none across device
 writes (a held array is refreshed as soon as the device copy changes): they read through

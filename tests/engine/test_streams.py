@@ -777,3 +777,30 @@ def _jit_copy_in(out, x):
     i = cuda.grid(1)
     if i < x.size:
         out[i] = x[i]
+
+
+# -- the uploads of a default-stream launch (issue 41) ----------------------------------------
+
+
+def _fresh_arrays_launched_on_the_default_stream(rounds: int = 6) -> None:
+    """Each launch uploads a fresh array (its device copy new) on the default stream; the
+    kernel must see the uploaded bytes, wherever the upload was queued."""
+    arrays = []
+    for i in range(rounds):
+        a = sa.SmartArray(np.full(64, float(i)))
+        add_one[1, 64](a)
+        arrays.append(a)
+    for i, a in enumerate(arrays):
+        np.testing.assert_array_equal(a.host(), np.full(64, i + 1.0))
+
+
+def test_a_default_stream_launch_sees_the_bytes_it_uploaded():
+    _fresh_arrays_launched_on_the_default_stream()
+
+
+@pytest.mark.strict_mode
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("per_thread", [False, True])
+def test_strict_a_default_stream_launch_sees_the_bytes_it_uploaded(per_thread, seed):
+    with strict(seed=seed, per_thread_default_stream=per_thread):
+        _fresh_arrays_launched_on_the_default_stream()
