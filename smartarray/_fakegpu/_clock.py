@@ -138,7 +138,7 @@ class Preset:
         smartarray's own host time per SmartArray launch or host read above numba's:
         ``benchmarks/bench_overhead.py``'s measured ratio of smartarray's host time above the
         driver to numba's, for a launch that writes an array followed by its host read
-        (``real_launch_read_smartarray_above_driver_ratio``, about 1.43, issue 41), applied
+        (``real_launch_read_smartarray_above_driver_ratio``, about 1.43), applied
         to what this model charges numba's equivalent calls (a launch and a ``copy_to_host``:
         ``cuLaunchKernelEx``, ``cuMemcpyDtoH`` and their context queries, 4.2 us each):
         ``0.43 * 4.2 us``, about 1.8 us a call. The model charges none of numba's own Python

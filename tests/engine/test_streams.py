@@ -779,7 +779,7 @@ def _jit_copy_in(out, x):
         out[i] = x[i]
 
 
-# -- the uploads of a default-stream launch (issue 41) ----------------------------------------
+# -- the uploads of a default-stream launch ----------------------------------------------------
 
 
 def _fresh_arrays_launched_on_the_default_stream(rounds: int = 6) -> None:
