@@ -75,9 +75,6 @@ KNOWN_TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
         "Buffer's collaborators (its copies, its device work, launches, prefetches, residency, "
         "the page-lock policy) annotate the Buffer they serve, which calls them"
     ),
-    _modules("coherence.", "_state", "_locations", "_planning", "_series"): (
-        "BufferState's planner and location helpers annotate the state they serve, which calls them"
-    ),
     _modules("_fakegpu.", "_clock", "_queue"): (
         "the fake driver's clock and queue name each other's types (a test double)"
     ),
