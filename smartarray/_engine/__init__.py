@@ -17,8 +17,8 @@ What the layers above may use (``__all__``):
 - :mod:`.array_classes`: where the array layer registers the classes the code below it makes;
 - :mod:`.interface`: what the layers above, other than the array's own, read of a view's
   engine side (its buffer, its bytes, its hand-outs), never its private slots;
-- :mod:`.prefetch`: copies started early on a stream (``SmartArray.prefetch``), and the wait
-  of host accesses for a download so started.
+- :mod:`.prefetch`: copies started early on a stream (``SmartArray.prefetch``); host
+  accesses wait for a download so started (``Buffer.arrive``).
 
 The engine's own rooms, used by nothing above it: :mod:`.buffer_copies` (the copies that make
 bytes current), :mod:`.device_work` (which stream holds a buffer's work), :mod:`.held` (host

@@ -23,17 +23,29 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from .._memory import pinning as _pinning
 from .._memory.checks import check_byte_budget
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .buffer import Buffer
-
 __all__ = ["PinnedBudget", "pinned_budget", "reset", "set_pinned_budget", "threshold"]
+
+
+class PinningBuffer(Protocol):
+    """What the page-lock policy reads of a buffer whose host copy it may page-lock (the
+    engine's :class:`~smartarray._engine.buffer.Buffer`, which calls it: the policy never
+    names the class). It keys its records by the buffer (weakly) and takes its lock, without
+    blocking, before it unpins a copy the buffer may be copying."""
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the buffer's host copy is page-locked already (``pinned=True``)."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The buffer's lock."""
 
 
 class PinnedBudget(NamedTuple):
@@ -97,13 +109,13 @@ class _Entry:
 
     __slots__ = ("host", "nbytes", "pin", "owner", "last")
 
-    def __init__(self, host: np.ndarray, pin: Any, owner: Buffer, last: int) -> None:
+    def __init__(self, host: np.ndarray, pin: Any, owner: PinningBuffer, last: int) -> None:
         self.host = host
         #: The policy's staged-traffic count at this registration's latest copy.
         self.last = last
         self.nbytes = int(host.nbytes)
         self.pin = pin
-        self.owner: weakref.ref[Buffer] = weakref.ref(owner)
+        self.owner: weakref.ref[PinningBuffer] = weakref.ref(owner)
 
 
 class _Policy:
@@ -113,7 +125,7 @@ class _Policy:
         self.lock = threading.RLock()
         #: The budget in bytes, or None: off (read without the lock on the copy path).
         self.budget: int | None = None
-        self.moved: weakref.WeakKeyDictionary[Buffer, int] = weakref.WeakKeyDictionary()
+        self.moved: weakref.WeakKeyDictionary[PinningBuffer, int] = weakref.WeakKeyDictionary()
         #: Live registrations, least recently moved first, by ``id`` of the buffer.
         self.live: OrderedDict[int, _Entry] = OrderedDict()
         #: Registrations whose unlock is deferred (their memory kept alive here).
@@ -126,7 +138,7 @@ class _Policy:
 
     # The copy path -------------------------------------------------------------------
 
-    def before_copy(self, buf: Buffer, host: np.ndarray, staged: int) -> None:
+    def before_copy(self, buf: PinningBuffer, host: np.ndarray, staged: int) -> None:
         """Called with ``buf``'s lock held before it copies ``staged`` bytes from or to
         ``host``: count them, and page-lock ``host`` now if they paid for it."""
         if staged <= 0 or buf.pinned or not _owned(host):
@@ -170,7 +182,7 @@ class _Policy:
     def used(self) -> int:
         return sum(e.nbytes for e in self.live.values())
 
-    def _make_room(self, nbytes: int, budget: int, keep: Buffer | None) -> bool:
+    def _make_room(self, nbytes: int, budget: int, keep: PinningBuffer | None) -> bool:
         """Free registrations until ``nbytes`` more fit ``budget``; False if they cannot.
 
         Dead registrations go first, then the least recently moved live ones that went idle:
@@ -253,7 +265,7 @@ class _Policy:
                 self.registered_total,
             )
 
-    def is_locked(self, buf: Buffer) -> bool:
+    def is_locked(self, buf: PinningBuffer) -> bool:
         with self.lock:
             entry = self.live.get(id(buf))
             return entry is not None and entry.owner() is buf

@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -38,12 +38,8 @@ from .._observe import performance as _perf
 from ..coherence import BufferState, IntervalSet, Plan
 from . import buffer_copies as _buffer_copies
 from . import device_work as _device_work
-from . import prefetch as _prefetch
 from . import residency as _residency
 from .held import HeldHostArrays
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .launch import LaunchWrites
 
 __all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "ArmableView", "Buffer"]
 
@@ -80,6 +76,15 @@ def _refused(plan: Plan) -> bool:
         guard.refuses(_buffer_copies.direction(c.source, c.target), "consolidation")
         for c in plan.copies
     )
+
+
+class LaunchWrites(Protocol):
+    """What :meth:`Buffer.release` reads and sets of one launch's record of its writes to the
+    buffer (:class:`smartarray._engine.launch.LaunchWrites`, which names the buffer: the launch
+    object sits above it)."""
+
+    pending: int  # writes still to record
+    ranges: list[tuple[int, int]]  # the byte ranges recorded so far
 
 
 class ArmableView(Protocol):
@@ -174,7 +179,7 @@ class Buffer:
         # refreshed at the next host access, once the consumer is done writing.
         self.held_stale = False
         # The events after the downloads prefetch() queued to the host copy (None: none in
-        # flight): host accesses wait for them first (smartarray._engine.prefetch.arrive).
+        # flight): host accesses wait for them first (:meth:`arrive`).
         self.arriving: list[Any] | None = None
         # The host fast path's stamp (see :meth:`host_ready`): a view that found its bytes
         # ready for lock-free host access keeps the stamp it found; any transition that may
@@ -241,6 +246,19 @@ class Buffer:
     wait_for_host_writers = _device_work.wait_for_host_writers
     _unnamed_stream = _device_work.unnamed_stream
     use_stream = _device_work.use_stream
+
+    def arrive(self) -> None:
+        """Wait for the downloads to the host copy that
+        :func:`~smartarray._engine.prefetch.prefetch` started, if any is in flight.
+
+        Called by every host access of the buffer (with its lock held) before it reads or
+        writes the host copy.
+        """
+        events = self.arriving
+        if events:
+            for event in events:
+                event.synchronize()
+            self.arriving = None
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -477,7 +495,7 @@ class Buffer:
             launch needs no post-launch record unless the state moves meanwhile).
         """
         if where == HOST:
-            _prefetch.arrive(self)
+            self.arrive()
             if self.held_stale:
                 self.refresh_held()
             if intent == OUT and covers:

@@ -24,7 +24,6 @@ from .._observe import performance as _perf
 from ..coherence import Plan
 from ..errors import TransferError
 from . import auto_pin as _auto_pin
-from . import prefetch as _prefetch
 from . import residency as _residency
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -163,7 +162,7 @@ def copy(self: Buffer, plan: Plan, reason: str, stream: Any, wait: bool = True) 
     """Perform the copies of a plan on ``stream``; TransferError if one fails.
 
     ``wait=False`` leaves downloads on a stream other than the default in flight (the caller
-    makes host accesses wait for them: smartarray._engine.prefetch).
+    makes host accesses wait for them: smartarray._engine.prefetch, ``Buffer.arrive``).
 
     A copy between two devices goes peer to peer (counted ``d2d``); the plan has none
     between devices that cannot reach each other (see :meth:`_stage`).
@@ -256,7 +255,7 @@ def sync(self: Buffer, where: str, lo: int, hi: int, reason: str, stream: Any = 
     """
     with self.lock:
         if where == HOST:
-            _prefetch.arrive(self)  # a prefetched download in flight lands first
+            self.arrive()  # a prefetched download in flight lands first
         if where not in self.state.locations:
             self.locate(where)  # this device's first use (its copy: on need)
         plan = self._plan_read(where, lo, hi, reason)

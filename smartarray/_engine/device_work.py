@@ -2,7 +2,8 @@
 
 The operations of :class:`smartarray._engine.buffer.Buffer` that read and write what it knows
 of work still in flight on it. They are bound in ``Buffer``'s class body (one class at run
-time), kept here as one concept: nothing else writes that state.
+time), kept here as one concept: nothing else writes that state. They name what they read of
+the buffer in :class:`WorkingBuffer`, never the class.
 
 - ``work``: every device work still queued on the buffer, whichever thread or stream queued it,
   as one :class:`Work` per stream identity (:func:`smartarray._memory.streams.identity`; with
@@ -42,9 +43,10 @@ from __future__ import annotations
 
 import itertools
 import sys
+import threading
 import time
 from collections.abc import Hashable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from numba import cuda
 
@@ -52,9 +54,6 @@ from .._memory import devices as _devices
 from .._memory import streams as _streams
 from .._memory.devices import HOST
 from . import residency as _residency
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .buffer import Buffer
 
 __all__ = [
     "Mark",
@@ -73,6 +72,23 @@ __all__ = [
     "wait_for_host_writers",
     "works_on",
 ]
+
+
+class WorkingBuffer(Protocol):
+    """What the functions here read and set of the buffer they are bound into (the engine's
+    :class:`~smartarray._engine.buffer.Buffer`; they never name the class): its work in flight,
+    the stream and device it was made with, its lock, and its residency record (new work marks
+    its device copy used)."""
+
+    work: dict[Any, Work]
+    sole: Any
+    host_writers: list[Any]
+    home_stream: Any
+    home_device: int
+    residency: _residency.Residency | None
+
+    @property
+    def lock(self) -> threading.RLock: ...
 
 
 class Mark:
@@ -223,7 +239,7 @@ def _thread_of(key: Hashable) -> int:
     return 0
 
 
-def in_flight(self: Buffer) -> bool:
+def in_flight(self: WorkingBuffer) -> bool:
     """Whether any device work or host writer may still be in flight on this buffer.
 
     O(1) when nothing is in flight, lock-free (it only reads), conservative: device work
@@ -240,7 +256,7 @@ def in_flight(self: Buffer) -> bool:
     return bool(writers) and any(writing(view) for view in list(writers))
 
 
-def _set(self: Buffer, key: Hashable, entry: Work) -> None:
+def _set(self: WorkingBuffer, key: Hashable, entry: Work) -> None:
     """Make ``entry`` the work of ``key``'s stream; drop the entries found finished."""
     work = self.work
     if key not in work:
@@ -251,7 +267,7 @@ def _set(self: Buffer, key: Hashable, entry: Work) -> None:
     self.sole = key if len(work) == 1 else None
 
 
-def _prune(self: Buffer, keep: Hashable) -> None:
+def _prune(self: WorkingBuffer, keep: Hashable) -> None:
     """Drop entries whose event says their work finished (a query; no host wait)."""
     work = self.work
     for key in [k for k, w in work.items() if k != keep and w.event is not None]:
@@ -271,7 +287,7 @@ def _marked(entry: Work) -> bool:
     return marks is not None and any(m.event is own for m in marks.values())
 
 
-def queued(self: Buffer, stream: Any, items: list[Item] | None = None) -> None:
+def queued(self: WorkingBuffer, stream: Any, items: list[Item] | None = None) -> None:
     """Device work on this buffer was just queued on ``stream`` (0: the default stream);
     ``items``: what it touches (:func:`footprint`), ``None``: unknown.
 
@@ -305,7 +321,7 @@ def queued(self: Buffer, stream: Any, items: list[Item] | None = None) -> None:
 
 
 def kernel_queued(
-    self: Buffer,
+    self: WorkingBuffer,
     pending: Any,
     key: Hashable,
     event: Any,
@@ -342,7 +358,7 @@ def kernel_queued(
         _residency.touch(self)
 
 
-def consumer_queued(self: Buffer, stream: Any) -> None:
+def consumer_queued(self: WorkingBuffer, stream: Any) -> None:
     """A consumer (a DLPack importer) works on this buffer on ``stream`` from now on, a stream
     that is never destroyed (:data:`~smartarray._memory.streams.DEFAULT` or
     :data:`~smartarray._memory.streams.LEGACY`): host access waits for that stream itself, not
@@ -357,7 +373,7 @@ def consumer_queued(self: Buffer, stream: Any) -> None:
     self.sole = key
 
 
-def works_on(self: Buffer, stream: Any) -> bool:
+def works_on(self: WorkingBuffer, stream: Any) -> bool:
     """Whether all device work recorded on this buffer is on ``stream`` (of the current
     device), and there is some: work queued there next is ordered after it."""
     sole = self.sole
@@ -377,7 +393,7 @@ def _host_wait(entry: Work) -> None:
             _streams.synchronize(entry.stream)  # never destroyed: named by its handle
 
 
-def wait_for_device(self: Buffer) -> None:
+def wait_for_device(self: WorkingBuffer) -> None:
     """Block until every device work recorded on this buffer finished (whichever thread or
     stream queued it); then nothing of it is recorded in flight."""
     with self.lock:
@@ -390,7 +406,9 @@ def wait_for_device(self: Buffer) -> None:
         self.sole = None
 
 
-def order_before(self: Buffer, after: Any, items: list[Item] | None = None) -> list[Hashable]:
+def order_before(
+    self: WorkingBuffer, after: Any, items: list[Item] | None = None
+) -> list[Hashable]:
     """Make work queued later on ``after`` wait for this buffer's device work on every other
     stream; with ``items`` (what that work touches: :func:`footprint`), only for the work
     that touches the same bytes at the same location, one of the two writing. Returns the
@@ -435,7 +453,7 @@ def order_before(self: Buffer, after: Any, items: list[Item] | None = None) -> l
     return ordered
 
 
-def join(self: Buffer, stream: Any, items: list[Item] | None = None) -> None:
+def join(self: WorkingBuffer, stream: Any, items: list[Item] | None = None) -> None:
     """Order every other stream's work on this buffer before work queued next on ``stream``,
     and record that: ``stream``'s entry then stands for all of it (the set shrinks to one).
     With ``items`` (what that work touches), only the work that touches its bytes is ordered,
@@ -455,7 +473,7 @@ def join(self: Buffer, stream: Any, items: list[Item] | None = None) -> None:
     self.sole = key
 
 
-def use_stream(self: Buffer, stream: Any) -> None:
+def use_stream(self: WorkingBuffer, stream: Any) -> None:
     """Put copies that name no stream on ``stream`` (a checked stream, or 0: the default
     stream) while no device work is queued on this buffer; ``stream`` is the current device's.
     """
@@ -463,7 +481,7 @@ def use_stream(self: Buffer, stream: Any) -> None:
     self.home_device = _devices.current() if stream != 0 else 0
 
 
-def unnamed_stream(self: Buffer) -> Any:
+def unnamed_stream(self: WorkingBuffer) -> Any:
     """The stream for copies that name none, ordered after all of the buffer's device work.
 
     The array's own stream (``SmartArray(x, stream=s)``), else ``0`` (the default stream),
@@ -501,7 +519,7 @@ def unnamed_stream(self: Buffer) -> Any:
     return stream
 
 
-def copied_on(self: Buffer, stream: Any) -> None:
+def copied_on(self: WorkingBuffer, stream: Any) -> None:
     """The host just waited for all work on ``stream`` (a download): its entry is done."""
     key = key_of(_streams.pending(stream), _devices.current())
     if self.work.pop(key, None) is not None:
@@ -523,7 +541,7 @@ def writing(view: Any) -> bool:
     return sys.getrefcount(view._njit_view) > _IDLE_REFS
 
 
-def wait_for_host_writers(self: Buffer, copies: Any) -> None:
+def wait_for_host_writers(self: WorkingBuffer, copies: Any) -> None:
     """Wait for the host writers whose bytes one of ``copies`` (a plan's) reads or writes;
     forget the writers found finished. The lock may stay held: the calls never take it."""
     writers = self.host_writers

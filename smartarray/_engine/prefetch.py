@@ -5,7 +5,7 @@ without waiting for them (from page-locked host memory; a copy from or to pageab
 synchronous, as CUDA makes it). Work queued later on other streams is ordered after them (the
 buffer's event, as after a launch). A download to the host leaves an *arrival* event on the
 buffer, one per download in flight (downloads of different parts of one buffer may run side by
-side): the next host access of the buffer waits for them (:func:`arrive`), so a host read waits
+side): the next host access of the buffer waits for them (``Buffer.arrive``), so a host read waits
 only there, not when the download starts. A download to a host copy the user holds (an ndarray
 handed out, read without smartarray seeing it) is waited for at once. A prefetch to a device
 with nothing to copy still allocates the device copy there: allocation ahead, outside a
@@ -24,22 +24,9 @@ from . import device_work as _device_work
 if TYPE_CHECKING:  # pragma: no cover
     from .buffer import Buffer
 
-__all__ = ["arrive", "prefetch"]
+__all__ = ["prefetch"]
 
 _REASON = "prefetch"
-
-
-def arrive(buf: Buffer) -> None:
-    """Wait for a download :func:`prefetch` started to the host copy, if one is in flight.
-
-    Called by every host access of the buffer (with its lock held) before it reads or writes
-    the host copy.
-    """
-    events = buf.arriving
-    if events:
-        for event in events:
-            event.synchronize()
-        buf.arriving = None
 
 
 def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
@@ -85,6 +72,6 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
             event = _streams.launch_event()
             event.record(_streams.native(pending))
             buf.kernel_queued(pending, _device_work.key_of(pending), event, items, touch=False)
-            buf.arriving = [*(buf.arriving or ()), event]
+            buf.arriving = [*(buf.arriving or ()), event]  # Buffer.arrive waits for them
         else:
             buf.queued(stream, items)

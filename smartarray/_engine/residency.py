@@ -41,7 +41,8 @@ import itertools
 import sys
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import numpy as np
 from numba import cuda
@@ -56,7 +57,7 @@ from ..stats import evicted  # (not the module as an attribute: the package rebi
 from .deferred_lock import DeferringLock
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .buffer import Buffer
+    from ..coherence import BufferState
 
 __all__ = [
     "DeviceBudget",
@@ -80,6 +81,40 @@ def default_margin(free: int, total: int) -> int:
     """The bytes the default budget leaves free on a device with ``free`` of ``total`` bytes
     free: it scales with the device, and a device with free memory never gets a budget of 0."""
     return min(max(free // 10, min(DEFAULT_MARGIN, total // 16)), free // 2)
+
+
+class Recorded(Protocol):
+    """A buffer's residency record (:func:`of` makes it on first need)."""
+
+    residency: Residency | None
+
+
+class ResidentBuffer(Recorded, Protocol):
+    """What the device-memory budget reads and calls of a buffer whose device copies it counts
+    and evicts (the engine's :class:`~smartarray._engine.buffer.Buffer`, which calls the
+    budget: the budget never names the class): its size and name, its validity state, its
+    lock, its device copies and work in flight (kept by the release of a buffer gone), its
+    held host arrays, and the calls that download, wait for and give back a device copy."""
+
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def state(self) -> BufferState: ...
+    @property
+    def lock(self) -> threading.RLock: ...
+    @property
+    def device_copies(self) -> list[Any]: ...
+    @property
+    def work(self) -> Mapping[Any, Any]: ...
+    @property
+    def held(self) -> Any: ...  # its held host arrays: truthy while any is held
+
+    def device_copy(self, where: str = ...) -> Any: ...
+    def drop_device(self, where: str = ...) -> None: ...
+    def sync(self, where: str, lo: int, hi: int, reason: str, stream: Any = ...) -> None: ...
+    def wait_for_device(self) -> None: ...
 
 
 class LaunchCache:
@@ -139,7 +174,7 @@ def open_launch_cache(cache: LaunchCache | None, device: int) -> LaunchCache:
     return cache
 
 
-def fill_launch_cache(buf: Buffer, cache: LaunchCache, view: Any, arg: Any) -> None:
+def fill_launch_cache(buf: ResidentBuffer, cache: LaunchCache, view: Any, arg: Any) -> None:
     """``cache`` holds ``view`` (of ``buf``'s device copy) and its kernel argument ``arg``: it
     is registered with ``buf``'s residency record, so that an eviction closes it and dropping
     the copy drops it."""
@@ -206,7 +241,7 @@ _budget: int | None = None  # set by the user
 _budget_set = False  # whether the user set one (None then means: unlimited)
 _default: dict[int, int | None] = {}  # each device's default on a GPU, computed at first use
 _used: dict[int, int] = {}  # device -> bytes of the resident copies there
-_resident: dict[tuple[int, int], weakref.ref[Buffer]] = {}  # (id(buffer), device) -> buffer
+_resident: dict[tuple[int, int], weakref.ref[ResidentBuffer]] = {}  # (id(buffer), device) -> buffer
 _ticks = itertools.count(1)
 #: Whether an allocation may evict, so launches claim their arguments (see :func:`started`):
 #: a budget is set, or allocations can fail (a GPU, strict mode's finite memory). Only the
@@ -236,7 +271,7 @@ _HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # ha
 # -- records --------------------------------------------------------------------------------
 
 
-def of(buf: Buffer) -> Residency:
+def of(buf: Recorded) -> Residency:
     """The residency record of ``buf``, made on first need."""
     rec = buf.residency
     if rec is None:
@@ -244,7 +279,7 @@ def of(buf: Buffer) -> Residency:
     return rec
 
 
-def touch(buf: Buffer) -> None:
+def touch(buf: Recorded) -> None:
     """Mark ``buf``'s device copy used now (LRU order)."""
     rec = buf.residency
     if rec is not None:
@@ -259,7 +294,7 @@ def started(launch: weakref.ref[Any]) -> None:
     _launches[threading.get_ident()] = launch
 
 
-def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
+def handed_out(buf: ResidentBuffer, devary: Any, why: str = _HANDED_OUT) -> None:
     """``devary`` lives while the copy's memory is held outside: the copy stays (``why``)."""
     rec = of(buf)
     rec.handouts = [r for r in rec.handouts if r[0]() is not None]
@@ -269,12 +304,12 @@ def handed_out(buf: Buffer, devary: Any, why: str = _HANDED_OUT) -> None:
         rec.shared = "its device memory was handed out"
 
 
-def share(buf: Buffer, why: str) -> None:
+def share(buf: ResidentBuffer, why: str) -> None:
     """``buf``'s device memory is shared for good (``why``): it is never evicted."""
     of(buf).shared = why
 
 
-def adopt(buf: Buffer, device: int = 0) -> None:
+def adopt(buf: ResidentBuffer, device: int = 0) -> None:
     """``buf`` adopted device memory (``copy=False``) on ``device``: resident, counted, never
     evicted."""
     with _lock:
@@ -282,7 +317,7 @@ def adopt(buf: Buffer, device: int = 0) -> None:
         _register(buf, buf.nbytes, device)
 
 
-def _register(buf: Buffer, nbytes: int, device: int) -> None:
+def _register(buf: ResidentBuffer, nbytes: int, device: int) -> None:
     rec = of(buf)
     key = (id(buf), device)
     # The release needs them after the buffer is gone; both are only ever changed in place.
@@ -382,7 +417,7 @@ def _free_retired(wait: bool = False) -> int:
     return freed
 
 
-def _unregister(buf: Buffer, device: int) -> None:
+def _unregister(buf: ResidentBuffer, device: int) -> None:
     rec = buf.residency
     with _lock:
         if _resident.pop((id(buf), device), None) is not None and rec is not None:
@@ -454,7 +489,7 @@ def budget_of(device: int) -> DeviceBudget:
 # -- allocation and eviction ----------------------------------------------------------------
 
 
-def _buffers(device: int) -> list[Buffer]:
+def _buffers(device: int) -> list[ResidentBuffer]:
     """The buffers with a copy resident on ``device``."""
     out = []
     for (_, on), ref in list(_resident.items()):
@@ -504,7 +539,7 @@ def _claimed() -> set[Residency]:
     return claimed
 
 
-def _kept(buf: Buffer, claimed: set[Residency]) -> str:
+def _kept(buf: ResidentBuffer, claimed: set[Residency]) -> str:
     """Why ``buf``'s device copy may not be evicted now ('' if it may)."""
     rec = buf.residency
     if rec is None:
@@ -520,7 +555,7 @@ def _kept(buf: Buffer, claimed: set[Residency]) -> str:
     return ""
 
 
-def _only_there(buf: Buffer, where: str) -> Any:
+def _only_there(buf: ResidentBuffer, where: str) -> Any:
     """The bytes current at ``where`` only (an eviction downloads them first)."""
     state = buf.state
     only = state.valid(where)
@@ -530,12 +565,12 @@ def _only_there(buf: Buffer, where: str) -> Any:
     return only
 
 
-def _dirty(buf: Buffer, device: int) -> bool:
+def _dirty(buf: ResidentBuffer, device: int) -> bool:
     """Whether some byte is current on ``device`` only (it must be downloaded first)."""
     return bool(_only_there(buf, _devices.location(device)))
 
 
-def _evict_one(buf: Buffer, reason: str, device: int) -> int:
+def _evict_one(buf: ResidentBuffer, reason: str, device: int) -> int:
     """Give back ``buf``'s copy on ``device``; return the device bytes freed (0: it stays)."""
     if not buf.lock.acquire(blocking=False):  # in use by another thread now
         _skipped[id(buf)] = "another thread holds its lock"
@@ -584,7 +619,7 @@ def _evict_one(buf: Buffer, reason: str, device: int) -> int:
         buf.lock.release()
 
 
-def _evict(need: int, exclude: Buffer, reason: str, device: int = 0) -> int:
+def _evict(need: int, exclude: ResidentBuffer, reason: str, device: int = 0) -> int:
     """Evict copies on ``device`` (clean ones first, then least recently used) until
     ``need`` bytes are freed or nothing more may go; return the bytes freed."""
     claimed = _claimed()
@@ -603,7 +638,7 @@ def _evict(need: int, exclude: Buffer, reason: str, device: int = 0) -> int:
     return freed
 
 
-def _no_room(buf: Buffer, budget: int | None, cause: str, device: int) -> DeviceMemoryError:
+def _no_room(buf: ResidentBuffer, budget: int | None, cause: str, device: int) -> DeviceMemoryError:
     claimed = _claimed()
     listed = [
         (
@@ -631,7 +666,7 @@ def _no_room(buf: Buffer, budget: int | None, cause: str, device: int) -> Device
     )
 
 
-def allocate(buf: Buffer, device: int = 0) -> Any:
+def allocate(buf: ResidentBuffer, device: int = 0) -> Any:
     """Allocate ``buf``'s copy on ``device`` (the current one) within that device's budget,
     evicting others there if needed.
 

@@ -2,10 +2,9 @@
 
 One private module per concept: ``_intervals.py`` (:class:`IntervalSet`), ``_plan.py``
 (:class:`Plan`, :class:`Copy`), ``_cost.py`` (:class:`TransferCost`, the process-wide model),
-``_series.py`` (scattered series of reads: when one span copy beats one copy per read),
-``_state.py`` (:class:`BufferState`), with its locations (``_locations.py``: added on first use,
-each target's preferred sources) and its planning of reads and consolidations
-(``_planning.py``); the public names are the ones exported here.
+``_state.py`` (:class:`BufferState`) and ``_planning.py`` (the planner a state holds: the copies
+of a read with stale bytes, of a consolidation, of a scattered series of reads); the public
+names are the ones exported here.
 
 This package is the heart of smartarray's coherence model (see "The coherence model" in
 ``docs/user_guide.rst``). It is pure Python: it imports nothing from NumPy, Numba or the rest

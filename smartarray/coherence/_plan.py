@@ -92,7 +92,7 @@ class Plan:
         self,
         copies: tuple[Copy, ...] = (),
         new_valid: dict[str, IntervalSet] | None = None,
-        owner: object = None,  # the BufferState that made it (compared by identity)
+        owner: object = None,  # the planner of the BufferState that made it (by identity)
         version: int = -1,
         nbytes: int | None = None,
     ) -> None:

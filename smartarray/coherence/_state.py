@@ -1,7 +1,8 @@
 """The per-buffer validity state machine: which bytes of one base buffer are current where.
 
 See :mod:`smartarray.coherence` for the contract (invariant, reading, writing, fragmentation
-cap). Pure Python, standard library only.
+cap). The state holds its planner (``_planning.py``), which it asks on its slow paths. Pure
+Python, standard library only.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from bisect import bisect_right
 from collections.abc import Iterable
 from operator import index
 
-from . import _locations, _planning
 from ._cost import TransferCost, _checked, _current
 from ._intervals import (
     EMPTY_SET,
@@ -23,7 +23,7 @@ from ._plan import (
     Plan,
     StalePlanError,
 )
-from ._series import SCATTER_RUNS
+from ._planning import SCATTER_RUNS, Planner
 
 __all__ = ["DEFAULT_MAX_RUNS", "SCATTER_RUNS", "BufferState"]
 
@@ -124,17 +124,7 @@ class BufferState:
     IntervalSet([])
     """
 
-    __slots__ = (
-        "_nbytes",
-        "_locations",
-        "_valid",
-        "_max_runs",
-        "_version",
-        "_cost",
-        "_break_even",
-        "_scatter",
-        "_prefer",
-    )
+    __slots__ = ("_nbytes", "_locations", "_valid", "_max_runs", "_version", "_planner")
 
     def __init__(
         self,
@@ -155,13 +145,8 @@ class BufferState:
             loc: whole if valid_at is None or loc == valid_at else EMPTY_SET for loc in locs
         }
         self._version = 0
-        self._cost = cost
-        self._break_even = -1 if cost is None else cost.break_even_bytes  # -1: the process's
-        # per location that was read scattered: (copies paid, span start, span stop) of the
-        # span copy that ended the series; a hint for the next time it is stale, not validity
-        self._scatter: dict[str, tuple[int, int, int]] = {}
-        # target -> the sources it prefers, before the others (see prefer)
-        self._prefer: dict[str, tuple[str, ...]] = {}
+        # its cost model, the scattered series' memory and the preferred sources: planning's
+        self._planner = Planner(self._valid, nbytes, max_runs, cost)
 
     @classmethod
     def host_only(cls, nbytes: int, host: str, device: str) -> BufferState:
@@ -177,10 +162,7 @@ class BufferState:
         whole = IntervalSet._make((0,), (nbytes,)) if nbytes else EMPTY_SET
         self._valid = {host: whole, device: EMPTY_SET}
         self._version = 0
-        self._cost = None
-        self._break_even = -1
-        self._scatter = {}
-        self._prefer = {}
+        self._planner = Planner(self._valid, nbytes, DEFAULT_MAX_RUNS, None)
         return self
 
     # -- properties ------------------------------------------------------------------------
@@ -203,18 +185,61 @@ class BufferState:
     @property
     def cost(self) -> TransferCost:
         """TransferCost: the cost model this state plans with (its own, or the process's)."""
-        return self._cost or _current[0]
+        return self._planner.cost or _current[0]
 
     @property
     def version(self) -> int:
         """int: incremented by every transition that changes a valid set."""
         return self._version
 
-    # Locations added on first use, and the sources each target prefers
-    # (smartarray/coherence/_locations.py).
-    add_location = _locations.add_location
-    prefer = _locations.prefer
-    sources = _locations.sources
+    # -- locations -------------------------------------------------------------------------
+
+    def add_location(self, where: str) -> None:
+        """Add the location ``where``, current nowhere yet (a device's copy, made on first use).
+
+        It comes last in the order of preference as a copy source. Bytes never written since
+        the state was made uninitialised are not valid there: a read copies them (garbage, but
+        never stale data). Adding a location that exists does nothing.
+
+        Raises
+        ------
+        TypeError
+            ``where`` is not a str.
+        """
+        if not isinstance(where, str):
+            raise TypeError(f"a location must be a str, got {where!r}")
+        if where in self._valid:
+            return
+        self._valid[where] = EMPTY_SET
+        self._locations = (*self._locations, where)
+        self._version += 1
+
+    def prefer(self, where: str, sources: Iterable[str]) -> None:
+        """Make reads at ``where`` take bytes from ``sources`` first, in that order.
+
+        The other locations follow, in :attr:`locations` order. (Several devices: a device
+        reads from the devices it reaches peer to peer before the host.)
+
+        Raises
+        ------
+        ValueError
+            ``where`` or one of ``sources`` is not a location, or ``sources`` names
+            ``where``.
+        """
+        if where not in self._valid:
+            raise self._bad_where(where)
+        order = tuple(sources)
+        for loc in order:
+            if loc not in self._valid or loc == where:
+                raise ValueError(
+                    f"sources must name other locations than {where!r}: one of "
+                    f"{self._locations!r}; got {loc!r}"
+                )
+        self._planner.prefer[where] = order
+
+    def sources(self, where: str) -> tuple[str, ...]:
+        """The locations reads at ``where`` take bytes from, in order of preference."""
+        return self._planner.sources(self._locations, where)
 
     def run_counts(self) -> dict[str, int]:
         """Return the number of runs of each location's valid set.
@@ -294,11 +319,6 @@ class BufferState:
             A location name.
         start, stop : int
             The byte interval; ``stop=None`` means ``nbytes``.
-        coalesce : bool, default True
-            Whether the cost model may copy bytes that are already valid at ``where`` (merged
-            copies, span copies). The caller says False while ``where``'s copy may hold writes
-            not recorded yet (a host array the user holds and writes before announcing it):
-            rewriting a byte "with the same value" would bring the old value back.
 
         Returns
         -------
@@ -380,6 +400,11 @@ class BufferState:
             The location that will read.
         start, stop : int
             The byte interval; ``stop=None`` means ``nbytes``.
+        coalesce : bool, default True
+            Whether the cost model may copy bytes that are already valid at ``where`` (merged
+            copies, span copies). The caller says False while ``where``'s copy may hold writes
+            not recorded yet (a host array the user holds and writes before announcing it):
+            rewriting a byte "with the same value" would bring the old value back.
 
         Returns
         -------
@@ -399,9 +424,30 @@ class BufferState:
         i = bisect_right(valid._starts, start) - 1
         if i >= 0 and valid._stops[i] >= stop:
             return EMPTY_PLAN
-        return _planning.plan_read_slow(self, where, valid, start, stop, coalesce)
+        return self._planner.read(
+            self._locations, self._version, where, valid, start, stop, coalesce
+        )
 
-    plan_consolidate = _planning.plan_consolidate
+    def plan_consolidate(self) -> Plan:
+        """Plan bringing every location's valid set back within :attr:`max_runs` runs.
+
+        For each location over the cap (in :attr:`locations` order), first drop its smallest
+        runs whose bytes are also valid in another location (free now; those bytes are copied
+        again if they are read there later); if that is not enough, fill the gaps that are
+        cheapest to copy, from locations where those bytes are valid. Call it right after
+        :meth:`mark_changed`, perform its copies, and :meth:`apply` it.
+
+        Returns
+        -------
+        Plan
+            :data:`EMPTY_PLAN` when every location is already within the cap. The plan may have
+            no copies and still change validity (drops only).
+        """
+        m = self._max_runs
+        for s in self._valid.values():
+            if len(s) > m:
+                return self._planner.consolidate(self._locations, self._version)
+        return EMPTY_PLAN
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -428,7 +474,7 @@ class BufferState:
             return
         if not isinstance(plan, Plan):
             raise TypeError(f"plan must be a Plan, got {type(plan).__name__}")
-        if plan._owner is not self:
+        if plan._owner is not self._planner:
             raise ValueError("plan was computed by another BufferState (or constructed by hand)")
         if plan._version != self._version:
             raise StalePlanError(
@@ -484,5 +530,36 @@ class BufferState:
             valid.update(changed)
             self._version += 1
 
-    # A location's copy given back (smartarray/coherence/_locations.py).
-    drop = _locations.drop
+    def drop(self, where: str) -> None:
+        """Record that the copy at ``where`` is gone (freed): nothing is current there.
+
+        Allowed only when every byte current at ``where`` is also current at another
+        location: dropping the only current copy of a byte would lose it. The bytes are
+        copied again if ``where`` reads them later (as after :meth:`mark_changed` elsewhere).
+
+        Parameters
+        ----------
+        where : str
+            The location whose copy is given back.
+
+        Raises
+        ------
+        ValueError
+            If some byte is current at ``where`` only (download it first: :meth:`plan_read`
+            at another location); the state is unchanged.
+        """
+        mine = self.valid(where)
+        if not mine:
+            return
+        elsewhere = EMPTY_SET
+        for loc, s in self._valid.items():
+            if loc != where:
+                elsewhere = elsewhere.union(s)
+        lost = mine.difference(elsewhere)
+        if lost:
+            raise ValueError(
+                f"dropping the copy at {where!r} would lose bytes {list(lost.runs)!r}, "
+                "current there only; copy them to another location first"
+            )
+        self._valid[where] = EMPTY_SET
+        self._version += 1
