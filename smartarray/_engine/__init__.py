@@ -13,16 +13,15 @@ What the layers above may use (``__all__``):
   opens and closes);
 - :mod:`.budget`: the budget as users set and see it;
 - :mod:`.auto_pin`: the automatic page-lock policy and its page-locked budget
-  (``set_pinned_budget``; issue 41), which the copies consult before they run;
+  (``set_pinned_budget``), which the copies consult before they run;
 - :mod:`.array_classes`: where the array layer registers the classes the code below it makes;
 - :mod:`.interface`: what the layers above, other than the array's own, read of a view's
   engine side (its buffer, its bytes, its hand-outs), never its private slots;
 - :mod:`.prefetch`: copies started early on a stream (``SmartArray.prefetch``); host
   accesses wait for a download so started (``Buffer.arrive``).
 
-The engine's own rooms, used by nothing above it: :mod:`.buffer_copies` (the copies that make
-bytes current), :mod:`.device_work` (which stream holds a buffer's work), :mod:`.held` (host
-arrays the user holds), :mod:`.deferred_lock`.
+The engine's own rooms, used by nothing above it: :mod:`.device_work` (which stream holds a
+buffer's work), :mod:`.held` (host arrays the user holds), :mod:`.deferred_lock`.
 
 The engine never imports the array layer (it names SmartArray's base class, or the protocol).
 Imports nothing itself (``tests/structure/test_layers.py`` checks the list and the layers).

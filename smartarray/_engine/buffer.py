@@ -13,6 +13,12 @@ host arrays handed out to the user (:mod:`smartarray._engine.held`), the work in
   for ``In``), making the other copy stale and refreshing held host arrays after a device
   write; :meth:`Buffer.abort` records what a failed access may have written.
 
+Its copies are its own methods: one per location (``host_bytes``; ``device_copies``, one per
+device), allocated, adopted and given back here; :meth:`Buffer._plan_read` plans a read (with
+several devices, bytes only a device that cannot reach the target holds go through the host
+copy first) and :meth:`Buffer._copy` performs it (``h2d``, ``d2h``, and ``d2d`` between
+devices, peer to peer).
+
 The ``njit`` fast path (a view's ``_njit_fast``, read by numba's unboxer in C) is armed by
 :meth:`release` and disarmed by :meth:`_leave_host_only`, which every transition that makes
 device bytes current or starts device work goes through (:meth:`_copy` before an upload,
@@ -31,12 +37,13 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from .. import guard
+from .. import guard, memory
 from .._memory import devices as _devices
 from .._memory import streams as _streams
 from .._observe import performance as _perf
 from ..coherence import BufferState, IntervalSet, Plan
-from . import buffer_copies as _buffer_copies
+from ..errors import TransferError
+from . import auto_pin as _auto_pin
 from . import device_work as _device_work
 from . import residency as _residency
 from .held import HeldHostArrays
@@ -70,12 +77,16 @@ _names = itertools.count()
 _DERIVING = threading.Lock()
 
 
+def direction(source: str, target: str) -> str:
+    """``'h2d'``, ``'d2h'`` or ``'d2d'``: what a copy from ``source`` to ``target`` is."""
+    if source == HOST:
+        return "h2d"
+    return "d2h" if target == HOST else "d2d"
+
+
 def _refused(plan: Plan) -> bool:
     """Whether the guard refuses one of ``plan``'s copies made for a consolidation."""
-    return any(
-        guard.refuses(_buffer_copies.direction(c.source, c.target), "consolidation")
-        for c in plan.copies
-    )
+    return any(guard.refuses(direction(c.source, c.target), "consolidation") for c in plan.copies)
 
 
 class LaunchWrites(Protocol):
@@ -218,20 +229,257 @@ class Buffer:
         """Device 0's copy, or None (the device copy of a process that uses one device)."""
         return self.device_copies[0]
 
-    # Copies, allocation and the copies between them (smartarray/_engine/buffer_copies.py).
-    ensure_host = _buffer_copies.ensure_host
-    ensure_device = _buffer_copies.ensure_device
-    ensure = _buffer_copies.ensure
-    device_copy = _buffer_copies.device_copy
-    device_locations = _buffer_copies.device_locations
-    locate = _buffer_copies.locate
-    drop_device = _buffer_copies.drop_device
-    adopt_host = _buffer_copies.adopt_host
-    adopt_device = _buffer_copies.adopt_device
-    sync = _buffer_copies.sync
-    _plan_read = _buffer_copies.plan_read
-    _copy = _buffer_copies.copy
-    _may_rewrite = _buffer_copies.may_rewrite
+    # -- copies: one per location, allocated on first need, and the copies between them ----
+
+    def ensure_host(self) -> np.ndarray:
+        """The host copy, allocated on first need."""
+        if self.host_bytes is None:
+            if self.pinned:
+                self.host_bytes = memory.portable_pinned_bytes(self.nbytes)
+            else:
+                self.host_bytes = np.empty(self.nbytes, np.uint8)
+        return self.host_bytes
+
+    def device_copy(self, where: str = GPU) -> Any:
+        """The copy at the device location ``where``, or None if it is not allocated."""
+        device = _devices.ordinal(where)
+        copies = self.device_copies
+        return copies[device] if device < len(copies) else None
+
+    def ensure_device(self, where: str = GPU) -> Any:
+        """The copy at device location ``where``, allocated on first need (within that
+        device's memory budget: other buffers' copies there may be evicted to make room, see
+        :mod:`smartarray._engine.residency`). Call with that device current."""
+        device = _devices.ordinal(where)
+        copies = self.device_copies
+        if device >= len(copies):
+            copies.extend([None] * (device + 1 - len(copies)))
+        dev = copies[device]
+        if dev is None:
+            if where not in self.state.locations:
+                self.locate(where)
+            dev = copies[device] = _residency.allocate(self, device)
+        return dev
+
+    def locate(self, where: str | None = None) -> None:
+        """Add device location ``where`` to the state (current nowhere yet), and make every
+        device read from the devices it reaches peer to peer before the host: the shortest
+        path for bytes another device wrote (NVLink, or one PCIe hop instead of two)."""
+        state = self.state
+        if where is not None:
+            state.add_location(where)
+        devices = [loc for loc in state.locations if loc != HOST]
+        for target in devices:
+            to = _devices.ordinal(target)
+            peers = [d for d in devices if d != target and _devices.peer(_devices.ordinal(d), to)]
+            state.prefer(target, peers)
+
+    def device_locations(self) -> list[str]:
+        """The device locations that hold a copy now."""
+        return [_devices.location(d) for d, dev in enumerate(self.device_copies) if dev is not None]
+
+    def drop_device(self, where: str = GPU) -> None:
+        """Give the copy at device location ``where`` back (an eviction): the one transition
+        that frees it.
+
+        Only when no byte is current there only (the state refuses otherwise) and no device
+        work is queued on it. Every cache of a device copy goes here, with it: the views' launch
+        caches (:class:`~smartarray._engine.residency.LaunchCache`) drop their device views (which
+        also keep the memory alive; those of the other devices' copies are made again on their next
+        launch) and close the launch fast path. The next access there
+        allocates a new copy and uploads only what it needs.
+        """
+        self.state.drop(where)
+        self.device_copies[_devices.ordinal(where)] = None
+        rec = self.residency
+        if rec is not None and rec.caches:
+            for cache in list(rec.caches):
+                cache.drop()
+            rec.caches.clear()
+
+    def adopt_host(self, raw: np.ndarray) -> None:
+        """Make ``raw`` (1-D uint8 host memory the user owns) this new buffer's host copy."""
+        if self.host_bytes is not None:
+            raise RuntimeError(f"{self.name} already has a host copy")  # pragma: no cover
+        self.host_bytes = raw
+
+    def adopt_device(self, raw: Any, where: str = GPU) -> None:
+        """Make ``raw`` (1-D uint8 device memory another library owns, on the device of
+        location ``where``) this new buffer's copy there: counted in that device's memory
+        budget, never evicted."""
+        if self.device_copy(where) is not None:
+            raise RuntimeError(f"{self.name} already has a device copy")  # pragma: no cover
+        if where not in self.state.locations:
+            self.locate(where)
+        device = _devices.ordinal(where)
+        self.device_copies.extend([None] * (device + 1 - len(self.device_copies)))
+        self.device_copies[device] = raw
+        _residency.adopt(self, device)
+
+    # Device work and its order (smartarray/_engine/device_work.py).
+
+    def ensure(self, where: str) -> None:
+        """Allocate the copy at ``where`` if it is not yet."""
+        if where == HOST:
+            self.ensure_host()
+        else:
+            self.ensure_device(where)
+
+    def _copy(self, plan: Plan, reason: str, stream: Any, wait: bool = True) -> None:
+        """Perform the copies of a plan on ``stream``; TransferError if one fails.
+
+        ``wait=False`` leaves downloads on a stream other than the default in flight (the caller
+        makes host accesses wait for them: smartarray._engine.prefetch, ``Buffer.arrive``).
+
+        A copy between two devices goes peer to peer (counted ``d2d``); the plan has none
+        between devices that cannot reach each other (see :meth:`_stage`).
+        """
+        if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
+            for c in plan.copies:
+                guard.check(direction(c.source, c.target), c.stop - c.start, reason, self.name)
+        host = self.ensure_host()
+        for c in plan.copies:
+            if c.target != HOST:
+                self.ensure_device(c.target)  # (DeviceMemoryError as it is, before any copy)
+        if any(c.target != HOST for c in plan.copies):
+            self._leave_host_only()  # (registers the njit calls still running as host writers)
+        if _auto_pin._policy.budget is not None and not self.pinned:
+            # Between transfers (issue 41): page-lock the host copy if its staged copies paid.
+            staged = sum(c.stop - c.start for c in plan.copies if HOST in (c.source, c.target))
+            _auto_pin._policy.before_copy(self, host, staged)
+        if self.host_writers:
+            # An njit call still writing some of these bytes without the GIL: copy after it.
+            self.wait_for_host_writers(plan.copies)
+        downloads = uploads = False
+        # numba copies synchronously on stream 0 (the default stream), asynchronously on others.
+        native = _streams.native(stream)
+        snaps = _perf.before_copy(self, plan, host) if self.perf is not None else None
+        try:
+            for c in plan.copies:
+                if c.target == HOST:
+                    dev = self.device_copies[_devices.ordinal(c.source)]
+                    if dev is None:
+                        continue  # never written: garbage anywhere (as device to device, below)
+                    downloads = True
+                    memory.copy_range(
+                        "d2h", host, dev, c.start, c.stop, native, reason, self.name, c.source
+                    )
+                    continue
+                self._leave_host_only()
+                uploads = True
+                dev = self.device_copies[_devices.ordinal(c.target)]
+                if c.source == HOST:
+                    memory.copy_range(
+                        "h2d", host, dev, c.start, c.stop, native, reason, self.name, c.target
+                    )
+                else:
+                    source = self.device_copies[_devices.ordinal(c.source)]
+                    if source is None:
+                        # Bytes current at a device whose copy was never made were never written
+                        # since the array was made uninitialised (a copy is freed only with its
+                        # location's bytes, drop_device): garbage anywhere, nothing to copy.
+                        continue
+                    _devices.reach(_devices.ordinal(c.source), _devices.ordinal(c.target))
+                    memory.copy_between_devices(
+                        dev,
+                        source,
+                        c.start,
+                        c.stop,
+                        native,
+                        reason,
+                        self.name,
+                        (c.source, c.target),
+                    )
+            if downloads and stream != 0 and wait:
+                if native != 0:
+                    _streams.synchronize(stream)  # the host reads these bytes next
+                # (a synchronous download waited for the default stream's earlier work)
+                self.copied_on(stream)  # that stream's work on this buffer is done
+            if uploads and native != 0 and self.held:
+                # From page-locked memory (pinned=True, or an adopted ndarray that may be) the
+                # DMA reads the host bytes when it runs, after this call returns: an array the
+                # user held since before and writes next would change what the device gets.
+                # Wait for it here, before the launch returns.
+                for c in plan.copies:
+                    if c.source == HOST and self.held.any_writable(c.start, c.stop):
+                        _streams.synchronize(stream)  # (the stream is alive: in use now)
+                        break
+            if uploads and native == 0:
+                # A synchronous upload from pageable memory returns once the bytes are staged:
+                # the DMA may still run on the default stream. Launches elsewhere order after it.
+                self.queued(0)
+        except Exception as exc:
+            raise TransferError(
+                f"copying to the host or device copy failed ({reason}): {exc}"
+            ) from exc
+        if snaps:
+            _perf.after_copy(self, snaps, host)
+
+    def sync(self, where: str, lo: int, hi: int, reason: str, stream: Any = None) -> None:
+        """Make bytes ``[lo, hi)`` current at ``where``, copying only stale ones.
+
+        Copies go on ``stream`` (default: the stream of the buffer's latest device work, so
+        they are ordered after it); a download is waited for before returning.
+        """
+        with self.lock:
+            if where == HOST:
+                self.arrive()  # a prefetched download in flight lands first
+            if where not in self.state.locations:
+                self.locate(where)  # this device's first use (its copy: on need)
+            plan = self._plan_read(where, lo, hi, reason)
+            if not plan.copies:
+                return
+            _devices.ensure_context()  # (a host thread may have none: a new one, after a with)
+            self._copy(plan, reason, self._unnamed_stream() if stream is None else stream)
+            self.state.apply(plan)
+
+    def _plan_read(self, where: str, lo: int, hi: int, reason: str) -> Plan:
+        """Plan the copies that make ``[lo, hi)`` current at ``where``.
+
+        With several devices, bytes current only on devices that cannot reach ``where``'s
+        memory peer to peer are first downloaded to the host copy (which then holds them
+        too), so the plan copies them from there: every device-to-device copy it holds is a
+        peer copy. A transfer guard that refuses that download or the upload after it raises
+        :class:`~smartarray.TransferGuardError` before anything moves.
+        """
+        state = self.state
+        plan = state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
+        if where == HOST or len(state.locations) <= 2 or not plan.copies:
+            return plan
+        target = _devices.ordinal(where)
+        for _ in range(3):  # (a plan's coalesced gaps may reach more such bytes: at most twice)
+            far = [
+                c
+                for c in plan.copies
+                if c.source != HOST and not _devices.peer(_devices.ordinal(c.source), target)
+            ]
+            if not far:
+                break
+            if guard.armed():
+                # Staged bytes go down now and up in the plan: a guard that refuses either way
+                # refuses before the staging moves anything (the plan's own check comes later).
+                for c in far:
+                    for way in ("d2h", "h2d"):
+                        if guard.refuses(way, reason):
+                            guard.check(way, c.stop - c.start, reason, self.name)
+            for c in far:
+                self.sync(HOST, c.start, c.stop, reason)
+            # (a pair found unreachable since the preferences were derived: derive them again)
+            self.locate()
+            plan = state.plan_read(where, lo, hi, coalesce=self._may_rewrite(where))
+        return plan
+
+    def _may_rewrite(self, where: str) -> bool:
+        """Whether a copy into ``where`` may rewrite bytes already current there.
+
+        Not while memory of that copy is in the user's hands (held host arrays; device arrays
+        handed out or exported): writes through it are recorded only when announced, and a
+        rewrite from another copy would bring the old values back.
+        """
+        if where == HOST:
+            return not self.held
+        rec = self.residency
+        return rec is None or not (rec.handouts or rec.shared)
 
     # Work in flight and its order (smartarray/_engine/device_work.py).
     in_flight = _device_work.in_flight
@@ -340,7 +588,7 @@ class Buffer:
             other = HOST if loc != HOST else next(iter(self.device_locations()), None)
             if other is None:
                 continue  # (the host alone: nothing to coalesce against)
-            if excess <= 0 or guard.refuses(_buffer_copies.direction(loc, other), "consolidation"):
+            if excess <= 0 or guard.refuses(direction(loc, other), "consolidation"):
                 continue
             elsewhere = state.valid(other)
             own = sorted((b - a, a, b) for a, b in runs if not elsewhere.contains(a, b))

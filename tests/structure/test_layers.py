@@ -70,11 +70,6 @@ KNOWN_TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
         "the class statement binds its concept modules' and the interop layer's functions, "
         "which annotate their ``self`` with the class (TYPE_UPWARD_IMPORTS for the layers below)"
     ),
-    _modules("_engine.", "buffer", "buffer_copies"): (
-        "Buffer's copy methods (buffer_copies.py) are bound in its class body and annotate the "
-        "Buffer they are; they call its transitions and each other through ``self`` and hold "
-        "no state of their own (the host and device copies are Buffer slots the fast paths read)"
-    ),
     _modules("_fakegpu.", "_clock", "_queue"): (
         "the fake driver's clock and queue name each other's types (a test double)"
     ),
