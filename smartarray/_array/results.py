@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
-from .._engine.buffer import HOST, Buffer
+from .._engine.buffer import HOST, NO_KEY, Buffer
 from .._memory.checks import _check_array_dtype
 from .arguments import njit_owner
 from .geometry import address
@@ -25,11 +25,7 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
-__all__ = ["NO_KEY", "__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "fresh", "wrap"]
-
-NO_KEY: tuple[int, Any] = (-1, None)
-"""A view's ``_host_key`` when no element write is known to need no record (see
-:func:`smartarray._array.views.__setitem__`; defined here, where new arrays are made)."""
+__all__ = ["__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "fresh", "wrap"]
 
 
 def _owning(ary: np.ndarray) -> SmartArray:
