@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._engine.array_classes import SMARTARRAY as _CLASS  # (registered: see fresh)
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
 from .._engine.buffer import HOST, NO_KEY, Buffer
 from .._memory.checks import _check_array_dtype
@@ -69,7 +70,9 @@ def fresh(ary: np.ndarray, shape: tuple[int, ...] | None = None) -> SmartArray:
     if len(shape) != 1:
         return _owning(ary)
     dtype = ary.dtype
-    result = object.__new__(_smart())
+    # (The class's slot read, not smartarray_class() called: called by a SmartArray's fast
+    # path, the class is registered.)
+    result = object.__new__(_CLASS[0])
     result._buf = buf = Buffer.host_only(ary, None)
     result._offset = result._lo = 0
     result._hi = buf.nbytes
