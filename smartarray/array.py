@@ -42,13 +42,13 @@ from ._array import numpy_api as _numpy_api
 from ._array import protocols as _protocols
 from ._array import results as _results
 from ._array import views as _views
-from ._array.results import NO_KEY as _NO_KEY
 
 # (old pickles name smartarray.array._rebuild; njit results come back through _from_njit)
 from ._array.results import _from_njit, _rebuild  # noqa: F401
 from ._engine import array_classes as _array_classes
 from ._engine import residency as _residency
 from ._engine.buffer import HOST, INOUT
+from ._engine.buffer import NO_KEY as _NO_KEY
 from ._engine.buffer import Buffer as _Buffer
 from ._interop import dlpack as _dlpack
 from ._interop import foreign as _foreign
@@ -308,10 +308,10 @@ class SmartArray(ArrayArgument):
         self._host_item: np.ndarray | None = None
         self._host_cells: np.ndarray | None = None
         self._host_nd: np.ndarray | None = None
-        # A key of this 1-D view whose element the host held as its only current copy at the
-        # host stamp kept with it (a write recorded, or found recorded): later writes of it
-        # need no record while the stamp holds (see smartarray._array.views).
-        self._host_key: tuple[int, Any] = _NO_KEY
+        # A key of this 1-D view whose element the host holds as its only current copy (a
+        # write recorded, or found recorded): later writes of it need no record until the
+        # next transition, which closes it (Buffer.open_host_key; smartarray._array.views).
+        self._host_key: Any = _NO_KEY
         if 0 in self._shape:
             # No bytes: the offset means nothing, and one past the buffer's end (a column of a
             # (0, 4) array) would make every host or device view of it invalid.

@@ -47,6 +47,15 @@ NUMBERS = frozenset(
     | {np.uint8, np.bool_}
 )
 
+_NDARRAY = np.ndarray  # (a global read: the unary fast path's class test without np's attribute)
+
+#: NumPy's own elementwise ufuncs (no core dimensions): on a SmartArray's numbers each gives
+#: numbers of the operand's shape, which the unary fast path adopts with no check of the
+#: result's dtype or the ufunc's signature (two attribute reads cost more than this lookup).
+_ELEMENTWISE = frozenset(
+    u for u in vars(np).values() if isinstance(u, np.ufunc) and u.signature is None
+)
+
 
 def __array__(self: SmartArray, dtype: Any = None, copy: Any = None) -> np.ndarray:
     """The current host data as a read-only view, tracked so it stays current.
@@ -63,28 +72,35 @@ def __array__(self: SmartArray, dtype: Any = None, copy: Any = None) -> np.ndarr
         return self._export(readonly=True)
 
 
-def __array_ufunc__(self: SmartArray, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+def __array_ufunc__(
+    self: SmartArray, ufunc: Any, method: str, first: Any, /, *rest: Any, **kwargs: Any
+) -> Any:
     """NumPy's ufuncs (and the operators) on the current host data of every SmartArray operand.
 
     The outputs that are SmartArrays are written on the host copy and recorded (their device
-    copies go stale); a new result is a new SmartArray.
+    copies go stale); a new result is a new SmartArray. NumPy passes the inputs positionally
+    (``first``, then ``rest``: NumPy's ``*inputs``, every ufunc has one at least): a unary
+    ufunc's call then builds no tuple of them, and its fast path tests no length.
     """
-    if method == "__call__" and not kwargs:
-        if len(inputs) == 1 and inputs[0] is self:
-            # A unary ufunc (np.sin(a)): the fast path below without its loops.
-            stamp, host = self._host_at, self._host_nd
-            if host is None:
-                host = self._readable()  # (a new result's, made on its first read)
-            if host is not None and stamp == self._buf.host_stamp:
-                result = ufunc(host)
-                if stamp == self._buf.host_stamp:
-                    if (
-                        result.__class__ is np.ndarray
-                        and ufunc.signature is None  # (a gufunc's core dims reshape it)
+    if first is self and not rest and method == "__call__" and not kwargs:
+        # A unary ufunc (np.sin(a)): the fast path below without its loops.
+        stamp, host = self._host_at, self._host_nd
+        if host is None:
+            host = self._readable()  # (a new result's, made on its first read)
+        if host is not None and stamp == self._buf.host_stamp:
+            result = ufunc(host)
+            if stamp == self._buf.host_stamp:
+                if result.__class__ is _NDARRAY and (
+                    ufunc in _ELEMENTWISE  # (NumPy's own: one set lookup for the two below)
+                    or (
+                        ufunc.signature is None  # (a gufunc's core dims reshape it)
                         and not result.dtype.hasobject  # (np.frompyfunc's: no SmartArray)
-                    ):
-                        return _fresh(result, self._shape)  # (elementwise: its shape)
-                    return self._wrap(result)  # (two outputs: np.modf, np.frexp; the rest)
+                    )
+                ):
+                    return _fresh(result, self._shape)  # (elementwise: its shape)
+                return self._wrap(result)  # (two outputs: np.modf, np.frexp; the rest)
+    inputs = (first, *rest)
+    if method == "__call__" and not kwargs:
         # The host fast path: every SmartArray operand current on the host (its stamp), no
         # output given (nothing written): NumPy's loop on the read-only host data, its result
         # adopted. The stamps are read again after the call (a device write began meanwhile:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .._engine.array_classes import SMARTARRAY as _CLASS  # (registered: see fresh)
 from .._engine.array_classes import smartarray_class as _smart  # registered by smartarray.array
-from .._engine.buffer import HOST, Buffer
+from .._engine.buffer import HOST, NO_KEY, Buffer
 from .._memory.checks import _check_array_dtype
 from .arguments import njit_owner
 from .geometry import address
@@ -25,11 +26,7 @@ else:
     # SmartArrays (this module is bound into the class statement, so cannot import the class).
     from .._numba.kernels import ArrayArgument as _SmartArray
 
-__all__ = ["NO_KEY", "__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "fresh", "wrap"]
-
-NO_KEY: tuple[int, Any] = (-1, None)
-"""A view's ``_host_key`` when no element write is known to need no record (see
-:func:`smartarray._array.views.__setitem__`; defined here, where new arrays are made)."""
+__all__ = ["__reduce__", "_from_njit", "_owning", "_rebuild", "copy_of", "fresh", "wrap"]
 
 
 def _owning(ary: np.ndarray) -> SmartArray:
@@ -73,7 +70,9 @@ def fresh(ary: np.ndarray, shape: tuple[int, ...] | None = None) -> SmartArray:
     if len(shape) != 1:
         return _owning(ary)
     dtype = ary.dtype
-    result = object.__new__(_smart())
+    # (The class's slot read, not smartarray_class() called: called by a SmartArray's fast
+    # path, the class is registered.)
+    result = object.__new__(_CLASS[0])
     result._buf = buf = Buffer.host_only(ary, None)
     result._offset = result._lo = 0
     result._hi = buf.nbytes

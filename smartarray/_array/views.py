@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .._engine.buffer import HOST, IN, OUT
+from .._engine.buffer import HOST, IN, NO_KEY, OUT
 from .geometry import from_probe as _from_probe
 from .geometry import probe as _probe
 from .numpy_api import INT_KEYS as _INT_KEYS
 from .numpy_api import NUMBERS as _NUMBERS
 from .numpy_api import arrays_in as _arrays_in
 from .numpy_api import locked as _locked
-from .results import NO_KEY
 from .results import fresh as _fresh  # (no hook: a call less per result)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,7 +35,6 @@ else:
 
 
 __all__ = [
-    "NO_KEY",
     "__getitem__",
     "__setitem__",
     "flatten",
@@ -264,22 +262,24 @@ def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     way, under the lock, and recorded, so no old value is marked current elsewhere.
 
     A write the slow way of one element of a 1-D view leaves that element current on the host
-    only; the view keeps its key and the stamp (``_host_key``), so writing the same element
-    again (a boundary value, an accumulator) takes the fast path too while the stamp holds.
-    The key is compared only then: by identity first (a loop's constant, a variable), else
-    by class (an index array compared with the key would be ambiguous) and value. The fast
-    path itself tests no class: each test costs about a third of NumPy's whole write.
+    only; the view keeps its key (``_host_key``), so writing the same element again (a
+    boundary value, an accumulator) takes the fast path too, until the next transition, which
+    closes the key before the stamp moves (:meth:`Buffer.open_host_key
+    <smartarray._engine.buffer.Buffer.open_host_key>`): the key is that write's one validity
+    test, by identity (a loop's constant, a variable), with no stamp kept with it. A key
+    equal but not identical is compared only then, by class (an index array compared with
+    the key would be ambiguous) and value. The fast path itself tests no class: each test
+    costs about a third of NumPy's whole write. The same stamp re-check after the write
+    covers both (a key found open before the stamp moved and written after is done again).
     """
     buf = self._buf
     stamp = buf.host_stamp  # (read once before the write, once after: the seqlock's two reads)
-    if self._host_only_at != stamp:
-        at, known = self._host_key  # (one tuple: a key and its stamp read together)
-        if at != stamp or (
-            key is not known and (key.__class__ is not known.__class__ or key != known)
-        ):
+    if self._host_only_at != stamp and key is not self._host_key:
+        known = self._host_key  # (read again: any key found open since the stamp was read holds)
+        if key.__class__ is not known.__class__ or key != known:
             _setitem(self, key, value)
             return
-    self._host_cells[key] = value  # type: ignore[index]  # (a fresh stamp: made)
+    self._host_cells[key] = value  # type: ignore[index]  # (a fresh stamp or a key: made)
     if stamp != buf.host_stamp:
         _setitem(self, key, value)
 
@@ -356,9 +356,9 @@ def _setitem(self: SmartArray, key: Any, value: Any) -> None:
                 self._open_host()  # (the whole view current on the host only: fast from now)
             if self._host_item is not None and self._host_only_at != buf.host_stamp:
                 # This element is current on the host only now (unless work in flight may
-                # still read it): the next write of it needs no record while the stamp holds.
-                at = buf.host_ready(lo, hi, only=True)
-                self._host_key = (at, key) if at != -1 else NO_KEY
+                # still read it): the next write of it needs no record until a transition
+                # closes the key (the engine keeps the view to close it).
+                self._host_key = key if buf.open_host_key(self, lo, hi) else NO_KEY
         return
     with _locked(_arrays_in(self, key, value)):
         if isinstance(value, _SmartArray):

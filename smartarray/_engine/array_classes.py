@@ -16,11 +16,23 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     from ..array import SmartArray
 
-__all__ = ["record_view_class", "register", "register_record_view", "smartarray_class"]
+__all__ = [
+    "SMARTARRAY",
+    "record_view_class",
+    "register",
+    "register_record_view",
+    "smartarray_class",
+]
 
 # One slot each, filled once at import (see the module's text).
 _SMARTARRAY: list[type[SmartArray]] = []
 _RECORD_VIEW: list[type[SmartArray]] = []
+
+#: The SmartArray class's slot itself, for the array layer's host fast paths, which make a
+#: new array per NumPy result and run only on an existing SmartArray (so after the
+#: registration): ``SMARTARRAY[0]`` is an item read, a call of :func:`smartarray_class` costs
+#: a tenth of NumPy's whole ufunc on a few elements.
+SMARTARRAY = _SMARTARRAY
 
 
 def register(cls: type[SmartArray]) -> None:

@@ -48,7 +48,7 @@ from . import device_work as _device_work
 from . import residency as _residency
 from .held import HeldHostArrays
 
-__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "OUT", "ArmableView", "Buffer"]
+__all__ = ["GPU", "HOST", "IN", "INOUT", "LOCATIONS", "NO_KEY", "OUT", "ArmableView", "Buffer"]
 
 #: Locations of a buffer's copies: the host copy (NumPy memory) and device 0's copy; another
 #: device's copy is ``"gpu:N"`` (see smartarray._memory.devices), added on its first use.
@@ -62,6 +62,11 @@ LOCATIONS: Final = (HOST, GPU)
 IN: Final = "in"
 OUT: Final = "out"
 INOUT: Final = "inout"
+
+#: A view's ``_host_key`` when no element write of it is known to need no record (see
+#: :meth:`Buffer.open_host_key`): an object no key is (a key compared with it is another
+#: object, of another class).
+NO_KEY: Final[Any] = object()
 
 _REFRESH = "eager refresh of an exported view"  # the reason of a held host array's refresh
 
@@ -100,12 +105,14 @@ class LaunchWrites(Protocol):
 
 class ArmableView(Protocol):
     """What the engine reads and sets of a view whose ``njit`` calls may skip it (the njit fast
-    path): SmartArray implements it in its slots, its side is ``smartarray/_array/arguments.py``.
-    The engine never names the array class (the launch fast path's cache is the engine's own
-    object, :class:`~smartarray._engine.residency.LaunchCache`)."""
+    path), or whose repeated writes of one element may (the host write fast path's key):
+    SmartArray implements it in its slots, its sides are ``smartarray/_array/arguments.py`` and
+    ``smartarray/_array/views.py``. The engine never names the array class (the launch fast
+    path's cache is the engine's own object, :class:`~smartarray._engine.residency.LaunchCache`)."""
 
     _njit_view: np.ndarray | None  # the host ndarray njit receives for the view, once made
     _njit_fast: Any  # that ndarray while the fast path is armed, else None (read by the unboxer)
+    _host_key: Any  # the key whose element writes need no record (see open_host_key), or NO_KEY
     _lo: int  # the view's bytes in the buffer: [_lo, _hi)
     _hi: int
 
@@ -178,8 +185,9 @@ class Buffer:
         # copies that name no stream go on it while no device work is queued (``use_stream``).
         self.home_stream: Any = 0
         self.home_device = 0
-        # Views whose njit fast path is armed (bytes current on the host only): any transition
-        # that makes device bytes current, or starts device work, disarms them. Keyed by id and
+        # Views whose njit fast path is armed (bytes current on the host only), or whose key of
+        # repeated element writes is open (see open_host_key): any transition that makes device
+        # bytes current, or starts device work, disarms and closes them. Keyed by id and
         # weak: an entry goes with its view, so fresh views in a loop do not grow it.
         # (Made on the first arming: a new buffer per NumPy result must stay cheap.)
         self.fast_views: weakref.WeakValueDictionary[int, ArmableView] | None = None
@@ -521,15 +529,23 @@ class Buffer:
         so host accesses and njit calls must go through the engine again. A call already
         running on the njit fast path (``nogil=True``, in another thread) keeps writing its
         bytes unrecorded: it is registered as a host writer, and copies of its bytes wait for
-        it (:meth:`wait_for_host_writers`).
+        it (:meth:`wait_for_host_writers`). The views' keys of repeated element writes
+        (:meth:`open_host_key`) close here too, before the stamp moves.
         """
+        fast = self.fast_views
+        views = list(fast.values()) if fast else ()
+        for view in views:
+            # Before the stamp moves: a lock-free write that reads the new stamp must find its
+            # key closed too (it re-checks only the stamp after writing).
+            view._host_key = NO_KEY
         self.host_stamp += 1
-        if self.fast_views:
-            for view in list(self.fast_views.values()):
+        for view in views:
+            if view._njit_fast is not None:  # (armed; a view with only a key open is not)
                 view._njit_fast = None  # first: a call starting from now takes the hooks
                 if _device_work.writing(view):
                     self.host_writers.append(view)
-            self.fast_views.clear()
+        if fast:
+            fast.clear()
 
     def _arm(self, view: ArmableView, lo: int, hi: int) -> None:
         """Arm ``view``'s njit fast path if its bytes are current on the host only."""
@@ -538,6 +554,21 @@ class Buffer:
             if self.fast_views is None:
                 self.fast_views = weakref.WeakValueDictionary()
             self.fast_views[id(view)] = view
+
+    def open_host_key(self, view: ArmableView, lo: int, hi: int) -> bool:
+        """Whether bytes ``[lo, hi)``, one element ``view`` has just written and recorded, are
+        current on the host only with nothing in flight: then its later writes need no record
+        until the next transition, and ``view`` may keep its key (``_host_key``), which
+        :meth:`_leave_host_only` closes, before the stamp moves. That key is the write fast
+        path's one test for a view whose other bytes are current elsewhere too (a used
+        array): no stamp kept with it to compare. Call with the lock held.
+        """
+        if self.host_ready(lo, hi, only=True) == -1:
+            return False
+        if self.fast_views is None:
+            self.fast_views = weakref.WeakValueDictionary()
+        self.fast_views[id(view)] = view  # (weak: a view's entry goes with it)
+        return True
 
     def host_ready(self, lo: int, hi: int, only: bool = False) -> int:
         """The stamp at which bytes ``[lo, hi)`` may be read on the host without the lock

@@ -7,6 +7,7 @@ arrays handed out and views that keep showing current values, and the results' t
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 import smartarray as sa
 from smartarray import SmartArray
 from smartarray._array import views as _views
+from smartarray._engine.buffer import NO_KEY, Buffer
 from tests._kernels import add_one
 
 
@@ -275,6 +277,78 @@ def test_a_repeated_write_racing_an_upload_is_recorded_again(slow_writes):
     launch(a)
     assert a[1] == 8.0 and held[1] == 8.0
     assert a.tolist() == [2.0, 8.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+
+
+def test_a_repeated_write_by_an_equal_key_needs_no_record(slow_writes):
+    a = SmartArray(np.arange(100.0))
+    launch(a)
+    held = a.host()
+    a[np.int64(3)] = 7.0  # recorded: the device copy of this element goes stale
+    a[np.int64(3)] = 8.0  # an equal key of the same class (another object): no record
+    a[3] = 9.0  # another class: the slow way again
+    assert [int(k) for k in slow_writes] == [3, 3] and slow_writes[0].__class__ is np.int64
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 8
+    assert a[3] == 10.0 and held[3] == 10.0 and a[4] == 6.0
+
+
+_STAMP = Buffer.__dict__["host_stamp"]  # (the slot the watch below shadows)
+
+
+class _StampWatch(Buffer):
+    """A buffer that notes its view's repeated-write key each time its host stamp moves."""
+
+    __slots__ = ()
+    view: SmartArray | None = None
+    seen: list[object] = []
+
+    @property
+    def host_stamp(self) -> int:
+        return _STAMP.__get__(self, Buffer)
+
+    @host_stamp.setter
+    def host_stamp(self, value: int) -> None:
+        assert _StampWatch.view is not None
+        _StampWatch.seen.append(_StampWatch.view._host_key)
+        _STAMP.__set__(self, value)
+
+
+def test_every_transition_closes_a_repeated_writes_key_before_its_stamp_moves(slow_writes):
+    """A write reading the new stamp while a transition runs must find its key closed: the
+    key is closed before the stamp moves (a lock-free write then re-checks only the stamp)."""
+    a = SmartArray(np.zeros(8))
+    launch(a)
+    held = a.host()
+    a[1] = 5.0  # recorded: the next write of a[1] needs none
+    a[1] = 6.0
+    assert slow_writes == [1]
+    _StampWatch.view, _StampWatch.seen = a, []
+    a._buf.__class__ = _StampWatch
+    try:
+        launch(a)  # uploads a[1], then the kernel writes every element: the stamp moves
+    finally:
+        a._buf.__class__ = Buffer
+    assert _StampWatch.seen and all(key is NO_KEY for key in _StampWatch.seen)
+    a[1] = 20.0  # the device wrote a[1]: recorded again
+    assert slow_writes == [1, 1]
+    launch(a)
+    assert a[1] == 21.0 and held[1] == 21.0 and a[2] == 3.0
+
+
+def test_repeated_writes_of_fresh_views_keep_bookkeeping_bounded(slow_writes):
+    a = SmartArray(np.zeros(64))
+    launch(a)
+    held = a.host()
+    gc.collect()
+    for k in range(2000):
+        v = a[0:8]  # a new view each time, each recording its key
+        v[3] = float(k)
+        v[3] = float(k)  # (no record)
+    assert len(slow_writes) == 2000
+    assert len(a._buf.fast_views) <= 2  # the views' entries went with them
+    launch(a)
+    assert a[3] == 2000.0 and held[3] == 2000.0
 
 
 def test_operators_and_slices_of_a_host_current_array_see_a_kernel():
