@@ -66,13 +66,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .._platform import environment as _environment
 from ..coherence._cost import NVLINK_C2C, PCIE4_X16, PCIE5_X16
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ._queue import Op
 
 __all__ = ["PRESETS", "Clock", "Preset", "Span", "from_environment"]
 
@@ -90,6 +87,21 @@ SMARTARRAY_LAUNCH_READ_RATIO = 1.43
 #: presets' ``(launch_call_s + copy_call_s + 4 * call_s) / 2``.
 _NUMBA_CALL_S = (4e-6 + 4e-6 + 4 * 0.1e-6) / 2
 _SMARTARRAY_CALL_S = round((SMARTARRAY_LAUNCH_READ_RATIO - 1) * _NUMBA_CALL_S, 12)  # 1.806 us
+
+
+class _OnDevice(Protocol):
+    device: int
+
+
+class Op(Protocol):
+    """What the clock reads and writes of the queue's operations (:class:`._queue.Op`): its
+    stream's device, its label, and its modelled end (the clock's own field on it)."""
+
+    label: str
+    end: float
+
+    @property
+    def stream(self) -> _OnDevice: ...
 
 
 @dataclass(frozen=True)

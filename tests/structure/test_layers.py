@@ -70,9 +70,6 @@ KNOWN_TYPE_ONLY_CIRCLES: dict[frozenset[str], str] = {
         "the class statement binds its concept modules' and the interop layer's functions, "
         "which annotate their ``self`` with the class (TYPE_UPWARD_IMPORTS for the layers below)"
     ),
-    _modules("_fakegpu.", "_clock", "_queue"): (
-        "the fake driver's clock and queue name each other's types (a test double)"
-    ),
 }
 
 # Imports of a higher layer under ``if TYPE_CHECKING:`` (annotations only), with the reason.
