@@ -230,14 +230,12 @@ class Buffer:
             self.name = name
         return self
 
-    # -- copies -----------------------------------------------------------------------------
+    # -- copies: one per location, allocated on first need, and the copies between them ----
 
     @property
     def device_bytes(self) -> Any:
         """Device 0's copy, or None (the device copy of a process that uses one device)."""
         return self.device_copies[0]
-
-    # -- copies: one per location, allocated on first need, and the copies between them ----
 
     def ensure_host(self) -> np.ndarray:
         """The host copy, allocated on first need."""
@@ -324,8 +322,6 @@ class Buffer:
         self.device_copies[device] = raw
         _residency.adopt(self, device)
 
-    # Device work and its order (smartarray/_engine/device_work.py).
-
     def ensure(self, where: str) -> None:
         """Allocate the copy at ``where`` if it is not yet."""
         if where == HOST:
@@ -340,7 +336,7 @@ class Buffer:
         makes host accesses wait for them: smartarray._engine.prefetch, ``Buffer.arrive``).
 
         A copy between two devices goes peer to peer (counted ``d2d``); the plan has none
-        between devices that cannot reach each other (see :meth:`_stage`).
+        between devices that cannot reach each other (see :meth:`_plan_read`).
         """
         if guard.armed():  # the whole plan, before its first copy: a refusal moves nothing
             for c in plan.copies:
@@ -352,7 +348,7 @@ class Buffer:
         if any(c.target != HOST for c in plan.copies):
             self._leave_host_only()  # (registers the njit calls still running as host writers)
         if _auto_pin._policy.budget is not None and not self.pinned:
-            # Between transfers (issue 41): page-lock the host copy if its staged copies paid.
+            # Between transfers: page-lock the host copy if its staged copies paid.
             staged = sum(c.stop - c.start for c in plan.copies if HOST in (c.source, c.target))
             _auto_pin._policy.before_copy(self, host, staged)
         if self.host_writers:

@@ -82,10 +82,14 @@ __all__ = ["PRESETS", "Clock", "Preset", "Span", "from_environment"]
 #: A launch of current arrays alone costs less over numba's
 #: (``real_launch_smartarray_above_driver_ratio``: 1.07-1.14).
 SMARTARRAY_LAUNCH_READ_RATIO = 1.43
+# The PCIe presets' host costs of a driver call, a copy call and a launch (below).
+_PCIE_CALL_S = 0.1e-6
+_PCIE_COPY_CALL_S = 4e-6
+_PCIE_LAUNCH_CALL_S = 4e-6
 #: What the model charges numba's equivalent of one launch and one read (``cuLaunchKernelEx``
 #: 4 us, ``cuMemcpyDtoH`` 4 us, two context queries of 0.1 us each), per call: the PCIe
 #: presets' ``(launch_call_s + copy_call_s + 4 * call_s) / 2``.
-_NUMBA_CALL_S = (4e-6 + 4e-6 + 4 * 0.1e-6) / 2
+_NUMBA_CALL_S = (_PCIE_LAUNCH_CALL_S + _PCIE_COPY_CALL_S + 4 * _PCIE_CALL_S) / 2
 _SMARTARRAY_CALL_S = round((SMARTARRAY_LAUNCH_READ_RATIO - 1) * _NUMBA_CALL_S, 12)  # 1.806 us
 
 
@@ -212,7 +216,6 @@ class Preset:
 
 # The copy API cost and the engine latency together make the planner's per-copy latency
 # (coherence/_cost.py: 10 us on PCIe 5, which also covers the Python layers above the driver).
-_PCIE_COPY_CALL_S = 4e-6
 _PCIE_COPY_LATENCY_S = 2e-6
 
 PCIE5 = Preset(
@@ -224,9 +227,9 @@ PCIE5 = Preset(
     memory_Bps=3.35e12,  # H100 SXM5 HBM3 (NVIDIA H100 datasheet)
     copy_latency_s=_PCIE_COPY_LATENCY_S,
     kernel_latency_s=3e-6,
-    call_s=0.1e-6,
+    call_s=_PCIE_CALL_S,
     copy_call_s=_PCIE_COPY_CALL_S,
-    launch_call_s=4e-6,
+    launch_call_s=_PCIE_LAUNCH_CALL_S,
     pin_latency_s=20e-6,
     pin_Bps=4e9,
 )
