@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -356,7 +357,6 @@ def real_launch(quick: bool = False) -> dict[str, float]:
     cuda-bindings and smartarray cost, as on a GPU), its ratios, and the driver calls per
     launch.
     """
-    import time
     import warnings
 
     from numba import cuda
@@ -403,17 +403,11 @@ def real_launch(quick: bool = False) -> dict[str, float]:
                 call = variants[name]
                 # An explicit budget (the default is in effect anyway off the simulator).
                 sa.set_device_budget(1 << 30 if name == "budgeted_smartarray" else None)
-                in_driver = fake.thread_time_ns if fake is not None else 0
-                made = sum(fake.calls.values()) if fake is not None else 0
-                start = time.thread_time_ns()
-                for _ in range(number):
-                    call()
-                elapsed = time.thread_time_ns() - start
-                best[name] = min(best[name], elapsed / number)
+                per_call, above_driver, driver_calls = _timed_round(call, number, fake)
+                best[name] = min(best[name], per_call)
                 if fake is not None:
-                    in_driver = fake.thread_time_ns - in_driver
-                    host[name] = min(host[name], (elapsed - in_driver) / number)
-                    calls[name] = (sum(fake.calls.values()) - made) / number
+                    host[name] = min(host[name], above_driver)
+                    calls[name] = driver_calls
                 cuda.synchronize()  # the queued kernels run here, untimed
         sa.set_device_budget(None)  # the default again
         assert sa.stats() == before, "a launch of current arguments moved bytes"
@@ -433,6 +427,25 @@ def real_launch(quick: bool = False) -> dict[str, float]:
     return out
 
 
+def _timed_round(call: Any, number: int, fake: Any) -> tuple[float, float, float]:
+    """``number`` calls of ``call`` in thread CPU time: nanoseconds per call, those spent
+    outside the fake driver (``fake``, or None: then 0) and its driver calls per call."""
+    in_driver = fake.thread_time_ns if fake is not None else 0
+    made = sum(fake.calls.values()) if fake is not None else 0
+    start = time.thread_time_ns()
+    for _ in range(number):
+        call()
+    elapsed = time.thread_time_ns() - start
+    if fake is None:
+        return elapsed / number, 0.0, 0.0
+    in_driver = fake.thread_time_ns - in_driver
+    return (
+        elapsed / number,
+        (elapsed - in_driver) / number,
+        (sum(fake.calls.values()) - made) / number,
+    )
+
+
 def real_launch_read(quick: bool = False) -> dict[str, float]:
     """Nanoseconds per launch that writes an array, followed by the host's read of it, through
     numba-cuda's real dispatcher (the iterative solver's loop, issue 41): a device array's
@@ -444,7 +457,6 @@ def real_launch_read(quick: bool = False) -> dict[str, float]:
     :attr:`smartarray._fakegpu._clock.Preset.smartarray_call_s` is derived from, with
     :func:`real_launch`'s) and the driver calls per launch and read.
     """
-    import time
     import warnings
 
     from numba import cuda
@@ -487,17 +499,11 @@ def real_launch_read(quick: bool = False) -> dict[str, float]:
             names = list(variants) if r % 2 == 0 else list(variants)[::-1]
             for name in names:
                 call = variants[name]
-                in_driver = fake.thread_time_ns if fake is not None else 0
-                made = sum(fake.calls.values()) if fake is not None else 0
-                start = time.thread_time_ns()
-                for _ in range(number):
-                    call()
-                elapsed = time.thread_time_ns() - start
-                best[name] = min(best[name], elapsed / number)
+                per_call, above_driver, driver_calls = _timed_round(call, number, fake)
+                best[name] = min(best[name], per_call)
                 if fake is not None:
-                    in_driver = fake.thread_time_ns - in_driver
-                    host[name] = min(host[name], (elapsed - in_driver) / number)
-                    calls[name] = (sum(fake.calls.values()) - made) / number
+                    host[name] = min(host[name], above_driver)
+                    calls[name] = driver_calls
                 cuda.synchronize()
     out = {f"real_launch_read_{name}_ns": value for name, value in best.items()}
     out["real_launch_read_smartarray_ratio"] = best["smartarray"] / best["device_array"]
