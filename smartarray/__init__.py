@@ -20,7 +20,7 @@ elif _flag("SMARTARRAY_STRICT"):
 from ._array import record as _record  # noqa: F401 - registers the record view class
 from ._distributed.partition import DeviceBlock, decompose
 from ._engine.auto_pin import pinned_budget, set_pinned_budget
-from ._engine.budget import device_budget, resident, set_device_budget
+from ._engine.budget import device_budget, empty_cache, resident, set_device_budget
 from ._interop.foreign import as_cuda_array, is_cuda_array
 from ._like import empty_like, zeros_like
 from ._numba.copy_counting import count_all_transfers
@@ -102,6 +102,7 @@ __all__ = [
     "device_array",
     "device_array_like",
     "device_budget",
+    "empty_cache",
     "empty_like",
     "enable_nvtx",
     "explain",

@@ -19,7 +19,14 @@ from .._numba.kernels import ArrayArgument
 from . import residency as _residency
 from .residency import DeviceBudget, ResidentArray
 
-__all__ = ["DeviceBudget", "ResidentArray", "device_budget", "resident", "set_device_budget"]
+__all__ = [
+    "DeviceBudget",
+    "ResidentArray",
+    "device_budget",
+    "empty_cache",
+    "resident",
+    "set_device_budget",
+]
 
 
 def set_device_budget(nbytes: int | None) -> None:
@@ -74,10 +81,11 @@ def device_budget(device: int | None = None) -> DeviceBudget:
     Returns
     -------
     DeviceBudget
-        A named tuple ``(budget, used, resident)``: ``budget`` in bytes (None: unlimited),
-        ``used`` the bytes of the resident device copies, and ``resident`` one
+        A named tuple ``(budget, used, resident, cached)``: ``budget`` in bytes (None:
+        unlimited), ``used`` the bytes of the resident device copies, ``resident`` one
         ``(name, nbytes, kept, device)`` per resident copy, least recently used first,
-        ``kept`` saying why it may not be evicted now (``''`` if it may).
+        ``kept`` saying why it may not be evicted now (``''`` if it may), and ``cached`` the
+        bytes of dead arrays' device copies kept for reuse (see :func:`empty_cache`).
 
     Raises
     ------
@@ -94,17 +102,63 @@ def device_budget(device: int | None = None) -> DeviceBudget:
     >>> [(r.name, r.nbytes) for r in sa.device_budget().resident if r.name == "a"]
     [('a', 32)]
     """
+    return _residency.budget_of(_device_number(device))
+
+
+def empty_cache(device: int | None = None) -> int:
+    """Give back the device memory smartarray keeps for reuse on ``device``.
+
+    When a SmartArray dies, its device copy (once the work queued on it ran, and when nothing
+    else holds its memory: no device array from ``get('gpu')`` or DLPack export alive, never
+    shared through ``__cuda_array_interface__``) is kept for the next device copy of the same
+    size on that device, as CuPy's memory pool and PyTorch's caching allocator keep theirs: a
+    loop that makes temporaries allocates once, and no ``cuMemAlloc`` (which orders the work of
+    every stream around it) falls between its kernels. What is kept counts in the budget (an
+    allocation that needs the room gives it back before evicting anything) and is at most a
+    quarter of the budget (256 MiB where no budget bounds it); :func:`device_budget` reports
+    it as ``cached``. Call this before handing the memory to another library.
+
+    Parameters
+    ----------
+    device : int, optional
+        The CUDA device (default: the current one).
+
+    Returns
+    -------
+    int
+        The bytes given back.
+
+    Raises
+    ------
+    TypeError
+        ``device`` is not an int (a bool is not a device).
+    ValueError
+        ``device`` is not a device this process sees.
+
+    Examples
+    --------
+    >>> import numpy as np, smartarray as sa
+    >>> a = sa.SmartArray(np.zeros(1024))
+    >>> _ = a.gpu()
+    >>> del a, _
+    >>> sa.empty_cache() >= 0
+    True
+    >>> sa.device_budget().cached
+    0
+    """
+    return _residency.empty_cache(_device_number(device))
+
+
+def _device_number(device: int | None) -> int:
     if device is None:
-        device = _devices.current()
-    else:
-        number = None
-        if not isinstance(device, (bool, np.bool_)):  # (True is not device 1)
-            with contextlib.suppress(TypeError):
-                number = index(device)
-        if number is None:
-            raise TypeError(f"device must be an int (a CUDA device) or None, got {device!r}")
-        device = _devices.ordinal(_devices.resolve(f"gpu:{number}", "device"))
-    return _residency.budget_of(device)
+        return _devices.current()
+    number = None
+    if not isinstance(device, (bool, np.bool_)):  # (True is not device 1)
+        with contextlib.suppress(TypeError):
+            number = index(device)
+    if number is None:
+        raise TypeError(f"device must be an int (a CUDA device) or None, got {device!r}")
+    return _devices.ordinal(_devices.resolve(f"gpu:{number}", "device"))
 
 
 @contextlib.contextmanager

@@ -65,6 +65,7 @@ __all__ = [
     "ResidentArray",
     "allocate",
     "budget_of",
+    "empty_cache",
     "keep_until_ran",
     "reset",
     "set_budget",
@@ -234,6 +235,7 @@ class DeviceBudget(NamedTuple):
     budget: int | None
     used: int
     resident: tuple[ResidentArray, ...]
+    cached: int = 0
 
 
 _lock = DeferringLock()  # the registry; held while making room (evictions serialise)
@@ -322,12 +324,14 @@ def _register(buf: ResidentBuffer, nbytes: int, device: int) -> None:
     key = (id(buf), device)
     # The release needs them after the buffer is gone; both are only ever changed in place.
     copies, work = buf.device_copies, buf.work
+    session = _sessions.current()  # (the memory is that session's: reused only in it)
 
     def release() -> None:  # the buffer died: its device memory goes with it
         if _resident.get(key) is ref:
             del _resident[key]
             copy = copies[device] if device < len(copies) else None
-            _retire(copy, list(work.values()), nbytes, device)
+            reusable = _reusable(rec) and _sessions.current() is session
+            _retire(copy, list(work.values()), nbytes, device, reusable)
 
     # The callback takes no lock: the next holder of the registry lock releases.
     ref = weakref.ref(buf, lambda _, defer=_lock.defer: defer(release))  # type: ignore[misc]  # (a default-argument lambda)
@@ -346,6 +350,14 @@ class _Retired(NamedTuple):
     events: list[Any]  # one per stream that had work on the buffer, completed when it ran
     nbytes: int  # counted in the device's budget (0: a temporary, not counted)
     device: int
+    reusable: bool = False  # kept for the next allocation of its size once its work ran
+
+
+def _reusable(rec: Residency) -> bool:
+    """Whether a dead buffer's copies may serve later allocations: nothing outside smartarray
+    holds their memory (no device array from ``get('gpu')`` or DLPack export alive, never
+    shared through ``__cuda_array_interface__`` or adopted)."""
+    return not rec.shared and all(ref() is None for ref, _ in rec.handouts)
 
 
 # Copies kept allocated after their buffer died, until the work queued on them ran: a free
@@ -368,14 +380,17 @@ def _pending_event(entry: Any) -> Any:
     return None if _streams.completed(event) else event
 
 
-def _retire(copy: Any, work: list[Any], nbytes: int, device: int) -> None:
+def _retire(copy: Any, work: list[Any], nbytes: int, device: int, reusable: bool) -> None:
     """The buffer holding ``copy`` on ``device`` died with ``work`` recorded: free the copy
-    now if that work ran, else keep it (still counted) until it has. Registry lock held."""
+    now if that work ran, else keep it (still counted) until it has; a ``reusable`` copy is
+    cached for reuse instead of freed. Registry lock held."""
     events = [] if copy is None else [e for e in map(_pending_event, work) if e is not None]
     if events:
-        _retired.append(_Retired(copy, events, nbytes, device))
+        _retired.append(_Retired(copy, events, nbytes, device, reusable))
     else:
         _used[device] -= nbytes
+        if reusable and copy is not None:
+            _keep(copy, nbytes, device)
 
 
 def keep_until_ran(held: Any, stream: Any) -> None:
@@ -411,10 +426,92 @@ def _free_retired(wait: bool = False) -> int:
         _retired.remove(old)
         if old.nbytes:
             _used[old.device] -= old.nbytes
+            if old.reusable:
+                _keep(old.copy, old.nbytes, old.device)
         freed += old.nbytes
     if freed:
         _sim.give_back_freed()
     return freed
+
+
+# -- reuse ----------------------------------------------------------------------------------
+
+# The device copies of dead arrays, kept for the next allocation of the same size on the same
+# device (a caching allocator, as CuPy's memory pool and PyTorch's): a loop that makes
+# temporaries allocates once, and no cuMemAlloc (implicit synchronisation between streams, CUDA
+# C++ Programming Guide) falls between its kernels. Only a copy whose work ran and whose memory
+# nothing outside holds (:func:`_reusable`) is kept. Counted in the budget beside ``_used``:
+# an allocation that needs the room gives cached memory back before it evicts anything.
+_cache: dict[tuple[int, int], list[Any]] = {}  # (device, nbytes) -> unused copies, oldest first
+_cached: dict[int, int] = {}  # device -> bytes in _cache
+
+
+#: The most a device's cache holds where no budget bounds it (the plain simulator); under a
+#: budget, a quarter of it: a cache is for the temporaries of a loop, not a second budget.
+CACHE_LIMIT = 256 << 20
+
+
+def _keep(copy: Any, nbytes: int, device: int) -> None:
+    budget = _budget if _budget_set else _default.get(device)
+    limit = CACHE_LIMIT if budget is None else budget // 4
+    if nbytes > limit:
+        return  # (given back with its last reference)
+    _cache.setdefault((device, nbytes), []).append(copy)
+    _cached[device] = _cached.get(device, 0) + nbytes
+    if _cached[device] > limit:
+        _drop_cached(device, _cached[device] - limit, flush=False)
+
+
+def _reuse(device: int, nbytes: int) -> Any:
+    """A cached copy of ``nbytes`` on ``device`` (no longer counted as cached), or None."""
+    copies = _cache.get((device, nbytes))
+    if not copies:
+        return None
+    copy = copies.pop()  # (the most recent: its pages are the likeliest still mapped)
+    if not copies:
+        del _cache[(device, nbytes)]
+    _cached[device] -= nbytes
+    return copy
+
+
+def _drop_cached(device: int, need: int | None = None, flush: bool = True) -> int:
+    """Give back cached copies on ``device`` (the current one), a size at a time in the order
+    the sizes were first kept, oldest first within one, until ``need``
+    bytes went (None: all); return the bytes given back. ``flush``: free them now (else at
+    numba-cuda's next flush of its deferred frees). Registry lock held."""
+    freed = 0
+    for key in [k for k in _cache if k[0] == device]:
+        copies = _cache[key]
+        while copies and (need is None or freed < need):
+            copies.pop(0)
+            freed += key[1]
+        if not copies:
+            del _cache[key]
+    if freed:
+        _cached[device] -= freed
+        if flush:
+            _sim.give_back_freed()  # numba defers frees: give the memory back now
+    return freed
+
+
+def _forget_cached() -> None:
+    # A session began or ended: the copies made before belong to device memory it replaces
+    # or ends (a dead buffer's copy is kept only in the session that allocated it).
+    _cache.clear()
+    _cached.clear()
+    _retired[:] = [old._replace(reusable=False) for old in _retired]
+
+
+_sessions.on_change.append(_forget_cached)
+
+
+def empty_cache(device: int) -> int:
+    """Give back the device memory kept for reuse on ``device``; return its bytes (see
+    smartarray._engine.budget.empty_cache)."""
+    with _lock:
+        _free_retired()
+        with _devices.on(device):
+            return _drop_cached(device)
 
 
 def _unregister(buf: ResidentBuffer, device: int) -> None:
@@ -456,7 +553,8 @@ def reset() -> None:
     """The registry as a fresh process has it, for tests (between them: no launch in flight).
 
     No user budget (each device's default computed again at its next allocation), the copies
-    retired with work still queued on them freed once that work ran (waited for), no skipped
+    retired with work still queued on them freed once that work ran (waited for), nothing
+    kept for reuse, no skipped
     eviction remembered. The copies of live buffers stay registered and counted: their buffers
     own them (drop the arrays first for an empty registry).
     """
@@ -465,6 +563,7 @@ def reset() -> None:
         _budget, _budget_set = None, False
         _default.clear()
         _free_retired(wait=True)
+        _forget_cached()
         _skipped.clear()
         _derive_claiming()
 
@@ -483,7 +582,8 @@ def budget_of(device: int) -> DeviceBudget:
             entry = ResidentArray(buf.name, size, _kept(buf, claimed), device)
             entries.append((rec.tick, entry))  # type: ignore[union-attr]
         entries.sort(key=lambda e: e[0])
-        return DeviceBudget(budget, _used.get(device, 0), tuple(e[1] for e in entries))
+        resident = tuple(e[1] for e in entries)
+        return DeviceBudget(budget, _used.get(device, 0), resident, _cached.get(device, 0))
 
 
 # -- allocation and eviction ----------------------------------------------------------------
@@ -666,6 +766,28 @@ def _no_room(buf: ResidentBuffer, budget: int | None, cause: str, device: int) -
     )
 
 
+def _make_room(buf: ResidentBuffer, nbytes: int, budget: int | None, device: int) -> None:
+    """Keep ``nbytes`` more on ``device`` within ``budget``: cached copies given back first,
+    then retired ones freed, then copies evicted. Registry lock held."""
+    if budget is None:
+        return
+    over = _used.get(device, 0) + _cached.get(device, 0) + nbytes - budget
+    if over > 0:
+        _drop_cached(device, over)
+    used = _used.get(device, 0)
+    if used + nbytes > budget and _retired:
+        # Copies of dead arrays first: waiting for their work costs no transfer.
+        _free_retired(wait=True)
+        _drop_cached(device)  # (what that freed went to the cache)
+        used = _used.get(device, 0)
+    if used + nbytes > budget:
+        if nbytes > budget:
+            raise _no_room(buf, budget, "it is larger than the budget", device)
+        _evict(used + nbytes - budget, buf, "budget", device)
+        if _used.get(device, 0) + nbytes > budget:
+            raise _no_room(buf, budget, "eviction cannot make room", device)
+
+
 def allocate(buf: ResidentBuffer, device: int = 0) -> Any:
     """Allocate ``buf``'s copy on ``device`` (the current one) within that device's budget,
     evicting others there if needed.
@@ -683,23 +805,22 @@ def allocate(buf: ResidentBuffer, device: int = 0) -> Any:
     with _lock:
         _free_retired()
         budget = _effective_budget(device)
-        used = _used.get(device, 0)
-        if budget is not None and used + nbytes > budget and _retired:
-            # Copies of dead arrays first: waiting for their work costs no transfer.
-            _free_retired(wait=True)
-            used = _used.get(device, 0)
-        if budget is not None and used + nbytes > budget:
-            if nbytes > budget:
-                raise _no_room(buf, budget, "it is larger than the budget", device)
-            _evict(used + nbytes - budget, buf, "budget", device)
-            if _used.get(device, 0) + nbytes > budget:
-                raise _no_room(buf, budget, "eviction cannot make room", device)
+        dev = _reuse(device, nbytes)
+        try:
+            _make_room(buf, nbytes, budget, device)
+        except BaseException:
+            if dev is not None:
+                _keep(dev, nbytes, device)
+            raise
+        if dev is not None:
+            _register(buf, nbytes, device)
+            return dev
         try:
             dev = memory.device_array(nbytes, np.uint8)
         except Exception as exc:
             if not _sim.out_of_memory(exc):
                 raise
-            retired = _free_retired(wait=True)
+            retired = _free_retired(wait=True) + _drop_cached(device)
             if not _evict(max(nbytes, 1), buf, "out of memory", device) and not retired:
                 cause = f"the device is out of memory: {exc}"
                 raise _no_room(buf, budget, cause, device) from exc

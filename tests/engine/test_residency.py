@@ -23,6 +23,7 @@ from numba import cuda
 import smartarray as sa
 from smartarray import _fakegpu, memory
 from smartarray._engine import residency as _residency
+from smartarray._memory import devices as _devices
 from smartarray._platform import cuda_simulator as _simulator
 from smartarray.testing import is_strict, strict
 from tests._kernels import add_one
@@ -85,6 +86,7 @@ def _clear_others():
     gc.collect()
     with _residency._lock:
         _residency._evict(1 << 62, None, "budget")
+        _residency._drop_cached(_devices.current())
 
 
 def _kept_bytes():
@@ -934,6 +936,144 @@ def test_eviction_flushes_numba_cudas_deferred_frees():
         "assert freed == ['device memory', 'stream'], freed\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, env=real_target_env(), timeout=300)
+
+
+# -- reuse of dead arrays' device memory ------------------------------------------------------
+
+
+@pytest.fixture
+def allocations(monkeypatch):
+    """The device allocations smartarray makes from here on (each one's byte count)."""
+    made = []
+    allocate = memory.device_array
+
+    def counted(shape, *args, **kwargs):
+        made.append(shape)
+        return allocate(shape, *args, **kwargs)
+
+    monkeypatch.setattr(memory, "device_array", counted)
+    gc.collect()
+    _residency.reset()
+    yield made
+    _residency.reset()
+
+
+def _dead(make):
+    """Make an array with ``make``, use it on the device, drop it; its copy's bytes."""
+    a = make()
+    launch(add_one, a)
+    a.host()  # (its work ran)
+    nbytes = a.nbytes
+    del a
+    gc.collect()
+    return nbytes
+
+
+@pytest.mark.parametrize("second", ["from-data", "shape-only", "view"])
+def test_a_dead_arrays_device_copy_serves_the_next_of_its_size(allocations, second):
+    nbytes = _dead(lambda: sa.SmartArray(np.zeros(N), name="first"))
+    assert allocations == [nbytes]
+    assert sa.device_budget().cached == nbytes
+    if second == "from-data":
+        b = sa.SmartArray(np.arange(N, dtype=np.float64))
+        launch(add_one, b)
+        expected = np.arange(N) + 1.0
+    elif second == "shape-only":
+        b = sa.SmartArray(shape=N, dtype=np.float64)
+        b[:] = 7.0
+        launch(add_one, b)
+        expected = np.full(N, 8.0)
+    else:
+        b = sa.SmartArray(np.arange(2 * N, dtype=np.float64).reshape(2, N))[1]
+        b = sa.SmartArray(np.asarray(b))
+        launch(add_one, b)
+        expected = np.arange(N, 2 * N) + 1.0
+    assert allocations == [nbytes], "the dead array's copy was not reused"
+    assert sa.device_budget().cached == 0
+    np.testing.assert_array_equal(np.asarray(b), expected)
+
+
+def test_other_sizes_and_empty_cache_allocate_afresh(allocations):
+    nbytes = _dead(lambda: sa.SmartArray(np.zeros(N)))
+    c = sa.SmartArray(np.zeros(2 * N))
+    launch(add_one, c)
+    assert allocations == [nbytes, 2 * nbytes]  # another size: a new allocation
+    assert sa.empty_cache() == nbytes and sa.device_budget().cached == 0
+    assert sa.empty_cache() == 0
+    b = sa.SmartArray(np.zeros(N))
+    launch(add_one, b)
+    assert allocations == [nbytes, 2 * nbytes, nbytes]
+
+
+@pytest.mark.parametrize("bad", ["0", 1.0, True, [0]])
+def test_empty_cache_refuses_what_is_not_a_device(bad):
+    with pytest.raises(TypeError, match="device must be an int"):
+        sa.empty_cache(bad)
+
+
+@pytest.mark.parametrize("outside", ["get-gpu", "cuda-array-interface"])
+def test_memory_held_outside_is_never_reused(allocations, outside):
+    """A device array from get('gpu'), or a pointer from ``__cuda_array_interface__``,
+    outlives its SmartArray: the memory it shows must not become another array's copy (a
+    DLPack export keeps its array alive)."""
+    a = sa.SmartArray(np.arange(N, dtype=np.float64))
+    launch(add_one, a)
+    held = a.get("gpu") if outside == "get-gpu" else a.__cuda_array_interface__
+    del a
+    gc.collect()
+    b = sa.SmartArray(np.full(N, 5.0))
+    launch(add_one, b)
+    assert len(allocations) == 2, "memory held outside became another array's copy"
+    np.testing.assert_array_equal(np.asarray(b), np.full(N, 6.0))
+    if outside == "get-gpu":
+        np.testing.assert_array_equal(held.copy_to_host(), np.arange(N) + 1.0)
+    del held
+
+
+@pytest.mark.strict_mode
+def test_a_copy_is_reused_only_after_the_work_queued_on_it_ran(allocations):
+    with strict(seed=5):
+        s = sa.stream()
+        a = sa.SmartArray(np.zeros(N))
+        add_one[1, 32, s](a)  # queued: strict mode runs it when waited for
+        del a
+        gc.collect()
+        b = sa.SmartArray(np.ones(N))
+        launch(add_one, b)
+        assert len(allocations) == 2, "a copy with work still queued was reused"
+        s.synchronize()
+        np.testing.assert_array_equal(np.asarray(b), np.full(N, 2.0))
+        del b
+        gc.collect()
+        c = sa.SmartArray(np.full(N, 3.0))
+        launch(add_one, c)
+        assert len(allocations) == 2, "a copy whose work ran was not reused"
+        np.testing.assert_array_equal(np.asarray(c), np.full(N, 4.0))
+
+
+def test_cached_memory_counts_in_the_budget_and_goes_before_any_eviction(budget, allocations):
+    a, b = arrays(2)
+    budget(5 * NB)
+    for x in (a, b):
+        launch(add_one, x)
+    _dead(lambda: sa.SmartArray(np.zeros(N)))
+    assert sa.device_budget().cached == NB
+    sa.reset_stats()
+    big = sa.SmartArray(np.zeros(3 * N), name="big")  # 2 NB + NB cached + 3 NB > 5 NB
+    launch(add_one, big)
+    assert sa.stats().evictions == 0, "a live copy was evicted while cached memory was kept"
+    assert sa.device_budget().cached == 0
+    assert {"r0", "r1", "big"} <= resident_names()
+    assert sa.device_budget().used == 5 * NB
+
+
+def test_the_cache_keeps_at_most_a_quarter_of_the_budget(budget, allocations):
+    budget(8 * NB)
+    _dead(lambda: sa.SmartArray(np.zeros(3 * N)))  # 3 NB: more than a quarter
+    assert sa.device_budget().cached == 0
+    for _ in range(3):
+        _dead(lambda: sa.SmartArray(np.zeros(N)))  # each reuses the one before
+    assert sa.device_budget().cached == NB
 
 
 # -- random pipelines under a small budget --------------------------------------------------

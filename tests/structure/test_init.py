@@ -33,6 +33,7 @@ PUBLIC = [
     "device_array",
     "device_array_like",
     "device_budget",
+    "empty_cache",
     "empty_like",
     "enable_nvtx",
     "explain",
