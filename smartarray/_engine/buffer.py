@@ -853,13 +853,15 @@ class Buffer:
             # by the kernel changes nothing unless the host reads in between. Nothing queued
             # here: the launch's callback records the kernel (no event recorded before it).
             return True
+        aside = False  # (uploads queued on smartarray's upload stream)
         if intent != OUT or not covers:
             if plan:
-                if (
+                aside = (
                     launch_stream is _streams.DEFAULT
                     and all(c.source == HOST for c in plan.copies)
                     and _residency.private(self)
-                ):
+                )
+                if aside:
                     # Uploads on smartarray's non-blocking stream, the launch's stream made
                     # to wait for them: they overlap the default stream's earlier kernels.
                     # Only where smartarray knows all work on the memory (it orders the
@@ -889,7 +891,9 @@ class Buffer:
         # only this stream's entry, so work another thread queued meanwhile on another stream
         # stays. Nothing uploaded: nothing to capture before the kernel (one record fewer).
         if plan is not None and plan.copies:
-            self.queued(launch_stream, items)
+            # After uploads aside, the entry's marks are unknown, as after copies on the
+            # launch's stream (recorded with none): a loop of launches then updates no marks.
+            self.queued(launch_stream, None if aside else items)
         return False
 
     def release(
