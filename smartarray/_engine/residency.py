@@ -360,15 +360,6 @@ def _reusable(rec: Residency) -> bool:
     return not rec.shared and all(ref() is None for ref, _ in rec.handouts)
 
 
-def private(buf: Recorded) -> bool:
-    """Whether all device work on ``buf``'s memory is smartarray's own (recorded in its
-    work): its device memory was never handed out (``get('gpu')``, DLPack), shared
-    (``__cuda_array_interface__``) or adopted (``copy=False``). Work of others on it, on the
-    legacy default stream say, is ordered only by that stream's implicit rules."""
-    rec = buf.residency
-    return rec is None or (not rec.shared and not rec.handouts)
-
-
 # Copies kept allocated after their buffer died, until the work queued on them ran: a free
 # may wait only for the freeing context's device (CUDA documents no wait at all), and numba
 # frees from whatever context is current when its deferred frees are cleared.
