@@ -476,9 +476,9 @@ def _reuse(device: int, nbytes: int) -> Any:
 
 def _drop_cached(device: int, need: int | None = None, flush: bool = True) -> int:
     """Give back cached copies on ``device`` (the current one), a size at a time in the order
-    the sizes were first kept, oldest first within one, until ``need``
-    bytes went (None: all); return the bytes given back. ``flush``: free them now (else at
-    numba-cuda's next flush of its deferred frees). Registry lock held."""
+    the sizes were first kept, oldest first within one, until ``need`` bytes went (None: all);
+    return the bytes given back. ``flush``: free them now (else at numba-cuda's next flush of
+    its deferred frees). Registry lock held."""
     freed = 0
     for key in [k for k in _cache if k[0] == device]:
         copies = _cache[key]
@@ -554,9 +554,8 @@ def reset() -> None:
 
     No user budget (each device's default computed again at its next allocation), the copies
     retired with work still queued on them freed once that work ran (waited for), nothing
-    kept for reuse, no skipped
-    eviction remembered. The copies of live buffers stay registered and counted: their buffers
-    own them (drop the arrays first for an empty registry).
+    kept for reuse, no skipped eviction remembered. The copies of live buffers stay registered
+    and counted: their buffers own them (drop the arrays first for an empty registry).
     """
     global _budget, _budget_set
     with _lock:

@@ -143,17 +143,8 @@ def test_a_read_only_host_view_does_not_wait_for_an_upload(log):
 # --- default-stream work and user streams ----------------------------------------------------
 
 
-def _on_the_device(log):
-    """An array current on the device (its upload, on smartarray's upload stream, done)."""
-    a = sa.SmartArray(np.zeros(8))
-    launch(a, 0)
-    np.asarray(a)
-    log.clear()
-    return a
-
-
 def test_default_stream_work_is_ordered_before_a_launch_on_another_stream(log):
-    a = _on_the_device(log)
+    a = sa.SmartArray(np.zeros(8))
     launch(a, 0)  # a kernel on the default stream writes a's device copy
     assert log == []
     s = NumbaStream(log, "s", 0x1000)  # e.g. cuda.external_stream(ptr) of a non-blocking stream
@@ -215,7 +206,7 @@ def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_ordering(log):
 def test_a_host_read_after_default_stream_work_is_ordered_by_the_stream_alone(log):
     # The download goes on the default stream itself, after the kernel in stream order: an
     # event wait there would cost a driver call and order nothing.
-    a = _on_the_device(log)
+    a = sa.SmartArray(np.zeros(8))
     launch(a, 0)
     np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
     assert not [entry for entry in log if entry[0] in ("record", "wait")], log
