@@ -250,38 +250,59 @@ def __getitem__(self: SmartArray, key: Any) -> Any:
 def __setitem__(self: SmartArray, key: Any, value: Any) -> None:
     """``self[key] = value``, as ``numpy.ndarray.__setitem__``, recorded on the host copy.
 
-    The host fast path: while the host holds the only current copy of this view's bytes (its
-    ``_host_only_at`` is the buffer's ``host_stamp``), a write at any key goes to the host
-    ndarray directly (``_host_cells``, made whenever the stamp is) and needs no record:
-    nothing else is current to go stale, and NumPy's indexing of the view writes none of the
-    buffer's other bytes. NumPy checks the key and the value (its errors, its casts); a value
-    that is itself a SmartArray is read through its own ``__array__``, under its own lock (this
-    write holds none). The stamp is read again after the write (seqlock-style): if a
-    transition began meanwhile (an upload moves the stamp before it reads the host bytes; a
-    value's conversion that runs device work moves it too), the write is done again the slow
-    way, under the lock, and recorded, so no old value is marked current elsewhere.
+    The host fast path has two doors, each one test. While the host holds the only current
+    copy of this view's bytes (its ``_host_only_at`` is the buffer's ``host_stamp``), a write
+    at any key goes to the host ndarray directly (``_host_cells``, made whenever the stamp is)
+    and needs no record: nothing else is current to go stale, and NumPy's indexing of the view
+    writes none of the buffer's other bytes. NumPy checks the key and the value (its errors,
+    its casts); a value that is itself a SmartArray is read through its own ``__array__``,
+    under its own lock (this write holds none). The stamp is read again after the write
+    (seqlock-style): if a transition began meanwhile (an upload moves the stamp before it
+    reads the host bytes; a value's conversion that runs device work moves it too), the write
+    is done again the slow way, under the lock, and recorded, so no old value is marked
+    current elsewhere.
 
-    A write the slow way of one element of a 1-D view leaves that element current on the host
-    only; the view keeps its key (``_host_key``), so writing the same element again (a
-    boundary value, an accumulator) takes the fast path too, until the next transition, which
-    closes the key before the stamp moves (:meth:`Buffer.open_host_key
-    <smartarray._engine.buffer.Buffer.open_host_key>`): the key is that write's one validity
-    test, by identity (a loop's constant, a variable), with no stamp kept with it. A key
-    equal but not identical is compared only then, by class (an index array compared with
-    the key would be ambiguous) and value. The fast path itself tests no class: each test
-    costs about a third of NumPy's whole write. The same stamp re-check after the write
-    covers both (a key found open before the stamp moved and written after is done again).
+    The other door is the view's key (``_host_key``): the integer key of a write that needs
+    no record until the next transition, which closes the key before anything moves
+    (:meth:`Buffer._leave_host_only <smartarray._engine.buffer.Buffer._leave_host_only>`).
+    A host-only view keeps the key of its first such write (:meth:`Buffer.keep_host_key
+    <smartarray._engine.buffer.Buffer.keep_host_key>`); a used view (other bytes current on
+    the device too) keeps the key of an element write made the slow way, once that element is
+    current on the host only (:meth:`Buffer.open_host_key
+    <smartarray._engine.buffer.Buffer.open_host_key>`). Writing the same element again (a
+    boundary value, an accumulator) then tests the key by identity (a loop's constant, a
+    variable) and reads the key again after the write, in place of the stamp: a transition
+    that began meanwhile closed it, and the write is done again the slow way. A key equal but
+    not identical is compared only when the stamp test fails, by class (an index array
+    compared with the key would be ambiguous) and value. Each test costs about a sixth of
+    NumPy's whole write, so each door tests one thing.
     """
-    buf = self._buf
-    stamp = buf.host_stamp  # (read once before the write, once after: the seqlock's two reads)
-    if self._host_only_at != stamp and key is not self._host_key:
-        known = self._host_key  # (read again: any key found open since the stamp was read holds)
+    known = self._host_key
+    if key is not known:
+        buf = self._buf
+        stamp = buf.host_stamp  # (read once before the write, once after: the seqlock's two reads)
+        if self._host_only_at == stamp:
+            self._host_cells[key] = value  # type: ignore[index]  # (a fresh stamp: made)
+            if stamp != buf.host_stamp:
+                _setitem(self, key, value)
+            elif known is NO_KEY and key.__class__ in _INT_KEYS:
+                _keep_key(self, key, stamp)
+            return
         if key.__class__ is not known.__class__ or key != known:
             _setitem(self, key, value)
             return
-    self._host_cells[key] = value  # type: ignore[index]  # (a fresh stamp or a key: made)
-    if stamp != buf.host_stamp:
+    self._host_cells[key] = value  # type: ignore[index]  # (an open key: made)
+    if self._host_key is not known:
         _setitem(self, key, value)
+
+
+def _keep_key(self: SmartArray, key: Any, stamp: int) -> None:
+    """Keep ``key``, just written with no record at ``stamp``, open for this host-only view's
+    next writes (the write fast path's key door, see ``__setitem__``)."""
+    buf = self._buf
+    with buf.lock:
+        if buf.keep_host_key(self, stamp):
+            self._host_key = key
 
 
 def _cell(self: SmartArray, key: tuple[Any, ...]) -> bool:

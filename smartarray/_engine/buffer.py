@@ -566,6 +566,21 @@ class Buffer:
         self.fast_views[id(view)] = view  # (weak: a view's entry goes with it)
         return True
 
+    def keep_host_key(self, view: ArmableView, stamp: int) -> bool:
+        """Whether ``stamp`` is still the host stamp, at which ``view``'s bytes were current on
+        the host only with nothing in flight (its ``_host_only_at``): then any write of it
+        needs no record until the next transition, and ``view`` may keep the key of the write
+        it has just made (``_host_key``), which :meth:`_leave_host_only` closes. A host-only
+        view's repeated writes of one key (a boundary value, an accumulator) then test only
+        that key, as a used view's do after :meth:`open_host_key`. Call with the lock held.
+        """
+        if stamp != self.host_stamp:
+            return False
+        if self.fast_views is None:
+            self.fast_views = weakref.WeakValueDictionary()
+        self.fast_views[id(view)] = view
+        return True
+
     def host_ready(self, lo: int, hi: int, only: bool = False) -> int:
         """The stamp at which bytes ``[lo, hi)`` may be read on the host without the lock
         (``only``: written too, recorded by nothing: the host holds the only current copy),

@@ -141,20 +141,46 @@ class _UploadBeforeWrite(np.ndarray):
         super().__setitem__(key, value)
 
 
-def test_a_fast_write_racing_an_upload_is_recorded_again():
-    """The fast write re-checks the stamp after writing (seqlock-style): an upload that read
-    the host bytes before the write landed must not leave the old value marked current on the
-    device."""
+@pytest.mark.parametrize("index", [1, 2], ids=["its_key_again", "another_key"])
+def test_a_fast_write_racing_an_upload_is_recorded_again(slow_writes, index):
+    """Either door of the fast write re-checks after writing (seqlock-style): the stamp for a
+    new key, the view's key for the key it wrote before. An upload that read the host bytes
+    before the write landed must not leave the old value marked current on the device."""
     a = SmartArray(np.zeros(8))
-    a[1] = 1.0  # opens the fast path: the host holds the only copy
-    assert a._host_cells is not None
+    a[1] = 1.0  # the host holds the only copy: no record, and the view keeps the key
+    assert a._host_key == 1 and slow_writes == []
     a._host_cells = a._host_cells.view(_UploadBeforeWrite)
     _UploadBeforeWrite.target = a
-    a[1] = 2.0  # another thread uploads between the stamp test and the write
+    a[index] = 2.0  # another thread uploads between the door's test and the write
     assert _UploadBeforeWrite.target is None  # (the upload ran)
-    launch(a)  # must upload the 2.0 (the device copy holds the 1.0 the other thread sent up)
-    assert a[1] == 3.0
-    assert a.tolist() == [1.0, 3.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    assert slow_writes == [index]  # done again the slow way, and recorded
+    launch(a)  # must upload the 2.0 (the device copy holds what the other thread sent up)
+    assert a[index] == 3.0
+    expected = [1.0] * 8
+    expected[1], expected[index] = 2.0, 3.0
+    assert a.tolist() == expected
+
+
+def test_a_host_only_views_repeated_writes_test_only_their_key(slow_writes):
+    """A host-only view keeps the key of its first write: the same key again needs no stamp,
+    another key takes the stamp's door, and a launch closes the key and uploads every write."""
+    a = SmartArray(np.zeros(16))
+    b = a[4:12]
+    for k in range(3):
+        a[3] = float(k)  # the first keeps the key
+        b[np.int64(2)] = 10.0 + k  # (another integer class: a key too)
+        a[5] = 20.0 + k  # another key: the stamp's door
+    assert a._host_key == 3 and b._host_key == 2
+    assert [int(k) for k in slow_writes] == [2]  # (a new view's first write opens its doors)
+    before = sa.stats()
+    launch(a)
+    assert delta(before).h2d_bytes == 128
+    assert a._host_key is NO_KEY and b._host_key is NO_KEY  # the transition closed both
+    a[3] = 7.0  # the device's copy is the current one now: recorded
+    b[2] = 8.0
+    assert [int(k) for k in slow_writes] == [2, 3, 2]
+    launch(a)
+    assert a[3] == 8.0 and a[6] == 9.0 and a[5] == 24.0 and a[0] == 2.0
 
 
 def test_results_stay_smartarrays():
