@@ -150,9 +150,13 @@ def abort(began: _Began | None) -> None:
 
 def _stream_name(stream: Any) -> str:
     """A trace's name for ``stream``: ``'0'`` for the default stream, however it is spelt
-    (cuda.core's ``Stream`` of handle 0 is what a launch's copies go on, on a GPU)."""
+    (cuda.core's ``Stream`` of handle 0 is what a launch's copies go on, on a GPU), and
+    smartarray's own streams by their names (``'smartarray upload'``)."""
     if isinstance(stream, int):
         return "0"
+    own = getattr(stream, "smartarray_name", None)
+    if own is not None:
+        return str(own)
     protocol = getattr(stream, "__cuda_stream__", None)
     if callable(protocol) and not protocol()[1]:
         return "0"

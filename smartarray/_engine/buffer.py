@@ -329,6 +329,34 @@ class Buffer:
         else:
             self.ensure_device(where)
 
+    def _upload_for_launch(
+        self, plan: Plan, reason: str, launch: Any, items: list[_device_work.Item] | None
+    ) -> None:
+        """Perform ``plan``'s uploads (host to device only) for a launch on ``launch`` (the
+        default stream, :func:`smartarray._memory.streams.pending`'s form) on smartarray's
+        non-blocking upload stream: on the legacy default stream a pageable upload would first
+        wait for every kernel queued before it, whichever arrays it uses; there it overlaps
+        them.
+
+        Ordered on the device with events (no host wait): the buffer's earlier work that
+        touches ``items`` (on any stream, the launch's included) before the copies, and the
+        launch's stream after them, so that the kernel, and whatever the launch's stream
+        queues later, sees the uploaded bytes. The caller then records the buffer's event on
+        the launch's stream (``queued``): that entry, recorded after the wait, stands for the
+        upload, and host reads, hand-outs, other streams and frees wait for it. A copy that
+        fails is recorded on the upload stream, for what of it was queued. Lock held.
+        """
+        up = _streams.upload_stream()
+        self.order_before(up, items)
+        try:
+            self._copy(plan, reason, up)
+        except BaseException:
+            self.queued(up)  # (what was queued may still run: host reads and frees wait for it)
+            raise
+        event = _streams.launch_event()  # (reused: the wait queued now keeps what it captured)
+        event.record(up)
+        event.wait(_streams.native(launch))
+
     def _copy(self, plan: Plan, reason: str, stream: Any, wait: bool = True) -> None:
         """Perform the copies of a plan on ``stream``; TransferError if one fails.
 
@@ -840,9 +868,27 @@ class Buffer:
             # by the kernel changes nothing unless the host reads in between. Nothing queued
             # here: the launch's callback records the kernel (no event recorded before it).
             return True
+        aside = False  # (uploads queued on smartarray's upload stream)
         if intent != OUT or not covers:
             if plan:
-                self._copy(plan, reason, launch)
+                aside = (
+                    launch_stream is _streams.DEFAULT
+                    and all(c.source == HOST for c in plan.copies)
+                    and _residency.private(self)
+                    and not _residency.others_launching()
+                )
+                if aside:
+                    # Uploads on smartarray's non-blocking stream, the launch's stream made
+                    # to wait for them: they overlap the default stream's earlier kernels.
+                    # Only where smartarray knows all work on the memory (it orders the
+                    # upload after that work): others' default-stream work, on adopted or
+                    # handed-out memory, is ordered by the legacy stream's rules alone; and
+                    # only while no other thread is inside a launch: its kernel, queued
+                    # between the launch's preparation and the callback that records it, is
+                    # in no buffer's work yet, and only the legacy stream orders after it.
+                    self._upload_for_launch(plan, reason, launch_stream, items)
+                else:
+                    self._copy(plan, reason, launch)
                 state.apply(plan)
             if self.perf is not None:
                 _perf.uploaded(self, plan.nbytes if plan else 0, lo, hi)
@@ -864,7 +910,9 @@ class Buffer:
         # only this stream's entry, so work another thread queued meanwhile on another stream
         # stays. Nothing uploaded: nothing to capture before the kernel (one record fewer).
         if plan is not None and plan.copies:
-            self.queued(launch_stream, items)
+            # After uploads aside, the entry's marks are unknown, as after copies on the
+            # launch's stream (recorded with none): a loop of launches then updates no marks.
+            self.queued(launch_stream, None if aside else items)
         return False
 
     def release(

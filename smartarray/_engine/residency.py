@@ -296,6 +296,14 @@ def started(launch: weakref.ref[Any]) -> None:
     _launches[threading.get_ident()] = launch
 
 
+def others_launching() -> bool:
+    """Whether a thread other than this one is inside a launch (its latest launch still
+    alive: being prepared, or queued with its callbacks still to run). Such a launch's kernel
+    is in no buffer's work until its callback records it."""
+    me = threading.get_ident()
+    return any(ident != me and ref() is not None for ident, ref in list(_launches.items()))
+
+
 def handed_out(buf: ResidentBuffer, devary: Any, why: str = _HANDED_OUT) -> None:
     """``devary`` lives while the copy's memory is held outside: the copy stays (``why``)."""
     rec = of(buf)
@@ -358,6 +366,15 @@ def _reusable(rec: Residency) -> bool:
     holds their memory (no device array from ``get('gpu')`` or DLPack export alive, never
     shared through ``__cuda_array_interface__`` or adopted)."""
     return not rec.shared and all(ref() is None for ref, _ in rec.handouts)
+
+
+def private(buf: Recorded) -> bool:
+    """Whether all device work on ``buf``'s memory is smartarray's own (recorded in its
+    work): its device memory was never handed out (``get('gpu')``, DLPack), shared
+    (``__cuda_array_interface__``) or adopted (``copy=False``). Work of others on it, on the
+    legacy default stream say, is ordered only by that stream's implicit rules."""
+    rec = buf.residency
+    return rec is None or (not rec.shared and not rec.handouts)
 
 
 # Copies kept allocated after their buffer died, until the work queued on them ran: a free

@@ -56,6 +56,7 @@ __all__ = [
     "same",
     "synchronize",
     "this_thread",
+    "upload_stream",
 ]
 
 #: The handles CUDA reserves for default streams (``CU_STREAM_LEGACY``, ``CU_STREAM_PER_THREAD``).
@@ -292,6 +293,44 @@ def copy_stream() -> Any:
     if stream is None or owner is not session:
         stream = cuda.stream()
         _copy_stream[:] = [session, stream]
+    return stream
+
+
+# smartarray's own non-blocking stream per device for the uploads of a default-stream launch
+# (see upload_stream), with the strict session or simulator it was made for.
+_upload_streams: dict[int, tuple[Any, Any]] = {}
+CU_STREAM_NON_BLOCKING = 1
+
+
+def upload_stream() -> Any:
+    """A non-blocking stream smartarray owns (never destroyed), one per device: the uploads a
+    launch on the default stream needs go on it, so that they overlap the default stream's
+    kernels.
+
+    CUDA's "API synchronization behavior": a ``cuMemcpyHtoDAsync`` from pageable memory
+    performs a stream synchronisation before the copy starts; on the legacy default stream
+    that waits for every blocking stream's work (the previous kernel), on a non-blocking
+    stream (``CU_STREAM_NON_BLOCKING``: no implicit order with the legacy default stream)
+    only for this stream's own earlier copies. Whoever uses it orders it explicitly: after
+    the buffer's earlier work (events) before the copy, and the launch's stream after the
+    copy's event. numba's ``cuda.stream()`` makes blocking streams, so this one is made with
+    the driver's ``cuStreamCreate`` and wrapped as an external stream; in the simulator and
+    in strict mode it is ``cuda.stream()`` (their streams belong to the session).
+    """
+    session = _sessions.current()
+    device = _devices.current()
+    owner, stream = _upload_streams.get(device, (None, None))
+    if stream is None or owner is not session:
+        if _sim.SIMULATOR:
+            stream = cuda.stream()
+        else:
+            from numba.cuda.cudadrv import driver as _driver
+
+            cuda.current_context()  # (the device's context, made current)
+            handle = _driver.driver.cuStreamCreate(CU_STREAM_NON_BLOCKING)
+            stream = cuda.external_stream(int(handle))
+        stream.smartarray_name = "smartarray upload"  # (what a trace calls it)
+        _upload_streams[device] = (session, stream)
     return stream
 
 

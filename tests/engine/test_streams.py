@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -23,9 +24,11 @@ from numba import cuda
 
 import smartarray as sa
 from smartarray import _fakegpu, memory
+from smartarray._engine import residency as _residency
 from smartarray.testing import is_strict, strict
 from tests._kernels import add_one
 from tests._targets import real_target_env
+from tests.doubles.test_fakegpu import run_fake
 
 # Outcomes depend on the fake driver's adversarial order: CI runs them over several seeds.
 pytestmark = pytest.mark.seeds
@@ -143,8 +146,17 @@ def test_a_read_only_host_view_does_not_wait_for_an_upload(log):
 # --- default-stream work and user streams ----------------------------------------------------
 
 
-def test_default_stream_work_is_ordered_before_a_launch_on_another_stream(log):
+def _on_the_device(log):
+    """An array current on the device (its upload, on smartarray's upload stream, done)."""
     a = sa.SmartArray(np.zeros(8))
+    launch(a, 0)
+    np.asarray(a)
+    log.clear()
+    return a
+
+
+def test_default_stream_work_is_ordered_before_a_launch_on_another_stream(log):
+    a = _on_the_device(log)
     launch(a, 0)  # a kernel on the default stream writes a's device copy
     assert log == []
     s = NumbaStream(log, "s", 0x1000)  # e.g. cuda.external_stream(ptr) of a non-blocking stream
@@ -206,7 +218,7 @@ def test_a_loop_of_launches_on_one_stream_adds_no_wait_and_no_ordering(log):
 def test_a_host_read_after_default_stream_work_is_ordered_by_the_stream_alone(log):
     # The download goes on the default stream itself, after the kernel in stream order: an
     # event wait there would cost a driver call and order nothing.
-    a = sa.SmartArray(np.zeros(8))
+    a = _on_the_device(log)
     launch(a, 0)
     np.testing.assert_array_equal(np.asarray(a), np.zeros(8))
     assert not [entry for entry in log if entry[0] in ("record", "wait")], log
@@ -806,6 +818,55 @@ def test_strict_a_default_stream_launch_sees_the_bytes_it_uploaded(per_thread, s
         _fresh_arrays_launched_on_the_default_stream()
 
 
+OVERLAP_CHILD = """
+import gc
+clock = __import__("smartarray")._fakegpu.current().clock
+
+@cuda.jit
+def slow(x):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        x[i] += 1.0
+
+n = 1 << 16
+upload_s = clock.preset.copy_latency_s + 8 * n / clock.preset.pageable_Bps
+clock.set_kernel_seconds("slow", upload_s)
+if REUSE:  # device memory of dead arrays of this size, kept for reuse
+    warm = [sa.SmartArray(np.zeros(n)) for _ in range(4)]
+    for w in warm:
+        slow[1, 32](w)
+    del warm, w
+    gc.collect()
+cuda.synchronize()
+cached = sa.device_budget().cached
+arrays = [sa.SmartArray(np.full(n, float(k))) for k in range(4)]
+start = clock.host
+for a in arrays:
+    slow[1, 32](a)
+cuda.synchronize()
+seconds = clock.host - start
+ok = all(np.array_equal(np.asarray(a), np.full(n, k + 1.0)) for k, a in enumerate(arrays))
+print(json.dumps({"seconds": seconds, "upload_s": upload_s, "cached": cached, "ok": ok}))
+"""
+
+
+def test_fake_clock_a_default_stream_launchs_upload_overlaps_the_kernel_before():
+    """Fresh arrays launched in turn on the default stream: each upload (pageable: the host
+    waits for it) runs on smartarray's upload stream while the previous kernel runs, unless
+    an allocation comes between (implicit synchronisation), which device memory kept for
+    reuse avoids."""
+    if _fakegpu.current() is None:
+        pytest.skip("a child on the fake driver's clock: run in the fake driver's job")
+    env = {"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"}
+    fresh = run_fake(OVERLAP_CHILD.replace("REUSE", "False"), env=env)
+    reused = run_fake(OVERLAP_CHILD.replace("REUSE", "True"), env=env)
+    assert fresh["ok"] and reused["ok"]
+    assert reused["cached"] >= 4 * 8 * (1 << 16)
+    # Fresh: each allocation orders the upload after the kernel before (4 uploads, 4 kernels).
+    assert fresh["seconds"] >= 8 * fresh["upload_s"], fresh
+    # Reused: three of the four kernels (each as long as an upload) run under an upload.
+    assert reused["seconds"] <= fresh["seconds"] - 2.5 * fresh["upload_s"], (fresh, reused)
+
+
 @cuda.jit
 def copy_into(src, dst):
     for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
@@ -816,8 +877,8 @@ def copy_into(src, dst):
 def test_a_hand_outs_default_stream_reader_runs_before_a_later_upload_overwrites_it(seed):
     """The user's kernel on the default stream reads a device array from ``gpu()`` (work
     smartarray never sees); the hand-out is dropped, the host writes, a launch uploads: the
-    upload must not overtake that kernel (what an upload on a stream of smartarray's own,
-    not ordered after the legacy default stream, would do)."""
+    upload must not overtake that kernel (uploads of memory ever handed out stay on the
+    launch's stream)."""
     fake = _fakegpu.current()
     if fake is not None:
         fake.queue.rng.seed(seed)
@@ -832,3 +893,62 @@ def test_a_hand_outs_default_stream_reader_runs_before_a_later_upload_overwrites
     add_one[1, 32](a)
     np.testing.assert_array_equal(out.copy_to_host(), np.zeros(32))
     np.testing.assert_array_equal(np.asarray(a), np.full(32, 8.0))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("reader", ["current", "uploaded", "annotated"])
+def test_a_default_stream_reader_runs_before_a_later_upload_overwrites_it(seed, reader):
+    """smartarray's own launch reads the array's device copy on the default stream (the
+    launch fast path when it is current there; or after uploading it; or with ``sa.In``); the
+    host writes, another launch uploads on smartarray's upload stream: the reader still sees
+    the old values (the host write waits for the buffer's device work, the upload is ordered
+    after it)."""
+    fake = _fakegpu.current()
+    if fake is not None:
+        fake.queue.rng.seed(seed)
+    elif not is_strict() or seed:
+        pytest.skip("needs an adversarial order: the fake driver (each seed) or strict mode")
+    a = sa.SmartArray(np.zeros(32))
+    out = sa.SmartArray(np.full(32, -1.0))
+    if reader == "annotated":
+        copy_into[1, 32](sa.In(a), sa.Out(out))
+    else:
+        copy_into[1, 32](a, out)  # (uploads a)
+        if reader == "current":
+            copy_into[1, 32](a, out)  # (current on the device: the launch fast path)
+    with sa.trace() as t:
+        a[:] = 7.0
+        add_one[1, 32](a)
+    assert [e.stream for e in t.events if e.direction == "h2d"] == ["smartarray upload"]
+    np.testing.assert_array_equal(np.asarray(out), np.zeros(32))
+    np.testing.assert_array_equal(np.asarray(a), np.full(32, 8.0))
+
+
+@pytest.mark.skipif(
+    memory.SIMULATOR and not is_strict(),
+    reason="the plain simulator cannot run two launches at once (its kernel state is swapped in)",
+)
+def test_while_another_thread_is_inside_a_launch_uploads_stay_on_the_launchs_stream():
+    """Another thread's launch, between its preparation and the callback that records it, is
+    in no buffer's work: while one is under way, a default-stream launch's uploads stay on
+    the launch's stream (the legacy default stream orders them after that thread's kernels);
+    once it is done, they go on the upload stream again."""
+    x = sa.SmartArray(np.zeros(32))
+    with x._buf.lock:  # the other thread's launch waits in its preparation of x
+        thread = threading.Thread(target=lambda: add_one[1, 32](x))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not _residency.others_launching():
+            assert time.monotonic() < deadline and thread.is_alive()
+            time.sleep(0.001)
+        with sa.trace() as during:
+            a = sa.SmartArray(np.zeros(32))
+            add_one[1, 32](a)
+    thread.join()
+    with sa.trace() as after:
+        b = sa.SmartArray(np.zeros(32))
+        add_one[1, 32](b)
+    assert [e.stream for e in during.events if e.direction == "h2d"] == ["0"]
+    assert [e.stream for e in after.events if e.direction == "h2d"] == ["smartarray upload"]
+    for array in (x, a, b):
+        np.testing.assert_array_equal(np.asarray(array), np.ones(32))

@@ -105,7 +105,8 @@ def test_events_carry_name_range_stream_time_and_the_users_line():
     up_x, up_y, down = t.events
     assert (up_x.array, up_x.direction, up_x.reason) == ("x", "h2d", "device use")
     assert (up_x.start, up_x.stop, up_x.nbytes) == (16, 24, 8)  # only the stale bytes
-    assert up_x.stream == "0"
+    assert up_x.stream == "0"  # (x's memory was handed out: its uploads keep the launch's stream)
+    assert up_y.stream == "smartarray upload"  # (a default-stream launch's uploads go there)
     assert up_x.file == __file__ and up_x.lineno == _line_of("marker: launch x")
     assert up_x.line == f"test_stats.py:{up_x.lineno}"
     assert up_y.array == y.name and up_y.array != "x" and up_y.lineno == _line_of("launch y")
