@@ -108,9 +108,9 @@ def device_budget(device: int | None = None) -> DeviceBudget:
 def empty_cache(device: int | None = None) -> int:
     """Give back the device memory smartarray keeps for reuse on ``device``.
 
-    When a SmartArray dies, its device copy (once the work queued on it ran, and when nothing
-    else holds its memory: no device array from ``get('gpu')`` or DLPack export alive, never
-    shared through ``__cuda_array_interface__``) is kept for the next device copy of the same
+    When a SmartArray dies, its device copy (once the work queued on it ran, and when all work
+    on its memory was smartarray's own: never handed out by ``get('gpu')`` or DLPack, shared
+    through ``__cuda_array_interface__`` or adopted) is kept for the next device copy of the same
     size on that device, as CuPy's memory pool and PyTorch's caching allocator keep theirs: a
     loop that makes temporaries allocates once, and no ``cuMemAlloc`` (which orders the work of
     every stream around it) falls between its kernels. What is kept counts in the budget (an

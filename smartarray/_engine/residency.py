@@ -362,10 +362,12 @@ class _Retired(NamedTuple):
 
 
 def _reusable(rec: Residency) -> bool:
-    """Whether a dead buffer's copies may serve later allocations: nothing outside smartarray
-    holds their memory (no device array from ``get('gpu')`` or DLPack export alive, never
-    shared through ``__cuda_array_interface__`` or adopted)."""
-    return not rec.shared and all(ref() is None for ref, _ in rec.handouts)
+    """Whether a dead buffer's copies may serve later allocations: all work on their memory
+    was smartarray's own (:func:`private`). Memory once handed out may still be read by a
+    kernel of the user's that no buffer recorded (on a dropped ``get('gpu')`` array, on the
+    legacy default stream): the next array's upload on a non-blocking stream would overtake
+    it, where ``cuMemFree`` and a new allocation would not."""
+    return not rec.shared and not rec.handouts
 
 
 def private(buf: Recorded) -> bool:
@@ -374,7 +376,7 @@ def private(buf: Recorded) -> bool:
     (``__cuda_array_interface__``) or adopted (``copy=False``). Work of others on it, on the
     legacy default stream say, is ordered only by that stream's implicit rules."""
     rec = buf.residency
-    return rec is None or (not rec.shared and not rec.handouts)
+    return rec is None or _reusable(rec)
 
 
 # Copies kept allocated after their buffer died, until the work queued on them ran: a free
@@ -457,7 +459,7 @@ def _free_retired(wait: bool = False) -> int:
 # device (a caching allocator, as CuPy's memory pool and PyTorch's): a loop that makes
 # temporaries allocates once, and no cuMemAlloc (implicit synchronisation between streams, CUDA
 # C++ Programming Guide) falls between its kernels. Only a copy whose work ran and whose memory
-# nothing outside holds (:func:`_reusable`) is kept. Counted in the budget beside ``_used``:
+# only smartarray worked on (:func:`_reusable`) is kept. Counted in the budget beside ``_used``:
 # an allocation that needs the room gives cached memory back before it evicts anything.
 _cache: dict[tuple[int, int], list[Any]] = {}  # (device, nbytes) -> unused copies, oldest first
 _cached: dict[int, int] = {}  # device -> bytes in _cache

@@ -12,6 +12,7 @@ for the default stream, a fresh object per launch configuration).
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -952,3 +953,26 @@ def test_while_another_thread_is_inside_a_launch_uploads_stay_on_the_launchs_str
     assert [e.stream for e in after.events if e.direction == "h2d"] == ["smartarray upload"]
     for array in (x, a, b):
         np.testing.assert_array_equal(np.asarray(array), np.ones(32))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_dropped_hand_outs_reader_runs_before_its_memorys_next_array_overwrites_it(seed):
+    """The user's kernel on the default stream reads a device array from ``gpu()``; the
+    hand-out and its SmartArray die; a new array of the same size is uploaded for a launch:
+    if it reused that memory, its upload (on smartarray's upload stream) must not overtake the
+    user's kernel, which smartarray never saw (memory ever handed out is not kept for reuse)."""
+    fake = _fakegpu.current()
+    if fake is not None:
+        fake.queue.rng.seed(seed)
+    elif not is_strict() or seed:
+        pytest.skip("needs an adversarial order: the fake driver (each seed) or strict mode")
+    a = sa.SmartArray(np.ones(32))
+    d = a.gpu()
+    out = cuda.device_array(32)
+    copy_into[1, 32](d, out)
+    del a, d
+    gc.collect()
+    b = sa.SmartArray(np.full(32, 2.0))
+    add_one[1, 32](b)
+    np.testing.assert_array_equal(out.copy_to_host(), np.ones(32))
+    np.testing.assert_array_equal(np.asarray(b), np.full(32, 3.0))
