@@ -21,6 +21,7 @@ figure (min / median / max), to show how far a single run can be trusted.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -88,7 +89,15 @@ def spread(script: str, args: list[str], runs: int) -> dict[str, list[float]]:
             capture_output=True,
             text=True,
         )
-        for key, value in json.loads(out.stdout.strip().splitlines()[-1]).items():
+        last = (out.stdout.strip().splitlines() or ["(nothing)"])[-1]
+        try:
+            figures = json.loads(last)
+        except json.JSONDecodeError:
+            figures = None
+        if not isinstance(figures, dict):
+            # (no GPU and no simulator asked for, say: the script's own words)
+            raise SystemExit(f"{os.path.basename(script)} printed no figures: {last}")
+        for key, value in figures.items():
             values.setdefault(key, []).append(value)
     return values
 

@@ -732,3 +732,18 @@ def test_bench_time_a_timed_region_ends_when_the_variant_returns_its_results():
     timer.start()  # without done: the region ends at stop
     timer.clock.host_work(2e-3, "work")
     assert timer.stop() == pytest.approx(2e-3)
+
+
+def test_spread_says_what_a_run_printed_instead_of_its_figures(tmp_path):
+    """``--spread N`` runs the script in fresh processes: one that prints no figures (no GPU
+    and no simulator asked for) ends in its own words, not in a JSON traceback."""
+    import bench_timing
+
+    script = tmp_path / "bench_nothing.py"
+    script.write_text(
+        'print("no CUDA GPU: run with NUMBA_ENABLE_CUDASIM=1 for simulator figures")\n'
+    )
+    with pytest.raises(SystemExit, match="bench_nothing.py printed no figures: no CUDA GPU: run"):
+        bench_timing.spread(str(script), [], 2)
+    script.write_text('import json; print(json.dumps({"x_ns": 1.0}))\n')
+    assert bench_timing.spread(str(script), [], 2) == {"x_ns": [1.0, 1.0]}
