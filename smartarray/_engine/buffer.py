@@ -347,6 +347,18 @@ class Buffer:
         fails is recorded on the upload stream, for what of it was queued. Lock held.
         """
         up = _streams.upload_stream()
+        device = _devices.current()
+        for target in {c.target for c in plan.copies}:
+            self.ensure_device(target)  # (allocated now, if it is new: counted below)
+        fresh = _residency.fresh_since_upload_order(device)
+        if fresh:
+            # Memory fresh from the allocator (this copy's, or one kept for reuse since) may
+            # still be used by its previous owner's work on the legacy default stream, which
+            # would order this copy after it by itself: wait for that stream once.
+            legacy = _streams.launch_event()
+            legacy.record(_streams.native(_streams.LEGACY))
+            legacy.wait(up)
+            _residency.upload_ordered(device, fresh)
         self.order_before(up, items)
         try:
             self._copy(plan, reason, up)

@@ -265,6 +265,10 @@ _local = threading.local()
 # Thread ident -> its latest launch (a weak reference to a smartarray._engine.launch.Launch:
 # its ``claimed_buffers(stack)``).
 _launches: dict[int, weakref.ref[Any]] = {}
+# Device copies allocated from numba's allocator per device (not from the cache), and how many
+# of them the upload stream was last ordered after (see fresh_since_upload_order).
+_allocations: dict[int, int] = {}
+_upload_ordered: dict[int, int] = {}
 # Why the last eviction skipped a copy that may be evicted (id(buffer) -> why), for the error.
 _skipped: dict[int, str] = {}
 _HANDED_OUT = "a device array from get('gpu') over it is still referenced"  # handed_out's why
@@ -518,6 +522,7 @@ def _forget_cached() -> None:
     # or ends (a dead buffer's copy is kept only in the session that allocated it).
     _cache.clear()
     _cached.clear()
+    _upload_ordered.clear()  # (a new session's upload stream waited for nothing yet)
     _retired[:] = [old._replace(reusable=False) for old in _retired]
 
 
@@ -849,5 +854,29 @@ def allocate(buf: ResidentBuffer, device: int = 0) -> Any:
                     cause = f"the device is out of memory, even after eviction: {again}"
                     raise _no_room(buf, budget, cause, device) from again
                 raise
+        _allocations[device] = _allocations.get(device, 0) + 1
         _register(buf, nbytes, device)
     return dev
+
+
+def fresh_since_upload_order(device: int) -> int:
+    """How many device copies on ``device`` came from numba's allocator, if any came since
+    the upload stream was last ordered after the legacy default stream (else 0).
+
+    Memory fresh from an allocator may still be used by its previous owner's work on the
+    legacy default stream: a stream-ordered pool hands a freed block on at once, and numba
+    may free memory from another device's context, whose ``cuMemFree`` waits only for that
+    device. The legacy stream orders a copy after that work by itself; smartarray's
+    non-blocking upload stream must wait for the legacy stream once per such allocation
+    (:func:`upload_ordered`). Memory kept for reuse came from the allocator too, earlier:
+    counted then.
+    """
+    count = _allocations.get(device, 0)
+    return count if count > _upload_ordered.get(device, 0) else 0
+
+
+def upload_ordered(device: int, count: int) -> None:
+    """The upload stream of ``device`` now waits for the legacy default stream as it stood
+    after ``count`` allocations (:func:`fresh_since_upload_order`'s answer)."""
+    with _lock:
+        _upload_ordered[device] = max(_upload_ordered.get(device, 0), count)

@@ -976,3 +976,52 @@ def test_a_dropped_hand_outs_reader_runs_before_its_memorys_next_array_overwrite
     add_one[1, 32](b)
     np.testing.assert_array_equal(out.copy_to_host(), np.ones(32))
     np.testing.assert_array_equal(np.asarray(b), np.full(32, 3.0))
+
+
+POOL_CHILD = """
+import gc, weakref
+from numba.cuda.cudadrv import driver as drv
+
+class Pool(drv.NumbaCUDAMemoryManager):
+    '''A pool that hands a freed block to the next allocation of its size at once, as
+    stream-ordered pools do (its free is ordered on the legacy default stream).'''
+    blocks = {}
+
+    def memalloc(self, size):
+        free = Pool.blocks.setdefault(size, [])
+        ptr = free.pop() if free else drv.driver.cuMemAlloc(size)
+        return drv.MemoryPointer(
+            weakref.proxy(self.context), ptr, size, finalizer=lambda: free.append(ptr)
+        )
+
+cuda.set_memory_manager(Pool)
+
+@cuda.jit
+def fill(x, v):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        x[i] = v
+
+@cuda.jit
+def add_one(x):
+    for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        x[i] += 1.0
+
+d = cuda.device_array(32)
+fill[1, 32](d, 5.0)  # the pool's previous owner, on the legacy default stream
+del d
+gc.collect()
+b = sa.SmartArray(np.full(32, 2.0))
+add_one[1, 32](b)  # b's copy is d's block: its upload must come after fill
+print(json.dumps({"b": np.asarray(b).tolist()}))
+"""
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_upload_into_a_pools_reused_block_comes_after_its_previous_owners_kernel(seed):
+    """An allocator may hand out a block whose previous owner's kernel is still queued on the
+    legacy default stream (a stream-ordered pool; a free from another device's context): an
+    upload on smartarray's upload stream into fresh memory waits for that stream first."""
+    if _fakegpu.current() is None:
+        pytest.skip("a child on the fake driver with a memory pool: run in the fake driver's job")
+    out = run_fake(POOL_CHILD, seed=seed)
+    assert out["b"] == [3.0] * 32
