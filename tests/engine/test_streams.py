@@ -874,17 +874,23 @@ def copy_into(src, dst):
         dst[i] = src[i]
 
 
+def _adversarial_order(seed: int) -> None:
+    """Run the rest of a test in adversarial order ``seed``: the fake driver's (each seed) or
+    strict mode's (seed 0 only); skip it elsewhere."""
+    fake = _fakegpu.current()
+    if fake is not None:
+        fake.queue.rng.seed(seed)
+    elif not is_strict() or seed:
+        pytest.skip("needs an adversarial order: the fake driver (each seed) or strict mode")
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_a_hand_outs_default_stream_reader_runs_before_a_later_upload_overwrites_it(seed):
     """The user's kernel on the default stream reads a device array from ``gpu()`` (work
     smartarray never sees); the hand-out is dropped, the host writes, a launch uploads: the
     upload must not overtake that kernel (uploads of memory ever handed out stay on the
     launch's stream)."""
-    fake = _fakegpu.current()
-    if fake is not None:
-        fake.queue.rng.seed(seed)
-    elif not is_strict() or seed:
-        pytest.skip("needs an adversarial order: the fake driver (each seed) or strict mode")
+    _adversarial_order(seed)
     a = sa.SmartArray(np.zeros(32))
     d = a.gpu()
     out = cuda.device_array(32)
@@ -904,11 +910,7 @@ def test_a_default_stream_reader_runs_before_a_later_upload_overwrites_it(seed, 
     host writes, another launch uploads on smartarray's upload stream: the reader still sees
     the old values (the host write waits for the buffer's device work, the upload is ordered
     after it)."""
-    fake = _fakegpu.current()
-    if fake is not None:
-        fake.queue.rng.seed(seed)
-    elif not is_strict() or seed:
-        pytest.skip("needs an adversarial order: the fake driver (each seed) or strict mode")
+    _adversarial_order(seed)
     a = sa.SmartArray(np.zeros(32))
     out = sa.SmartArray(np.full(32, -1.0))
     if reader == "annotated":
@@ -961,11 +963,7 @@ def test_a_dropped_hand_outs_reader_runs_before_its_memorys_next_array_overwrite
     hand-out and its SmartArray die; a new array of the same size is uploaded for a launch:
     if it reused that memory, its upload (on smartarray's upload stream) must not overtake the
     user's kernel, which smartarray never saw (memory ever handed out is not kept for reuse)."""
-    fake = _fakegpu.current()
-    if fake is not None:
-        fake.queue.rng.seed(seed)
-    elif not is_strict() or seed:
-        pytest.skip("needs an adversarial order: the fake driver (each seed) or strict mode")
+    _adversarial_order(seed)
     a = sa.SmartArray(np.ones(32))
     d = a.gpu()
     out = cuda.device_array(32)
