@@ -587,9 +587,7 @@ class Buffer:
         """Arm ``view``'s njit fast path if its bytes are current on the host only."""
         if view._njit_view is not None and not self.work and self.state.is_exclusive(HOST, lo, hi):
             view._njit_fast = view._njit_view
-            if self.fast_views is None:
-                self.fast_views = weakref.WeakValueDictionary()
-            self.fast_views[id(view)] = view
+            self._keep_view(view)
 
     def open_host_key(self, view: ArmableView, lo: int, hi: int) -> bool:
         """Whether bytes ``[lo, hi)``, one element ``view`` has just written and recorded, are
@@ -601,9 +599,7 @@ class Buffer:
         """
         if self.host_ready(lo, hi, only=True) == -1:
             return False
-        if self.fast_views is None:
-            self.fast_views = weakref.WeakValueDictionary()
-        self.fast_views[id(view)] = view  # (weak: a view's entry goes with it)
+        self._keep_view(view)
         return True
 
     def keep_host_key(self, view: ArmableView, stamp: int) -> bool:
@@ -616,10 +612,15 @@ class Buffer:
         """
         if stamp != self.host_stamp:
             return False
+        self._keep_view(view)
+        return True
+
+    def _keep_view(self, view: ArmableView) -> None:
+        """Keep ``view`` among those the next transition disarms and closes
+        (:meth:`_leave_host_only`): weakly, so its entry goes with it."""
         if self.fast_views is None:
             self.fast_views = weakref.WeakValueDictionary()
         self.fast_views[id(view)] = view
-        return True
 
     def host_ready(self, lo: int, hi: int, only: bool = False) -> int:
         """The stamp at which bytes ``[lo, hi)`` may be read on the host without the lock
