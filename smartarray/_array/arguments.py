@@ -196,6 +196,14 @@ def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, 
                 # Registered with the buffer: an eviction closes it, dropping the copy drops it.
                 _residency.fill_launch_cache(buf, cache, devary, arg)
             state = buf.state
+            if not exclusive and intent != IN:
+                # A write recorded before the kernel (acquire) may have left the bytes current
+                # on the device only (the solver's launch after a host read): then the callback
+                # has nothing more to record, as for a loop's launch. Held host arrays that
+                # show them must be refreshed after the kernel: those keep the callback's record.
+                exclusive = state.is_exclusive(
+                    where, self._lo, self._hi
+                ) and not buf.held.any_stale(state.valid(HOST), self._lo, self._hi)
             if exclusive or state.is_valid(where, self._lo, self._hi):  # (Out uploads nothing)
                 cache.open(state.version, exclusive)
             launch.add(buf, self, intent, exclusive)  # claimed until the launch ran

@@ -764,6 +764,10 @@ class Buffer:
         other copy holds their value; a partial write into stale memory is dropped). Nothing
         is declared valid that may be stale, and nothing current is lost.
         """
+        if lo < hi and self.state.is_valid(where, lo, hi):  # (the common case: one run)
+            self.mark(where, lo, hi)
+            self._consolidate()
+            return
         runs = self.state.valid(where).intersection(IntervalSet.span(lo, hi))
         if not runs:
             return

@@ -22,6 +22,7 @@ from ..stats import begin as _begin
 from ..stats import record as _record
 from .checks import _check_dtype, _check_shape, _check_strides
 from .counted import _raw, adopt
+from .devices import ensure_context as _ensure_context
 
 
 def copy_range(
@@ -62,17 +63,54 @@ def copy_range(
         return
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    between = ("host", location) if direction == "h2d" else (location, "host")
+    if not _sim.SIMULATOR:
+        copy = functools.partial(
+            _driver_copy, direction, host_bytes, device_bytes, start, stop, stream
+        )
+        _counted(direction, start, stop, stream, reason, array, between, copy)
+        return
     host_part = host_bytes[start:stop]
     device_part = _raw(device_bytes)
-    if start or device_bytes.shape != (stop,):  # (the whole buffer: no view, which costs
-        device_part = device_part[start:stop]  # numba two context queries)
+    if start or device_bytes.shape != (stop,):
+        device_part = device_part[start:stop]
     if direction == "h2d":
         copy = functools.partial(device_part.copy_to_device, host_part, stream=stream)
-        between = ("host", location)
     else:
         copy = functools.partial(device_part.copy_to_host, host_part, stream=stream)
-        between = (location, "host")
     _counted(direction, start, stop, stream, reason, array, between, copy)
+
+
+def _driver_copy(
+    direction: str, host_bytes: np.ndarray, device_bytes: Any, start: int, stop: int, stream: Any
+) -> None:
+    """Copy bytes ``[start, stop)`` with one driver call, as numba's ``copy_to_host`` and
+    ``copy_to_device`` end by doing.
+
+    Both buffers are flat contiguous ``uint8`` and the range lies in both, so numba's checks
+    (compatibility, contiguity, a device view of a part: two context queries) would only cost
+    the host time on every copy. Its rules are kept: stream 0 means the device array's own
+    stream, a copy on stream 0 is synchronous, and a context is made current first.
+    """
+    from numba.cuda.cudadrv import driver as _drv  # (not on the simulator: no driver there)
+
+    _ensure_context()
+    stream = stream or getattr(device_bytes, "stream", 0)
+    device = _drv.device_pointer(device_bytes) + start
+    nbytes = stop - start
+    api = _drv.driver
+    if direction == "h2d":
+        host = _drv.host_pointer(host_bytes, readonly=True) + start
+        if stream:
+            api.cuMemcpyHtoDAsync(device, host, nbytes, _drv._stream_handle(stream))
+        else:
+            api.cuMemcpyHtoD(device, host, nbytes)
+        return
+    host = _drv.host_pointer(host_bytes) + start
+    if stream:
+        api.cuMemcpyDtoHAsync(host, device, nbytes, _drv._stream_handle(stream))
+    else:
+        api.cuMemcpyDtoH(host, device, nbytes)
 
 
 def _counted(

@@ -163,3 +163,48 @@ def test_a_launched_array_dropped_after_its_launch_is_freed_at_once():
     buffer = weakref.ref(a._buf)
     del a
     assert buffer() is None
+
+
+@pytest.fixture
+def releases(monkeypatch):
+    """Count the post-launch records of writes (Buffer.release from a launch's callback)."""
+    calls = []
+    real = _engine.Buffer.release
+
+    def counting(self, *args, **kws):
+        calls.append(args)
+        return real(self, *args, **kws)
+
+    monkeypatch.setattr(_engine.Buffer, "release", counting)
+    return calls
+
+
+@pytest.mark.parametrize("how", ["bare", "InOut", "Out", "inferred"])
+def test_a_launch_after_a_host_read_records_its_write_once_before_the_kernel(how, releases):
+    # The iterative solver's loop: launch, read on the host, launch again. The write is
+    # recorded before the kernel (the host copy goes stale then); the callback has nothing
+    # left to record, and the next launch takes the fast path.
+    out, x, y = (sa.SmartArray(np.arange(32.0) + k) for k in (0, 10, 20))
+    launch = LAUNCHES[how]
+    expected = np.ones(32) if how == "Out" else np.arange(32.0) * 2 + 30
+    launch(out, x, y)
+    for _ in range(3):
+        np.testing.assert_array_equal(out.host(), expected)  # host and device current
+        x[0] += 1.0  # (a host write of an input: its upload, not the output's record)
+        if how != "Out":
+            expected = expected + np.eye(32)[0]
+        releases.clear()
+        launch(out, x, y)
+        assert releases == []  # (x too: uploaded, and written by the bare launches)
+        assert out.valid_at == ("gpu",)
+    np.testing.assert_array_equal(out.host(), expected)
+
+
+def test_a_held_host_array_is_refreshed_after_a_launch_that_follows_a_read(releases):
+    out, x, y = (sa.SmartArray(np.arange(32.0) + k) for k in (0, 10, 20))
+    k_sum[1, 32](out, x, y)
+    held = out.host()  # kept across the next launch: refreshed after its kernel
+    releases.clear()
+    k_sum[1, 32](out, sa.In(out), sa.In(y))
+    assert len(releases) == 1  # the callback records the write and refreshes the held array
+    np.testing.assert_array_equal(held, np.arange(32.0) * 3 + 50)
