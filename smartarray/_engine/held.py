@@ -44,6 +44,11 @@ class HeldHostArrays:
         self._entries: list[tuple[weakref.ref, int, int, bool]] = []
 
     def __bool__(self) -> bool:
+        """Whether the user holds any array (the entries of dropped ones are let go here: a
+        dead entry would make a prefetched download wait, and a launch refresh, for nobody)."""
+        if not self._entries:
+            return False
+        self._entries = [e for e in self._entries if e[0]() is not None]
         return bool(self._entries)
 
     def track(self, ary: Any, lo: int, hi: int, unannounced: bool = False) -> None:

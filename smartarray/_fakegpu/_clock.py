@@ -81,7 +81,7 @@ __all__ = ["PRESETS", "Clock", "Preset", "Span", "from_environment"]
 #: dispatcher, a shared two-core machine: 1.39, 1.43 and 1.50 measured, the median taken).
 #: A launch of current arrays alone costs less over numba's
 #: (``real_launch_smartarray_above_driver_ratio``: 1.07-1.14).
-SMARTARRAY_LAUNCH_READ_RATIO = 1.43
+SMARTARRAY_LAUNCH_READ_RATIO = 1.26
 # The PCIe presets' host costs of a driver call, a copy call and a launch (below).
 _PCIE_CALL_S = 0.1e-6
 _PCIE_COPY_CALL_S = 4e-6
@@ -90,7 +90,7 @@ _PCIE_LAUNCH_CALL_S = 4e-6
 #: 4 us, ``cuMemcpyDtoH`` 4 us, two context queries of 0.1 us each), per call: the PCIe
 #: presets' ``(launch_call_s + copy_call_s + 4 * call_s) / 2``.
 _NUMBA_CALL_S = (_PCIE_LAUNCH_CALL_S + _PCIE_COPY_CALL_S + 4 * _PCIE_CALL_S) / 2
-_SMARTARRAY_CALL_S = round((SMARTARRAY_LAUNCH_READ_RATIO - 1) * _NUMBA_CALL_S, 12)  # 1.806 us
+_SMARTARRAY_CALL_S = round((SMARTARRAY_LAUNCH_READ_RATIO - 1) * _NUMBA_CALL_S, 12)  # 1.092 us
 
 
 class _OnDevice(Protocol):

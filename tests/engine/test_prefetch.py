@@ -48,6 +48,26 @@ def test_prefetch_to_the_host_downloads_once_and_the_read_waits_for_it(pinned: b
     np.testing.assert_array_equal(values, np.arange(8.0) + 1)
 
 
+@pytest.mark.parametrize("held", [False, True])
+def test_a_prefetched_download_waits_only_for_a_host_array_still_held(held: bool) -> None:
+    # The solver's loop with options: the residual read in place and dropped, relaunched,
+    # prefetched. A dropped array needs no refresh: the download stays in flight until the
+    # next host access. One the user still holds is read without smartarray: waited for.
+    r = sa.SmartArray(np.zeros(4), pinned=True)
+    s = sa.stream()
+    add_one[1, 4, s](r)
+    kept = r.host()
+    assert float(kept[0]) == 1.0
+    if not held:
+        del kept
+    add_one[1, 4, s](r)
+    r.prefetch("host", stream=s)
+    assert bool(r._buf.arriving) is not held
+    np.testing.assert_array_equal(r.host(), np.full(4, 2.0))
+    if held:
+        np.testing.assert_array_equal(kept, np.full(4, 2.0))
+
+
 def test_a_host_write_after_a_prefetched_download_is_not_overwritten_by_it() -> None:
     a = sa.SmartArray(np.zeros(8), pinned=True)
     s = sa.stream()
