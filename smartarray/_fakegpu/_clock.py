@@ -78,7 +78,9 @@ __all__ = ["PRESETS", "Clock", "Preset", "Span", "from_environment"]
 #: numba's, for a launch that writes an array followed by the host's read of it
 #: (``real_launch_read_smartarray_above_driver_ratio``: a SmartArray launch and ``host()``
 #: against a device array's launch and ``copy_to_host``; fake driver, numba-cuda's real
-#: dispatcher, a shared two-core machine: 1.39, 1.43 and 1.50 measured, the median taken).
+#: dispatcher, a shared two-core machine: 1.26 in each of three runs since issue 41's seventh
+#: round made host reads one driver call and a launch after a read record its write once; 1.43
+#: before).
 #: A launch of current arrays alone costs less over numba's
 #: (``real_launch_smartarray_above_driver_ratio``: 1.07-1.14).
 SMARTARRAY_LAUNCH_READ_RATIO = 1.26
@@ -154,10 +156,10 @@ class Preset:
         smartarray's own host time per SmartArray launch or host read above numba's:
         ``benchmarks/bench_overhead.py``'s measured ratio of smartarray's host time above the
         driver to numba's, for a launch that writes an array followed by its host read
-        (``real_launch_read_smartarray_above_driver_ratio``, about 1.43), applied
+        (``real_launch_read_smartarray_above_driver_ratio``, about 1.26), applied
         to what this model charges numba's equivalent calls (a launch and a ``copy_to_host``:
         ``cuLaunchKernelEx``, ``cuMemcpyDtoH`` and their context queries, 4.2 us each):
-        ``0.43 * 4.2 us``, about 1.8 us a call. The model charges none of numba's own Python
+        ``0.26 * 4.2 us``, about 1.1 us a call. The model charges none of numba's own Python
         cost to any variant, so smartarray's surplus is charged in proportion to the driver
         cost the model does charge. A launch of current arrays alone costs less over numba's
         (``real_launch_smartarray_above_driver_ratio``, 1.07-1.14: 0.3-0.6 us by the same

@@ -520,6 +520,26 @@ def test_gpu_launch_overhead_through_the_real_dispatcher():
             assert figures[f"real_launch_{name}_driver_calls"] == device + 1, name
 
 
+@pytest.mark.gpu
+def test_the_solver_loops_host_time_is_measured_on_the_fake_driver_only():
+    """bench_time's solver variants, run as they are, timed above the fake driver per sweep:
+    what the model's solver charges come from. Nothing on a GPU (no driver time to subtract)."""
+    from bench_overhead import real_solver_loop
+
+    from smartarray import _fakegpu
+
+    figures = real_solver_loop(quick=True)
+    if _fakegpu.current() is None:
+        assert figures == {}
+        return
+    for name in ("hand_sync", "smartarray", "hand_async", "smartarray_options"):
+        assert figures[f"real_solver_{name}_above_driver_ns"] > 0
+    assert figures["real_solver_smartarray_above_driver_ratio"] == pytest.approx(
+        figures["real_solver_smartarray_above_driver_ns"]
+        / figures["real_solver_hand_sync_above_driver_ns"]
+    )
+
+
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_workload_strategies_agree(name):
     import workloads
