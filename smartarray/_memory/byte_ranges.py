@@ -96,19 +96,20 @@ def _driver_copy(
 
     _ensure_context()
     stream = stream or getattr(device_bytes, "stream", 0)
+    handle = _drv._stream_handle(stream) if stream else 0  # type: ignore[attr-defined]
     device = _drv.device_pointer(device_bytes) + start
     nbytes = stop - start
     api = _drv.driver
     if direction == "h2d":
         host = _drv.host_pointer(host_bytes, readonly=True) + start
         if stream:
-            api.cuMemcpyHtoDAsync(device, host, nbytes, _drv._stream_handle(stream))
+            api.cuMemcpyHtoDAsync(device, host, nbytes, handle)
         else:
             api.cuMemcpyHtoD(device, host, nbytes)
         return
     host = _drv.host_pointer(host_bytes) + start
     if stream:
-        api.cuMemcpyDtoHAsync(host, device, nbytes, _drv._stream_handle(stream))
+        api.cuMemcpyDtoHAsync(host, device, nbytes, handle)
     else:
         api.cuMemcpyDtoH(host, device, nbytes)
 
