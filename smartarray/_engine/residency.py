@@ -342,6 +342,8 @@ def _register(buf: ResidentBuffer, nbytes: int, device: int) -> None:
         if _resident.get(key) is ref:
             del _resident[key]
             copy = copies[device] if device < len(copies) else None
+            if copy is not None:
+                _release_in_a_context()  # (freed here once its work ran, if not kept)
             reusable = _reusable(rec) and _sessions.current() is session
             _retire(copy, list(work.values()), nbytes, device, reusable)
 
@@ -446,6 +448,7 @@ def _free_retired(wait: bool = False) -> int:
                 event.synchronize()
         elif not all(_streams.completed(e) for e in old.events):
             continue
+        _release_in_a_context()
         _retired.remove(old)
         if old.nbytes:
             _used[old.device] -= old.nbytes
@@ -497,12 +500,25 @@ def _reuse(device: int, nbytes: int) -> Any:
     return copy
 
 
+def _release_in_a_context() -> None:
+    """Make a context current before dropping the last reference to device memory.
+
+    numba-cuda defers ``cuMemFree`` and flushes its list in whichever thread fills it: a
+    thread with no current context (a new one, or one whose ``with cuda.gpus[n]:`` ended)
+    would have the free refused and the memory leaked, the error reported only by the
+    finalizer. Budget queries, cache releases and evictions may run in such a thread.
+    """
+    _devices.ensure_context()
+
+
 def _drop_cached(device: int, need: int | None = None, flush: bool = True) -> int:
     """Give back cached copies on ``device`` (the current one), a size at a time in the order
     the sizes were first kept, oldest first within one, until ``need`` bytes went (None: all);
     return the bytes given back. ``flush``: free them now (else at numba-cuda's next flush of
     its deferred frees). Registry lock held."""
     freed = 0
+    if any(k[0] == device for k in _cache):
+        _release_in_a_context()
     for key in [k for k in _cache if k[0] == device]:
         copies = _cache[key]
         while copies and (need is None or freed < need):
@@ -750,6 +766,8 @@ def _evict(need: int, exclude: ResidentBuffer, reason: str, device: int = 0) -> 
     candidates = [b for b in _buffers(device) if b is not exclude and not _kept(b, claimed)]
     candidates.sort(key=lambda b: (_dirty(b, device), b.residency.tick))  # type: ignore[union-attr]
     freed = 0
+    if candidates:
+        _release_in_a_context()
     try:
         for buf in candidates:
             if freed >= need:

@@ -137,3 +137,33 @@ def test_an_eviction_from_a_thread_without_a_context_downloads_what_it_must() ->
     finally:
         sa.set_device_budget(None)
     np.testing.assert_array_equal(np.array(a), np.arange(N) + 1.0)
+
+
+@pytest.mark.parametrize(
+    "free",
+    [lambda: sa.device_budget(), lambda: sa.empty_cache()],
+    ids=["device_budget", "empty_cache"],
+)
+def test_device_memory_freed_from_a_thread_without_a_context_is_given_back(
+    free: Callable[[], Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead array's device copy, retired until its work ran, is freed by the next budget
+    query or cache release, in whatever thread makes it. numba-cuda defers its frees and
+    flushes them where a list fills up: ``cuMemFree`` then runs in that thread, which a
+    thread with no current context refuses (the memory leaks, the error shows only in a
+    finalizer's report)."""
+    import gc
+    import sys
+
+    from numba.cuda.core import config
+
+    a = current_on_the_device_only()
+    a.gpu()  # handed out: its copy is freed when it dies, not kept for reuse
+    del a
+    gc.collect()  # retired now: its kernel may still run
+    cuda.synchronize()
+    failures: list[Any] = []
+    monkeypatch.setattr(sys, "unraisablehook", failures.append)
+    monkeypatch.setattr(config, "CUDA_DEALLOCS_COUNT", 0)  # every free at once, where it drops
+    in_a_new_thread(free)
+    assert [str(f.exc_value) for f in failures] == []
