@@ -50,18 +50,23 @@ LAUNCHES = {
 }
 
 
-@pytest.fixture
-def acquisitions(monkeypatch):
-    """Count the engine's acquisitions (the slow path, under a buffer's lock)."""
+def _counted(monkeypatch, method):
+    """The arguments of every call of ``Buffer.<method>`` from now on (the test's)."""
     calls = []
-    real = _engine.Buffer.acquire
+    real = getattr(_engine.Buffer, method)
 
     def counting(self, *args, **kws):
         calls.append(args)
         return real(self, *args, **kws)
 
-    monkeypatch.setattr(_engine.Buffer, "acquire", counting)
+    monkeypatch.setattr(_engine.Buffer, method, counting)
     return calls
+
+
+@pytest.fixture
+def acquisitions(monkeypatch):
+    """Count the engine's acquisitions (the slow path, under a buffer's lock)."""
+    return _counted(monkeypatch, "acquire")
 
 
 @pytest.mark.parametrize("how", list(LAUNCHES))
@@ -168,15 +173,7 @@ def test_a_launched_array_dropped_after_its_launch_is_freed_at_once():
 @pytest.fixture
 def releases(monkeypatch):
     """Count the post-launch records of writes (Buffer.release from a launch's callback)."""
-    calls = []
-    real = _engine.Buffer.release
-
-    def counting(self, *args, **kws):
-        calls.append(args)
-        return real(self, *args, **kws)
-
-    monkeypatch.setattr(_engine.Buffer, "release", counting)
-    return calls
+    return _counted(monkeypatch, "release")
 
 
 @pytest.mark.parametrize("how", ["bare", "InOut", "Out", "inferred"])
