@@ -66,6 +66,7 @@ __all__ = [
     "key_of",
     "order_before",
     "queued",
+    "record",
     "unnamed_stream",
     "use_stream",
     "wait_for_device",
@@ -108,7 +109,26 @@ class Mark:
 # An item of a footprint: (location: -1 the host, else a device ordinal; writes; lo; hi).
 Item = tuple[int, bool, int, int]
 Marks = dict[tuple[int, bool, Hashable], Mark]
-_seq = itertools.count(1)
+
+# Events recorded on a buffer's streams, numbered in the order the driver took them.
+_record_order = threading.Lock()
+_records = itertools.count(1)
+
+
+def record(event: Any, stream: Any) -> int:
+    """Record ``event`` on ``stream`` (:func:`smartarray._memory.streams.pending`'s form) and
+    return its number among all records made here.
+
+    Of two events recorded on one stream, the one with the larger number covers the other's
+    work. Registration order says nothing of that: two threads launching on one stream record
+    their events without a buffer's lock (a launch records once for all its buffers), and
+    the one that recorded later may register first. The lock is a leaf: nothing is acquired
+    under it.
+    """
+    native = _streams.native(stream)
+    with _record_order:
+        event.record(native)
+        return next(_records)
 
 
 def footprint(
@@ -130,23 +150,25 @@ def _loc(where: str) -> int:
     return -1 if where == HOST else _devices.ordinal(where)
 
 
-def _add(entry: Work, key: Hashable, items: list[Item] | None, event: Any) -> None:
-    """Add ``items``, queued on ``key``'s stream before ``event`` was recorded there, to
-    ``entry``'s marks (``None``: unknown, the entry's marks become unknown)."""
+def _add(entry: Work, key: Hashable, items: list[Item] | None, event: Any, seq: int) -> None:
+    """Add ``items``, queued on ``key``'s stream before ``event`` was recorded there (the
+    ``seq``-th record, see :func:`record`), to ``entry``'s marks (``None``: unknown, the
+    entry's marks become unknown)."""
     marks = entry.marks
     if marks is None:
         return
     if items is None:
         entry.marks = None
         return
-    seq = next(_seq)
     for loc, write, lo, hi in items:
         mkey = (loc, write, key)
         m = marks.get(mkey)
         if m is None:
             marks[mkey] = Mark(lo, hi, event, seq)
-        else:  # (the same stream: the later event covers the earlier work)
-            m.lo, m.hi, m.event, m.seq = min(m.lo, lo), max(m.hi, hi), event, seq
+        else:
+            m.lo, m.hi = min(m.lo, lo), max(m.hi, hi)
+            if seq > m.seq:  # (the same stream: the later record covers the earlier work)
+                m.event, m.seq = event, seq
 
 
 def _absorb(entry: Work, other: Work) -> None:
@@ -192,10 +214,11 @@ class Work:
     buffer's own, or a launch's), or ``None``: waited for by the stream itself. ``own``: the
     buffer's own event for this stream, recorded again by its next work here. ``device``: the
     device of the stream. ``thread``: for a per-thread default stream, the number of the
-    thread whose stream it is (0 otherwise): only that thread can name it.
+    thread whose stream it is (0 otherwise): only that thread can name it. ``seq``: the
+    number of ``event``'s record (:func:`record`; 0 without one).
     """
 
-    __slots__ = ("stream", "event", "own", "device", "thread", "marks")
+    __slots__ = ("stream", "event", "own", "device", "thread", "marks", "seq")
 
     def __init__(
         self,
@@ -205,6 +228,7 @@ class Work:
         device: int,
         thread: int,
         marks: Marks | None = None,
+        seq: int = 0,
     ) -> None:
         self.stream = stream
         self.event = event
@@ -212,6 +236,7 @@ class Work:
         self.device = device
         self.thread = thread
         self.marks = marks
+        self.seq = seq
 
     def __repr__(self) -> str:
         return f"<work on {self.stream!r} (device {self.device}) event={self.event!r}>"
@@ -305,18 +330,19 @@ def queued(self: WorkingBuffer, stream: Any, items: list[Item] | None = None) ->
         return  # a stream waited for by its handle: that wait covers this work too
     if old is not None and len(work) == 1:
         event = _own_event(old)
-        event.record(_streams.native(pending))
-        old.stream, old.event, old.own = pending, event, event  # (in place: no allocation)
-        _add(old, key, items, event)
+        seq = record(event, pending)
+        # (in place: no allocation)
+        old.stream, old.event, old.own, old.seq = pending, event, event, seq
+        _add(old, key, items, event, seq)
         return
     # Several streams: a mark keeps the event recorded after its own work (recording the
     # buffer's event again would make another stream wait for this later work too).
     event = _own_event(None if old is None or _marked(old) else old)
-    event.record(_streams.native(pending))
-    entry = Work(pending, event, event, device, _thread_of(key), {})
+    seq = record(event, pending)
+    entry = Work(pending, event, event, device, _thread_of(key), {}, seq)
     if old is not None:
         _absorb(entry, old)  # (the same stream: its earlier work is still in flight)
-    _add(entry, key, items, event)
+    _add(entry, key, items, event, seq)
     _set(self, key, entry)
 
 
@@ -325,14 +351,17 @@ def kernel_queued(
     pending: Any,
     key: Hashable,
     event: Any,
+    seq: int,
     items: list[Item] | None = None,
     touch: bool = True,
 ) -> None:
     """A kernel using this buffer was just queued on ``pending`` (see
     :func:`smartarray._memory.streams.pending`), whose entry key is ``key``, and ``event``
-    recorded there after it: the launch's own event (see
-    :class:`smartarray._engine.launch.Launch`), never recorded again. Replaces only that
-    stream's entry: work other threads queued meanwhile on other streams stays recorded.
+    recorded there after it, the ``seq``-th record (:func:`record`): the launch's own event
+    (see :class:`smartarray._engine.launch.Launch`), never recorded again. Replaces only that
+    stream's entry: work other threads queued meanwhile on other streams stays recorded; an
+    entry whose event was recorded later there (another thread's, registered first) stays,
+    and stands for this kernel too.
     ``items``: the bytes the kernel touches (:func:`footprint`), ``None``: unknown. Marks the
     device copy used now (LRU order) unless not ``touch`` (a prefetched download's arrival
     event, see smartarray/_engine/prefetch.py). Call with the lock held.
@@ -342,17 +371,20 @@ def kernel_queued(
     if entry is not None and entry.event is None:
         entry.marks = None  # a stream waited for by its handle (a consumer's): that wait
         # covers the kernel
+    elif entry is not None and entry.seq > seq:
+        _add(entry, key, items, entry.event, entry.seq)  # (its later event covers the kernel)
     elif entry is not None and len(work) == 1:
         # A loop of launches on one stream: the entry updated in place (no allocation).
         entry.stream = pending
         entry.event = event
-        _add(entry, key, items, event)
+        entry.seq = seq
+        _add(entry, key, items, event, seq)
     else:
         own = entry.own if entry is not None else None
-        new = Work(pending, event, own, _devices.current(), _thread_of(key), {})
+        new = Work(pending, event, own, _devices.current(), _thread_of(key), {}, seq)
         if entry is not None:
             _absorb(new, entry)
-        _add(new, key, items, event)
+        _add(new, key, items, event, seq)
         _set(self, key, new)
     if touch:
         _residency.touch(self)

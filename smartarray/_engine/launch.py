@@ -14,7 +14,9 @@ themselves to it. The launch object owns what a launch means to the engine:
   launch's stream for every buffer, replacing that stream's entry in the buffer's work in
   flight and no other (host reads and work on other streams wait for it: on a GPU the
   launch's stream object may die first; another thread's launch on another stream, queued
-  between this launch's preparation and its kernel, stays recorded), the kernel's writes
+  between this launch's preparation and its kernel, stays recorded; another thread's launch
+  on the same stream that recorded its event later but registered it first stays too: its
+  event covers this kernel), the kernel's writes
   recorded (a buffer's held host arrays refreshed once, after its last argument's write), the
   launch fast path re-opened, the claims dropped;
 - the *failures*: a held host array whose refresh failed stays marked stale, the other
@@ -164,7 +166,7 @@ class Launch:
     def _record(self) -> list[TransferError]:
         pending = self.pending
         event = _streams.launch_event()
-        event.record(_streams.native(pending))
+        seq = _device_work.record(event, pending)
         # Per buffer, its arguments (in argument order).
         arguments: dict[Buffer, list[tuple[LaunchArgument, str, bool]]] = {}
         device = _devices.current()
@@ -185,7 +187,7 @@ class Launch:
                 # (another thread's) would download pre-kernel bytes and mark them current,
                 # and the kernel's write would be lost.
                 items = [(device, intent != IN, view._lo, view._hi) for view, intent, _ in args]
-                buf.kernel_queued(pending, self.key, event, items)
+                buf.kernel_queued(pending, self.key, event, seq, items)
                 version = buf.state.version
                 # (A fast argument's launch cache was made by its first preparation; without
                 # one, the write is recorded all the same.)

@@ -70,8 +70,9 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
         if download and not buf.held:
             pending = _streams.pending(stream)
             event = _streams.launch_event()
-            event.record(_streams.native(pending))
-            buf.kernel_queued(pending, _device_work.key_of(pending), event, items, touch=False)
+            seq = _device_work.record(event, pending)
+            key = _device_work.key_of(pending)
+            buf.kernel_queued(pending, key, event, seq, items, touch=False)
             buf.arriving = [*(buf.arriving or ()), event]  # Buffer.arrive waits for them
         else:
             buf.queued(stream, items)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numba
 import numpy as np
 import pytest
 from numba import cuda
@@ -16,6 +17,7 @@ from numba.cuda import args as numba_args
 
 import smartarray as sa
 from smartarray import SmartArray
+from smartarray._strict import state as _strict_state
 
 # Outcomes depend on the fake driver's adversarial order: CI runs them over several seeds.
 pytestmark = pytest.mark.seeds
@@ -140,3 +142,95 @@ def test_host_read_after_preparation_does_not_leave_stale_host_current(view):
         add_one[1, 8](a, 0)  # a plain launch again
         expect += 1
     np.testing.assert_array_equal(a.host(), expect)
+
+
+# --- two threads' launches on one stream, registered in the other order -------------------------
+
+
+class LockPausedInCallback:
+    """A buffer's lock whose first acquisition by thread ``first`` inside a launch's callback
+    (after the launch recorded its event, before it registered it) waits for ``go``."""
+
+    def __init__(self, lock: Any, reached: threading.Event, go: threading.Event) -> None:
+        self.lock, self.reached, self.go = lock, reached, go
+        self.in_callback = threading.local()
+
+    def __enter__(self) -> Any:
+        if getattr(self.in_callback, "on", False) and not self.reached.is_set():
+            self.reached.set()
+            self.go.wait(TIMEOUT)
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.lock.__exit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.lock, name)
+
+
+def _launch_in_thread(
+    view: SmartArray,
+    stream: Any,
+    errors: list[BaseException],
+    after: threading.Event | None,
+    done: threading.Event | None,
+) -> None:
+    """Launch ``add_one`` on ``view`` (once ``after`` is set); set ``done`` when it returned."""
+    try:
+        if after is not None:
+            after.wait(TIMEOUT)
+        add_one[1, 8, stream](view, 0)
+    except BaseException as exc:  # noqa: BLE001 - reported in the test's thread
+        errors.append(exc)
+    finally:
+        if done is not None:
+            done.set()
+
+
+@pytest.mark.skipif(
+    bool(numba.config.ENABLE_CUDASIM) and _strict_state.get() is None,
+    reason="the plain simulator cannot run two launches at once",
+)
+def test_launches_of_two_threads_on_one_stream_are_both_waited_for(monkeypatch):
+    """A launch records its event after its kernel, then registers it under the buffer's lock.
+    Another thread's launch on the same stream may record its event later and register it
+    first: the earlier record must not replace it, or a host read waits only for the first
+    kernel and may read the second one's bytes before it wrote them."""
+    from smartarray._engine.launch import Launch
+
+    shared = cuda.stream()
+    reached = threading.Event()  # the first thread's callback recorded its event
+    second_done = threading.Event()  # the second thread's launch returned
+    paused: list[LockPausedInCallback] = []
+    original_call = Launch.__call__
+
+    def callback(self: Launch) -> None:
+        if threading.current_thread().name == "first":
+            for lock in paused:
+                lock.in_callback.on = True
+        original_call(self)
+
+    monkeypatch.setattr(Launch, "__call__", callback)
+    for _ in range(6):  # (the fake driver runs ready work in a seeded order: several rounds)
+        reached.clear()
+        second_done.clear()
+        a = SmartArray(np.zeros(16), where="gpu")
+        add_one[1, 8, shared](a[:8], 0)  # (the kernel loaded before the threads start)
+        a.get("gpu")
+        cuda.synchronize()
+        paused[:] = [LockPausedInCallback(a._buf.lock, reached, second_done)]
+        a._buf.lock = paused[0]
+        errors: list[BaseException] = []
+        first = threading.Thread(
+            target=_launch_in_thread, args=(a[:8], shared, errors, None, None), name="first"
+        )
+        second = threading.Thread(
+            target=_launch_in_thread, args=(a[8:], shared, errors, reached, second_done)
+        )
+        first.start()
+        second.start()
+        first.join(TIMEOUT)
+        second.join(TIMEOUT)
+        assert not errors, errors
+        assert reached.is_set() and second_done.is_set()
+        np.testing.assert_array_equal(np.asarray(a), [2.0] * 8 + [1.0] * 8)
