@@ -56,6 +56,9 @@ def copy_range(
 
     Raises
     ------
+    ValueError
+        ``start`` is negative, or a buffer is not a flat contiguous byte buffer holding
+        ``[start, stop)`` (a ``d2h`` target must be writable); nothing was copied.
     TransferGuardError
         The transfer guard refuses the copy; nothing was copied.
     """
@@ -63,22 +66,49 @@ def copy_range(
         return
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    if start < 0:
+        raise ValueError(f"start must be >= 0, got {start}")
+    _check_byte_buffer("host_bytes", host_bytes, stop)
+    _check_byte_buffer("device_bytes", device_bytes, stop)
+    if direction == "d2h" and not host_bytes.flags.writeable:
+        raise ValueError("host_bytes must be writable to receive a 'd2h' copy")
     between = ("host", location) if direction == "h2d" else (location, "host")
+    copy = _copier(direction, host_bytes, device_bytes, start, stop, stream)
+    _counted(direction, start, stop, stream, reason, array, between, copy)
+
+
+def _check_byte_buffer(name: str, buffer: Any, stop: int) -> None:
+    """ValueError unless ``buffer`` is a 1-D contiguous buffer of single bytes of at least
+    ``stop`` bytes: a copy reads or writes ``[start, stop)`` of it by address."""
+    shape = buffer.shape
+    if (
+        len(shape) != 1
+        or buffer.dtype.itemsize != 1
+        or (buffer.strides != (1,) and shape[0] > 1)
+        or shape[0] < stop
+    ):
+        raise ValueError(
+            f"{name} must be a 1-D contiguous uint8 buffer of at least {stop} bytes, got "
+            f"shape {shape}, dtype {buffer.dtype}, strides {buffer.strides}"
+        )
+
+
+def _copier(
+    direction: str, host_bytes: np.ndarray, device_bytes: Any, start: int, stop: int, stream: Any
+) -> Callable[[], object]:
+    """The copy of bytes ``[start, stop)`` in ``direction``, not yet run: one driver call on a
+    GPU (and the fake driver), numba's copy of a part on the simulator."""
     if not _sim.SIMULATOR:
-        copy = functools.partial(
+        return functools.partial(
             _driver_copy, direction, host_bytes, device_bytes, start, stop, stream
         )
-        _counted(direction, start, stop, stream, reason, array, between, copy)
-        return
     host_part = host_bytes[start:stop]
     device_part = _raw(device_bytes)
     if start or device_bytes.shape != (stop,):
         device_part = device_part[start:stop]
     if direction == "h2d":
-        copy = functools.partial(device_part.copy_to_device, host_part, stream=stream)
-    else:
-        copy = functools.partial(device_part.copy_to_host, host_part, stream=stream)
-    _counted(direction, start, stop, stream, reason, array, between, copy)
+        return functools.partial(device_part.copy_to_device, host_part, stream=stream)
+    return functools.partial(device_part.copy_to_host, host_part, stream=stream)
 
 
 def _driver_copy(

@@ -892,6 +892,50 @@ def test_copy_range_empty_and_bad_direction():
         memory.copy_range("sideways", host, dev, 0, 1)
 
 
+MISFITS = {
+    "host too short": (lambda: np.zeros(4, np.uint8), lambda: sa.device_array(16, np.uint8)),
+    "device too short": (lambda: np.zeros(16, np.uint8), lambda: sa.device_array(4, np.uint8)),
+    "host strided": (lambda: np.zeros(32, np.uint8)[::2], lambda: sa.device_array(16, np.uint8)),
+    "host not bytes": (lambda: np.zeros(16, np.int32), lambda: sa.device_array(16, np.uint8)),
+    "host 2-D": (lambda: np.zeros((4, 4), np.uint8), lambda: sa.device_array(16, np.uint8)),
+    "device not bytes": (
+        lambda: np.zeros(16, np.uint8),
+        lambda: sa.device_array(16, np.float32),
+    ),
+}
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("misfit", sorted(MISFITS))
+def test_copy_range_refuses_buffers_that_do_not_hold_the_range(misfit, direction):
+    make_host, make_device = MISFITS[misfit]
+    host, dev = make_host(), make_device()
+    dev.copy_to_device(np.full(dev.shape, 7, dev.dtype))
+    host_before = host.copy()
+    before = sa.stats()
+    with pytest.raises(ValueError, match="host_bytes|device_bytes"):
+        memory.copy_range(direction, host, dev, 0, 16)
+    assert delta(before).count == 0  # refused before anything moved
+    np.testing.assert_array_equal(host, host_before)
+    assert (dev.copy_to_host() == 7).all()
+
+
+def test_copy_range_refuses_to_download_into_a_read_only_host_buffer():
+    host, dev = np.zeros(8, np.uint8), sa.device_array(8, np.uint8)
+    host.flags.writeable = False
+    before = sa.stats()
+    with pytest.raises(ValueError, match="host_bytes must be writable"):
+        memory.copy_range("d2h", host, dev, 0, 8)
+    assert delta(before).count == 0
+    memory.copy_range("h2d", host, dev, 0, 8)  # (an upload only reads it)
+
+
+def test_copy_range_refuses_a_negative_start():
+    host, dev = np.zeros(8, np.uint8), sa.device_array(8, np.uint8)
+    with pytest.raises(ValueError, match="start"):
+        memory.copy_range("h2d", host, dev, -2, 4)
+
+
 # --- real GPU only -------------------------------------------------------------------------------
 
 

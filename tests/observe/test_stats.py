@@ -246,10 +246,19 @@ def test_nvtx_range_is_closed_when_a_copy_fails(monkeypatch):
     fake = types.SimpleNamespace(push_range=pushed.append, pop_range=lambda: popped.append(1))
     monkeypatch.setitem(sys.modules, "nvtx", fake)
     memory = importlib.import_module("smartarray.memory")
+    byte_ranges = importlib.import_module("smartarray._memory.byte_ranges")
+
+    def fails(*args):
+        def copy():
+            raise RuntimeError("the driver refused the copy")
+
+        return copy
+
+    monkeypatch.setattr(byte_ranges, "_copier", fails)
     sa.enable_nvtx()
     try:
-        with pytest.raises(Exception):  # noqa: B017 - whatever numba raises for the misfit
-            memory.copy_range("h2d", np.zeros(4, np.uint8), sa.device_array(2, np.uint8), 0, 4)
+        with pytest.raises(RuntimeError, match="refused"):
+            memory.copy_range("h2d", np.zeros(4, np.uint8), sa.device_array(4, np.uint8), 0, 4)
     finally:
         sa.enable_nvtx(False)
     assert len(pushed) == len(popped) == 1
