@@ -38,10 +38,13 @@ class HeldHostArrays:
     them each time it refreshes them (see :meth:`unannounced`).
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "_host", "_address")
 
     def __init__(self) -> None:
         self._entries: list[tuple[weakref.ref, int, int, bool]] = []
+        # The host copy of the latest view and its address (asking NumPy builds a dict).
+        self._host: np.ndarray | None = None
+        self._address = 0
 
     def __bool__(self) -> bool:
         """Whether the user holds any array (the entries of dropped ones are let go here: a
@@ -88,7 +91,9 @@ class HeldHostArrays:
         """
         holder = _Holder()
         holder.host = host
-        address = host.__array_interface__["data"][0]
+        if host is not self._host:
+            self._host, self._address = host, host.__array_interface__["data"][0]
+        address = self._address
         if dtype.fields is None and dtype.subdtype is None:
             holder.__array_interface__ = {
                 "shape": shape,
