@@ -125,9 +125,8 @@ def record(event: Any, stream: Any) -> int:
     the one that recorded later may register first. The lock is a leaf: nothing is acquired
     under it.
     """
-    native = _streams.native(stream)
     with _record_order:
-        event.record(native)
+        _streams.record(event, stream)
         return next(_records)
 
 

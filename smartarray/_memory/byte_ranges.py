@@ -20,6 +20,7 @@ from .._platform import cuda_simulator as _sim
 from ..stats import abort as _abort
 from ..stats import begin as _begin
 from ..stats import record as _record
+from . import driver_calls as _driver_calls
 from .checks import _check_dtype, _check_shape, _check_strides
 from .counted import _raw, adopt
 from .devices import ensure_context as _ensure_context
@@ -117,7 +118,8 @@ def _driver_copy(
     """Copy bytes ``[start, stop)`` with one driver call, as numba's ``copy_to_host`` and
     ``copy_to_device`` end by doing.
 
-    Both buffers are flat contiguous ``uint8`` and the range lies in both, so numba's checks
+    Both buffers are flat contiguous ``uint8`` and the range lies in both (checked by
+    :func:`copy_range`), so numba's checks
     (compatibility, contiguity, a device view of a part: two context queries) would only cost
     the host time on every copy. Its rules are kept: stream 0 means the device array's own
     stream, a copy on stream 0 is synchronous, and a context is made current first.
@@ -128,20 +130,13 @@ def _driver_copy(
     stream = stream or getattr(device_bytes, "stream", 0)
     handle = _drv._stream_handle(stream) if stream else 0  # type: ignore[attr-defined]
     device = _drv.device_pointer(device_bytes) + start
-    nbytes = stop - start
-    api = _drv.driver
     if direction == "h2d":
         host = _drv.host_pointer(host_bytes, readonly=True) + start
-        if stream:
-            api.cuMemcpyHtoDAsync(device, host, nbytes, handle)
-        else:
-            api.cuMemcpyHtoD(device, host, nbytes)
-        return
-    host = _drv.host_pointer(host_bytes) + start
-    if stream:
-        api.cuMemcpyDtoHAsync(host, device, nbytes, handle)
+        _driver_calls.memcpy_htod(device, host, stop - start, handle)
     else:
-        api.cuMemcpyDtoH(host, device, nbytes)
+        _driver_calls.memcpy_dtoh(
+            _drv.host_pointer(host_bytes) + start, device, stop - start, handle
+        )
 
 
 def _counted(

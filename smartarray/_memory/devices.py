@@ -57,8 +57,6 @@ _first_touch = threading.Lock()  # (see count)
 _peer: dict[tuple[int, int], bool] = {}
 _names: dict[int, str] = {0: GPU}
 _ordinals: dict[str, int] = {GPU: 0}
-_UNSET: Final = object()
-_binding: Any = _UNSET  # cuda-bindings' driver module (see _bindings), looked up once
 
 
 def count() -> int:
@@ -139,37 +137,10 @@ def ensure_context() -> None:
         return
     if _count is None:
         count()  # (the first touch of the driver)
-    if not _context_of_thread():
+    from . import driver_calls  # (a sibling that imports nothing of smartarray)
+
+    if not driver_calls.context_of_thread():
         cuda.current_context()
-
-
-def _context_of_thread() -> int:
-    """The calling thread's current context (0: none), asked of the driver.
-
-    Through cuda-bindings directly where it is installed: numba-cuda's wrapper of the same
-    call logs and checks it, about twice the host time, and a host read asks once or twice.
-    An error (a driver not initialised) is raised by numba-cuda's wrapper, as before.
-    """
-    binding = _bindings()
-    if binding is not None:
-        error, context = binding.cuCtxGetCurrent()
-        if not error:
-            return int(context)
-    from numba.cuda.cudadrv.driver import driver
-
-    return int(driver.cuCtxGetCurrent())
-
-
-def _bindings() -> Any:
-    """cuda-bindings' driver module, or None without it (numba-cuda's ctypes binding)."""
-    global _binding
-    if _binding is _UNSET:
-        try:
-            from cuda.bindings import driver as binding
-        except ImportError:  # pragma: no cover - numba-cuda's ctypes binding only
-            binding = None
-        _binding = binding
-    return _binding
 
 
 def here() -> str:

@@ -40,6 +40,7 @@ from .._platform import cuda_simulator as _sim
 from .._platform import environment as _environment
 from .._platform import sessions as _sessions  # (a strict session owns its streams and events)
 from . import devices as _devices
+from . import driver_calls as _driver_calls
 
 __all__ = [
     "DEFAULT",
@@ -53,6 +54,7 @@ __all__ = [
     "order",
     "pending",
     "per_thread_default_streams",
+    "record",
     "same",
     "synchronize",
     "this_thread",
@@ -332,6 +334,38 @@ def upload_stream() -> Any:
         stream.smartarray_name = "smartarray upload"  # (what a trace calls it)
         _upload_streams[device] = (session, stream)
     return stream
+
+
+def record(event: Any, stream: Any) -> None:
+    """Record ``event`` on ``stream`` (:func:`pending`'s form, or what numba-cuda accepts).
+
+    numba-cuda's own events are recorded through cuda-bindings directly
+    (:mod:`smartarray._memory.driver_calls`: a launch records one); any other event (the
+    simulator's, a test's stand-in) by its ``record`` method.
+    """
+    stream = native(stream)
+    if event.__class__ is _numba_event_class():
+        from numba.cuda.cudadrv import driver as _drv
+
+        _driver_calls.event_record(event, _drv._stream_handle(stream))  # type: ignore[attr-defined]
+    else:
+        event.record(stream)
+
+
+_event_class: Any = None
+
+
+def _numba_event_class() -> Any:
+    """numba-cuda's driver ``Event`` class (``False`` on the simulator: none there)."""
+    global _event_class
+    if _event_class is None:
+        if _sim.SIMULATOR:
+            _event_class = False
+        else:
+            from numba.cuda.cudadrv.driver import Event
+
+            _event_class = Event
+    return _event_class
 
 
 def new_event() -> Any:
