@@ -57,26 +57,20 @@ def memcpy_htod(device: int, host: int, nbytes: int, stream: int) -> None:
     """Copy ``nbytes`` from host address ``host`` to device address ``device``: on the
     stream whose handle is ``stream`` (asynchronous), or with 0 synchronously as
     ``cuMemcpyHtoD`` (numba-cuda's rule for stream 0)."""
-    driver = _driver()
-    if stream:
-        (error,) = driver.cuMemcpyHtoDAsync(device, host, nbytes, stream)
-        name = "cuMemcpyHtoDAsync"
-    else:
-        (error,) = driver.cuMemcpyHtoD(device, host, nbytes)
-        name = "cuMemcpyHtoD"
-    if error:
-        _raise(name, error)
+    _memcpy("cuMemcpyHtoD", device, host, nbytes, stream)
 
 
 def memcpy_dtoh(host: int, device: int, nbytes: int, stream: int) -> None:
     """Copy ``nbytes`` from device address ``device`` to host address ``host``, as
     :func:`memcpy_htod`."""
-    driver = _driver()
+    _memcpy("cuMemcpyDtoH", host, device, nbytes, stream)
+
+
+def _memcpy(name: str, target: int, source: int, nbytes: int, stream: int) -> None:
     if stream:
-        (error,) = driver.cuMemcpyDtoHAsync(host, device, nbytes, stream)
-        name = "cuMemcpyDtoHAsync"
+        name += "Async"
+        (error,) = getattr(_driver(), name)(target, source, nbytes, stream)
     else:
-        (error,) = driver.cuMemcpyDtoH(host, device, nbytes)
-        name = "cuMemcpyDtoH"
+        (error,) = getattr(_driver(), name)(target, source, nbytes)
     if error:
         _raise(name, error)
