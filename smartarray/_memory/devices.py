@@ -29,6 +29,7 @@ from typing import Any, Final
 from numba import cuda
 
 from .._platform import cuda_simulator as _sim
+from . import driver_calls as _driver_calls
 
 __all__ = [
     "GPU",
@@ -137,9 +138,7 @@ def ensure_context() -> None:
         return
     if _count is None:
         count()  # (the first touch of the driver)
-    from . import driver_calls  # (a sibling that imports nothing of smartarray)
-
-    if not driver_calls.context_of_thread():
+    if not _driver_calls.context_of_thread():
         cuda.current_context()
 
 
