@@ -21,6 +21,8 @@ operation             SmartArray                         ndarray
 ``iterate``           ``for v in a: pass``               ``for v in x: pass``
 ``tolist``            ``a.tolist()``                     ``x.tolist()``
 ``contains``          ``2.5 in a``                       ``2.5 in x``
+``host``              ``a.host()``                       ``x.view()``
+``asarray``           ``np.asarray(a)``                  ``np.asarray(x[:])``
 ====================  =================================  ====================
 
 in two states of ``a``: ``fresh`` (just made from an ndarray: current on the host only) and
@@ -67,6 +69,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "iterate": ("for v in a: pass", "for v in x: pass"),
     "tolist": ("a.tolist()", "x.tolist()"),
     "contains": ("2.5 in a", "2.5 in x"),
+    # An ndarray of the current host data (a view each time, as for an ndarray's slice).
+    "host": ("a.host()", "x.view()"),
+    "asarray": ("np.asarray(a)", "np.asarray(x[:])"),
 }
 
 #: Operations not run at a million elements: a Python loop over them takes seconds per call

@@ -400,17 +400,22 @@ class SmartArray(ArrayArgument):
             used on any stream: device work still queued on this array's memory (uploads,
             kernels, on any stream) has finished when it is returned.
         """
-        where = _check_where(where)
         if where != HOST:
-            with _devices.at(where):
-                return self._device_handout(wait=True, where=where)
-        with self._buf.lock:
-            self._buf.ensure(where)
-            # A writable view (the caller may write, then mark_changed): on the host, an upload
-            # from this memory may still be in flight (pinned memory, a launch's stream), and
-            # the caller's write would race it, so the access waits for it.
-            self._buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
-            self._open_host()  # (later scalar reads and writes take the fast path)
+            where = _check_where(where)
+            if where != HOST:
+                with _devices.at(where):
+                    return self._device_handout(wait=True, where=where)
+        buf = self._buf
+        with buf.lock:
+            # Current on the host with nothing in flight (this view's host fast path open, no
+            # device work recorded): nothing to move or wait for.
+            if self._host_at != buf.host_stamp or buf.work:
+                buf.ensure(where)
+                # A writable view (the caller may write, then mark_changed): on the host, an
+                # upload from this memory may still be in flight (pinned memory, a launch's
+                # stream), and the caller's write would race it, so the access waits for it.
+                buf.acquire(where, self._lo, self._hi, INOUT, "explicit get")
+                self._open_host()  # (later scalar reads and writes take the fast path)
             return self._export(readonly=False)
 
     def _device_handout(self, wait: bool, where: str | None = None) -> Any:

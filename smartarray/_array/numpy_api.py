@@ -65,10 +65,12 @@ def __array__(self: SmartArray, dtype: Any = None, copy: Any = None) -> np.ndarr
     read-only error. It is refreshed eagerly when the device copy is marked changed.
     ``copy=True`` (or a different ``dtype``) returns a plain writable copy instead.
     """
-    with self._buf.lock:
+    buf = self._buf
+    with buf.lock:
         if copy or (dtype is not None and np.dtype(dtype) != self._dtype):
             return np.array(self._host_ro("__array__"), dtype=dtype, copy=True)
-        self._buf.acquire(HOST, self._lo, self._hi, IN, "__array__")
+        if self._host_at != buf.host_stamp:  # (not current on the host: its fast path closed)
+            buf.acquire(HOST, self._lo, self._hi, IN, "__array__")
         return self._export(readonly=True)
 
 

@@ -528,6 +528,7 @@ class Buffer:
     # Work in flight and its order (smartarray/_engine/device_work.py).
     in_flight = _device_work.in_flight
     wait_for_device = _device_work.wait_for_device
+    finished = _device_work.finished
     queued = _device_work.queued
     kernel_queued = _device_work.kernel_queued
     consumer_queued = _device_work.consumer_queued
@@ -551,6 +552,9 @@ class Buffer:
             for event in events:
                 event.synchronize()
             self.arriving = None
+            # A download's arrival event is its stream's entry (recorded after the work
+            # before it there): that entry finished too, and is not waited for again.
+            self.finished(events)
 
     # -- transitions --------------------------------------------------------------------------
 

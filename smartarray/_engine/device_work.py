@@ -60,6 +60,7 @@ __all__ = [
     "Work",
     "footprint",
     "consumer_queued",
+    "finished",
     "in_flight",
     "join",
     "kernel_queued",
@@ -435,6 +436,20 @@ def wait_for_device(self: WorkingBuffer) -> None:
             _host_wait(entry)
         work.clear()
         self.sole = None
+
+
+def finished(self: WorkingBuffer, events: list[Any]) -> None:
+    """The host waited for ``events``: the entries recorded with one of them finished, and
+    are dropped (a later wait for the buffer's work then waits for the rest only). Call with
+    the lock held."""
+    work = self.work
+    if not work:
+        return
+    done = [k for k, entry in work.items() if any(entry.event is e for e in events)]
+    for k in done:
+        del work[k]
+    if done:
+        self.sole = next(iter(work)) if len(work) == 1 else None
 
 
 def order_before(

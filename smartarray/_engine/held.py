@@ -9,6 +9,7 @@ which byte ranges are held, and for how long; it moves nothing.
 
 from __future__ import annotations
 
+import sys
 import weakref
 from typing import Any
 
@@ -27,9 +28,40 @@ class _Holder:
     host: np.ndarray
 
 
+class _Export:
+    """A host array handed out again and again, as views of one ``template`` built once over
+    a :class:`_Holder` (building an ndarray over a holder costs NumPy a parse of its interface
+    dict: several microseconds a host read).
+
+    NumPy sets the base of a view of the template, and of every view derived from one, to the
+    template (the first ndarray whose base is not an ndarray), so the user holds one of those
+    arrays exactly while anything but this object refers to the template. Called as a weak
+    reference is: the template while held, else ``None``.
+    """
+
+    __slots__ = ("template",)
+
+    def __init__(self, template: np.ndarray) -> None:
+        self.template = template
+
+    def _references(self) -> int:
+        return sys.getrefcount(self.template)
+
+    def __call__(self) -> np.ndarray | None:
+        return self.template if self._references() > _UNHELD else None
+
+
+# The template's references when only its _Export refers to it, as _Export._references counts
+# them (measured: the count an interpreter reports for an argument differs between versions).
+_UNHELD = _Export(np.empty(0))._references()
+# Templates kept per buffer (one per view geometry a program reads): beyond it, those nobody
+# holds are dropped.
+_EXPORTS_KEPT = 16
+
+
 class HeldHostArrays:
     """The host arrays handed out from one buffer, each with the byte range ``[lo, hi)`` it
-    shows, held weakly: an entry lives exactly as long as the user holds the array (or any
+    shows, held weakly: an entry counts exactly as long as the user holds the array (or any
     array NumPy derived from it).
 
     An array handed to a consumer that writes without telling (a host DLPack export:
@@ -38,10 +70,14 @@ class HeldHostArrays:
     them each time it refreshes them (see :meth:`unannounced`).
     """
 
-    __slots__ = ("_entries", "_host", "_address")
+    __slots__ = ("_entries", "_exports", "_host", "_address")
 
     def __init__(self) -> None:
-        self._entries: list[tuple[weakref.ref, int, int, bool]] = []
+        # (a weak reference or an _Export, lo, hi, unannounced); an _Export's entry stays
+        # while its template is kept (in _exports), held or not.
+        self._entries: list[tuple[Any, int, int, bool]] = []
+        # The templates of the arrays handed out, by geometry (see _Export).
+        self._exports: dict[tuple[Any, ...], _Export] = {}
         # The host copy of the latest view and its address (asking NumPy builds a dict).
         self._host: np.ndarray | None = None
         self._address = 0
@@ -51,18 +87,25 @@ class HeldHostArrays:
         dead entry would make a prefetched download wait, and a launch refresh, for nobody)."""
         if not self._entries:
             return False
-        self._entries = [e for e in self._entries if e[0]() is not None]
-        return bool(self._entries)
+        self._prune()
+        return any(e[0]() is not None for e in self._entries)
+
+    def _prune(self) -> None:
+        """Let go of the entries of arrays nobody holds (a kept template's stays)."""
+        self._entries = [
+            e for e in self._entries if e[0].__class__ is _Export or e[0]() is not None
+        ]
 
     def track(self, ary: Any, lo: int, hi: int, unannounced: bool = False) -> None:
         """Track ``ary`` (alive as long as the user holds it) as showing bytes ``[lo, hi)``;
         ``unannounced``: its holder writes without calling ``mark_changed``."""
-        self._entries = [e for e in self._entries if e[0]() is not None]
+        self._prune()
         self._entries.append((weakref.ref(ary), lo, hi, unannounced))
 
     def forget(self) -> None:
         """Stop tracking every held array (nobody outside holds them)."""
         self._entries.clear()
+        self._exports.clear()
 
     def view(
         self,
@@ -88,32 +131,67 @@ class HeldHostArrays:
         gets a read-only holder: NumPy then refuses ``flags.writeable = True`` on it and
         its views, and ``np.asarray(h.base)`` is read-only too. ``unannounced``: see the
         class's text.
+
+        An array over a holder is built once per geometry (its template, kept while the
+        host copy stays); each hand-out is a view of it, which NumPy bases on the template,
+        so that is what stays referenced while anything shows these bytes (see
+        :class:`_Export`). Records and subarrays are built anew each time.
         """
-        holder = _Holder()
-        holder.host = host
         if host is not self._host:
             self._host, self._address = host, host.__array_interface__["data"][0]
+            self._drop_exports()  # (views of the previous host copy)
         address = self._address
         if dtype.fields is None and dtype.subdtype is None:
-            holder.__array_interface__ = {
-                "shape": shape,
-                "typestr": dtype.str,
-                "strides": strides,
-                "data": (address + offset, readonly),
-                "version": 3,
-            }
-            view = np.asarray(holder)
-        else:  # records and subarrays: the exact dtype through a byte view of [lo, hi)
-            holder.__array_interface__ = {
-                "shape": (hi - lo,),
-                "typestr": "|u1",
-                "data": (address + lo, readonly),
-                "version": 3,
-            }
-            raw = np.asarray(holder)
-            view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
+            # A view of this geometry's template (made at its first hand-out), tracked while
+            # anything refers to the template (see _Export).
+            key = (offset, shape, strides, dtype, readonly, unannounced)
+            export = self._exports.get(key)
+            if export is None:
+                holder = _Holder()
+                holder.host = host
+                holder.__array_interface__ = {
+                    "shape": shape,
+                    "typestr": dtype.str,
+                    "strides": strides,
+                    "data": (address + offset, readonly),
+                    "version": 3,
+                }
+                if len(self._exports) >= _EXPORTS_KEPT:
+                    self._drop_exports(held_too=False)
+                export = self._exports[key] = _Export(np.asarray(holder))
+                self._prune()
+                self._entries.append((export, lo, hi, unannounced))
+            return export.template.view()
+        # Records and subarrays: the exact dtype through a byte view of [lo, hi), built anew.
+        holder = _Holder()
+        holder.host = host
+        holder.__array_interface__ = {
+            "shape": (hi - lo,),
+            "typestr": "|u1",
+            "data": (address + lo, readonly),
+            "version": 3,
+        }
+        raw = np.asarray(holder)
+        view = np.ndarray(shape, dtype, buffer=raw, offset=offset - lo, strides=strides)
         self.track(holder, lo, hi, unannounced)
         return view
+
+    def _drop_exports(self, held_too: bool = True) -> None:
+        """Stop keeping templates (``held_too=False``: those nobody holds). A held one's entry
+        becomes a plain weak one, so that it is tracked while held, and let go after."""
+        dropped = [k for k, export in self._exports.items() if held_too or export() is None]
+        if not dropped:
+            return
+        gone = {id(self._exports.pop(k)) for k in dropped}
+        entries = []
+        for ref, lo, hi, unannounced in self._entries:
+            if id(ref) in gone:
+                template = ref()
+                if template is None:
+                    continue
+                ref = weakref.ref(template)
+            entries.append((ref, lo, hi, unannounced))
+        self._entries = entries
 
     def shown(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """The parts of ``[lo, hi)`` that held arrays show, one per array (may overlap).
@@ -122,8 +200,8 @@ class HeldHostArrays:
         """
         if not self._entries or lo >= hi:
             return []
+        self._prune()
         live = [e for e in self._entries if e[0]() is not None]
-        self._entries = live
         return [(max(lo, e[1]), min(hi, e[2])) for e in live if max(lo, e[1]) < min(hi, e[2])]
 
     def unannounced(self, lo: int, hi: int) -> list[tuple[int, int]]:

@@ -902,6 +902,43 @@ def test_njit_on_fresh_views_keeps_bookkeeping_bounded():
     assert a[5] == 2004.0
 
 
+# --- a host array handed out again and again is held exactly while anything shows it -----------
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [
+        pytest.param((lambda h: h, slice(None)), id="the array"),
+        pytest.param((lambda h: h[2:5], slice(2, 5)), id="a slice of it"),
+        pytest.param(
+            (lambda h: h.view()[::2].reshape(-1), slice(None, None, 2)), id="a view of a view"
+        ),
+        pytest.param((lambda h: h.base, slice(None)), id="its base"),
+    ],
+)
+@pytest.mark.parametrize("reads", [1, 3, 40], ids=["read once", "read 3x", "40 geometries"])
+def test_a_host_array_read_again_and_again_is_refreshed_while_anything_shows_it(keep, reads):
+    """``host()`` hands out views of one array per geometry; whatever the user keeps of any
+    of them (NumPy derives views from that one array) is refreshed after a device write, and
+    nothing is once all of it is dropped, also after many geometries were read."""
+    a = SmartArray(np.arange(8.0))
+    hand_outs = [a.host() for _ in range(reads)]
+    others = [a[i % 4 :].host() for i in range(reads)]  # (more geometries when reads is 40)
+    keep, shows = keep
+    kept = keep(hand_outs[0])
+    del hand_outs, others
+    a.get("gpu")
+    before = sa.stats()
+    double[1, 8](a)
+    assert delta(before).d2h_bytes == 8 * 8  # refreshed at once: something shows it
+    np.testing.assert_array_equal(np.asarray(kept), (np.arange(8.0) * 2)[shows])
+    del kept
+    before = sa.stats()
+    double[1, 8](a)
+    assert delta(before).nbytes == 0  # nobody holds a host array: nothing moves
+    np.testing.assert_array_equal(a.host(), np.arange(8.0) * 4)
+
+
 # --- a held host array is refreshed once per launch, over the union of the writes -------------
 
 
