@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from bench_timing import format_spread, interleaved, spread
 
-__all__ = ["FloorArg", "run"]
+__all__ = ["CallCount", "FloorArg", "python_calls", "run"]
 
 
 def _floor_class() -> type:
@@ -446,6 +446,56 @@ def _timed_round(call: Any, number: int, fake: Any) -> tuple[float, float, float
     )
 
 
+#: Where the fake driver's own frames are (its entry points, the kernels it runs through
+#: numba's simulator): what they call is the driver's work, not counted by :class:`CallCount`.
+_DRIVER_FRAMES = ("/smartarray/_fakegpu/", "/numba/cuda/simulator/")
+
+
+class CallCount:
+    """Python function calls made in this thread between :meth:`start` and :meth:`stop`,
+    those the fake driver makes (inside its entry points) left out; C functions are not
+    counted.
+
+    Deterministic where time is not: on a shared machine the host time above the driver of
+    the same code moves by 20% between runs, this count only with the code. A proxy for host
+    work (calls differ in cost), given beside the times, not instead of them.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._driver: Any = None  # the driver's outermost frame, while inside it
+
+    def _event(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            if self._driver is None:
+                if any(part in frame.f_code.co_filename for part in _DRIVER_FRAMES):
+                    self._driver = frame
+                else:
+                    self.calls += 1
+        elif event == "return" and frame is self._driver:
+            self._driver = None
+
+    def start(self) -> None:
+        sys.setprofile(self._event)
+
+    def stop(self) -> int:
+        sys.setprofile(None)
+        self.calls -= 1  # (this call itself)
+        return self.calls
+
+
+def python_calls(call: Any, number: int) -> float:
+    """Python function calls per call of ``call`` outside the fake driver (:class:`CallCount`)."""
+    count = CallCount()
+    count.start()
+    try:
+        for _ in range(number):
+            call()
+    finally:
+        count.stop()
+    return count.calls / number
+
+
 def real_launch_read(quick: bool = False) -> dict[str, float]:
     """Nanoseconds per launch that writes an array, followed by the host's read of it, through
     numba-cuda's real dispatcher (the iterative solver's loop, issue 41): a device array's
@@ -508,6 +558,10 @@ def real_launch_read(quick: bool = False) -> dict[str, float]:
     out = {f"real_launch_read_{name}_ns": value for name, value in best.items()}
     out["real_launch_read_smartarray_ratio"] = best["smartarray"] / best["device_array"]
     if fake is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for name, call in variants.items():
+                out[f"real_launch_read_{name}_python_calls"] = python_calls(call, number)
         for name in variants:
             out[f"real_launch_read_{name}_above_driver_ns"] = host[name]
             out[f"real_launch_read_{name}_driver_calls"] = calls[name]
@@ -572,6 +626,25 @@ def real_solver_loop(quick: bool = False) -> dict[str, float]:
                 bench_time.SOLVER[name](inputs, p, timer)
                 best[name] = min(best[name], timer.above / sweeps)
     out = {f"real_solver_{name}_above_driver_ns": best[name] for name in names}
+
+    class CallCounter(HostTimer):
+        """The variant's timed region's Python calls outside the driver (see python_calls)."""
+
+        def start(self) -> None:
+            super().start()
+            self.count = CallCount()
+            self.count.start()
+
+        def done(self, results: Any) -> Any:
+            self.calls = self.count.stop()
+            return super().done(results)
+
+    counter = CallCounter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in names:
+            bench_time.SOLVER[name](inputs, p, counter)
+            out[f"real_solver_{name}_python_calls"] = counter.calls / sweeps
     out["real_solver_smartarray_above_driver_ratio"] = best["smartarray"] / best["hand_sync"]
     out["real_solver_smartarray_options_above_driver_ratio"] = (
         best["smartarray_options"] / best["hand_async"]

@@ -382,10 +382,12 @@ class Buffer:
             for c in plan.copies:
                 guard.check(direction(c.source, c.target), c.stop - c.start, reason, self.name)
         host = self.ensure_host()
+        to_device = False
         for c in plan.copies:
             if c.target != HOST:
                 self.ensure_device(c.target)  # (DeviceMemoryError as it is, before any copy)
-        if any(c.target != HOST for c in plan.copies):
+                to_device = True
+        if to_device:
             self._leave_host_only()  # (registers the njit calls still running as host writers)
         if _auto_pin._policy.budget is not None and not self.pinned:
             # Between transfers: page-lock the host copy if its staged copies paid.

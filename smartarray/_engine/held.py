@@ -44,16 +44,19 @@ class _Export:
     def __init__(self, template: np.ndarray) -> None:
         self.template = template
 
-    def _references(self) -> int:
-        return sys.getrefcount(self.template)
-
     def __call__(self) -> np.ndarray | None:
-        return self.template if self._references() > _UNHELD else None
+        return self.template if sys.getrefcount(self.template) > _UNHELD else None
 
 
-# The template's references when only its _Export refers to it, as _Export._references counts
-# them (measured: the count an interpreter reports for an argument differs between versions).
-_UNHELD = _Export(np.empty(0))._references()
+def _unheld() -> int:
+    """A template's references when only its _Export refers to it, counted as
+    ``_Export.__call__`` counts them (measured: what an interpreter counts for an argument
+    differs between versions)."""
+    export = _Export(np.empty(0))
+    return sys.getrefcount(export.template)
+
+
+_UNHELD = _unheld()
 # Templates kept per buffer (one per view geometry a program reads): beyond it, those nobody
 # holds are dropped.
 _EXPORTS_KEPT = 16
@@ -83,12 +86,13 @@ class HeldHostArrays:
         self._address = 0
 
     def __bool__(self) -> bool:
-        """Whether the user holds any array (the entries of dropped ones are let go here: a
-        dead entry would make a prefetched download wait, and a launch refresh, for nobody)."""
-        if not self._entries:
-            return False
-        self._prune()
-        return any(e[0]() is not None for e in self._entries)
+        """Whether the user holds any array (the entries of dropped ones count for nothing: a
+        dead entry would make a prefetched download wait, and a launch refresh, for nobody;
+        they are let go when an array is tracked or the held ranges are asked for)."""
+        for e in self._entries:  # (a loop, not any(): a generator is a call per entry)  # noqa: SIM110
+            if e[0]() is not None:
+                return True
+        return False
 
     def _prune(self) -> None:
         """Let go of the entries of arrays nobody holds (a kept template's stays)."""

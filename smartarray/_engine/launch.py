@@ -186,21 +186,23 @@ class Launch:
                 # preparation). Checked before the event was recorded, a read in between
                 # (another thread's) would download pre-kernel bytes and mark them current,
                 # and the kernel's write would be lost.
-                items = [(device, intent != IN, view._lo, view._hi) for view, intent, _ in args]
+                # (Loops, not comprehensions: before Python 3.12 each comprehension is a call,
+                # two per buffer per launch.)
+                items = []
+                for view, intent, _ in args:
+                    items.append((device, intent != IN, view._lo, view._hi))
                 buf.kernel_queued(pending, self.key, event, seq, items)
                 version = buf.state.version
                 # (A fast argument's launch cache was made by its first preparation; without
                 # one, the write is recorded all the same.)
-                views = [
-                    view
-                    for view, intent, fast in args
-                    if intent != IN
-                    and (
+                views = []
+                for view, intent, fast in args:
+                    if intent != IN and (
                         not fast
                         or (cache := view._launch_cache) is None
                         or cache.gpu_only_at != version
-                    )
-                ]
+                    ):
+                        views.append(view)
             if views:
                 writes = LaunchWrites(len(views))
                 for view in views:

@@ -39,7 +39,7 @@ def _raise(name: str, error: Any) -> None:
 
 def context_of_thread() -> int:
     """The calling thread's current context (``cuCtxGetCurrent``); 0: none."""
-    error, context = _driver().cuCtxGetCurrent()
+    error, context = (_binding or _driver()).cuCtxGetCurrent()
     if error:
         _raise("cuCtxGetCurrent", error)
     return int(context)
@@ -48,7 +48,7 @@ def context_of_thread() -> int:
 def event_record(event: Any, stream: int) -> None:
     """``cuEventRecord`` of numba-cuda's ``event`` on the stream whose handle is ``stream``
     (numba-cuda's ``_stream_handle``; 0: the default stream)."""
-    (error,) = _driver().cuEventRecord(event.handle, stream)
+    (error,) = (_binding or _driver()).cuEventRecord(event.handle, stream)
     if error:
         _raise("cuEventRecord", error)
 
@@ -69,8 +69,8 @@ def memcpy_dtoh(host: int, device: int, nbytes: int, stream: int) -> None:
 def _memcpy(name: str, target: int, source: int, nbytes: int, stream: int) -> None:
     if stream:
         name += "Async"
-        (error,) = getattr(_driver(), name)(target, source, nbytes, stream)
+        (error,) = getattr(_binding or _driver(), name)(target, source, nbytes, stream)
     else:
-        (error,) = getattr(_driver(), name)(target, source, nbytes)
+        (error,) = getattr(_binding or _driver(), name)(target, source, nbytes)
     if error:
         _raise(name, error)

@@ -344,27 +344,29 @@ def record(event: Any, stream: Any) -> None:
     simulator's, a test's stand-in) by its ``record`` method.
     """
     stream = native(stream)
-    if event.__class__ is _numba_event_class():
-        from numba.cuda.cudadrv import driver as _drv
-
-        _driver_calls.event_record(event, _drv._stream_handle(stream))  # type: ignore[attr-defined]
+    if event.__class__ is (_event_class if _event_class is not None else _numba_event_class()):
+        _driver_calls.event_record(event, _stream_handle(stream))
     else:
         event.record(stream)
 
 
+# numba-cuda's driver Event class (False on the simulator: none there) and its function that
+# names a stream's handle, looked up once (a launch records an event).
 _event_class: Any = None
+_stream_handle: Any = None
 
 
 def _numba_event_class() -> Any:
     """numba-cuda's driver ``Event`` class (``False`` on the simulator: none there)."""
-    global _event_class
+    global _event_class, _stream_handle
     if _event_class is None:
         if _sim.SIMULATOR:
             _event_class = False
         else:
-            from numba.cuda.cudadrv.driver import Event
+            from numba.cuda.cudadrv import driver
 
-            _event_class = Event
+            _stream_handle = driver._stream_handle  # type: ignore[attr-defined]
+            _event_class = driver.Event
     return _event_class
 
 

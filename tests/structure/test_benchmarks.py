@@ -534,10 +534,43 @@ def test_the_solver_loops_host_time_is_measured_on_the_fake_driver_only():
         return
     for name in ("hand_sync", "smartarray", "hand_async", "smartarray_options"):
         assert figures[f"real_solver_{name}_above_driver_ns"] > 0
+        assert figures[f"real_solver_{name}_python_calls"] > 0
     assert figures["real_solver_smartarray_above_driver_ratio"] == pytest.approx(
         figures["real_solver_smartarray_above_driver_ns"]
         / figures["real_solver_hand_sync_above_driver_ns"]
     )
+
+
+def test_call_count_leaves_out_the_fake_drivers_own_calls():
+    """bench_overhead's deterministic figure: the Python calls a step makes outside the fake
+    driver, the same on every run of the same code (what a noisy machine's times are not)."""
+    from bench_overhead import CallCount, python_calls
+
+    def inner() -> None:
+        pass
+
+    def step() -> None:
+        inner()
+        inner()
+
+    import gc
+
+    from smartarray._fakegpu import _clock  # (a driver module: its frames are left out)
+
+    gc.disable()  # (a collection runs the callbacks of whoever registered one: calls too)
+    try:
+        assert python_calls(step, 5) == 3.0  # step and its two inner calls, each time
+        assert python_calls(step, 5) == python_calls(step, 5)
+        count = CallCount()
+        count.start()
+        try:
+            _clock.PRESETS["pcie5"].scaled(2.0)  # (dataclasses.replace inside: not counted)
+            step()
+        finally:
+            count.stop()
+    finally:
+        gc.enable()
+    assert count.calls == 3
 
 
 @pytest.mark.parametrize("name", WORKLOADS)
