@@ -3,11 +3,12 @@
 Functions the :class:`~smartarray.array.SmartArray` class statement binds (under the same names,
 but the public ``*_as`` and ``prepare_launch`` forms, which it binds with a leading underscore): the
 array layer's side of the glue's :class:`~smartarray._numba.kernels.ArrayArgument` protocol
-(SmartArray's base class). numba-cuda's dispatcher calls :func:`to_device` (the ArgHint protocol),
-the njit unbox hooks of :mod:`smartarray._numba.njit` call ``_njit_enter`` / ``_njit_exit`` /
-``_njit_abort``. The intent wrappers of :mod:`smartarray.hints` call the ``*_as(view, intent)``
-forms and :data:`numba_in_type` here, the named interface of the layer above (the class binds the
-same functions as ``_prepare_launch``, ``_njit_enter_as``, ...): no added call on their path.
+(SmartArray's base class). numba-cuda's dispatcher calls :func:`prepare_launch` (bound as
+``to_device`` too: the ArgHint protocol), the njit unbox hooks of :mod:`smartarray._numba.njit`
+call ``_njit_enter`` / ``_njit_exit`` / ``_njit_abort``. The intent wrappers of
+:mod:`smartarray.hints` call the ``*_as(view, intent)`` forms, ``prepare_launch`` with their
+intent and :data:`numba_in_type` here, the named interface of the layer above (the class binds
+the same functions as ``_prepare_launch``, ``_njit_enter_as``, ...): no added call on their path.
 Each goes through its base buffer's :meth:`~smartarray._engine.buffer.Buffer.acquire` /
 :meth:`~smartarray._engine.buffer.Buffer.release` with this view's byte range; a launch's arguments
 gather in one :class:`smartarray._engine.launch.Launch`, whose callback records their writes. The
@@ -57,7 +58,6 @@ __all__ = [
     "numba_in_type",
     "prepare_launch",
     "register_njit_view",
-    "to_device",
 ]
 
 
@@ -113,18 +113,16 @@ def _aligned(self: SmartArray, strides_aligned: bool) -> bool:
     )
 
 
-def to_device(self: SmartArray, retr: list[Any], stream: Any = 0) -> Any:
-    """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol).
+def prepare_launch(self: SmartArray, retr: list[Any], stream: Any = 0, intent: str = INOUT) -> Any:
+    """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol: the class binds
+    this function as ``to_device`` too, so the dispatcher's call is the only one).
 
     Called by the dispatcher before a launch: makes the device copy current (only stale
     bytes move, on ``stream``) and returns the kernel's argument; the launch's callback in
     ``retr`` (see :mod:`smartarray._engine.launch`) records the kernel's write right after it.
+    ``intent``: the access, ``InOut`` for a bare SmartArray; the hints of
+    :mod:`smartarray.hints` pass theirs.
     """
-    return self._prepare_launch(retr, stream, INOUT)
-
-
-def prepare_launch(self: SmartArray, retr: list[Any], stream: Any, intent: str) -> Any:
-    """Make the device copy current for a launch on ``stream``; record the write after it."""
     launch = _launch.current(retr, stream)
     buf = self._buf
     version = buf.state.version

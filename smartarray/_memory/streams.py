@@ -162,7 +162,7 @@ def pending(stream: Any) -> Any:
     """What a buffer records for device work queued on ``stream``: the object, or DEFAULT for
     the default stream (0, or a stream object of handle 0: what numba-cuda's dispatcher hands
     ``to_device`` for a default-stream launch, a new cuda.core wrapper per configuration)."""
-    if _is_zero(stream):
+    if stream is None or stream.__class__ is int or isinstance(stream, np.integer):  # (_is_zero)
         return DEFAULT
     protocol = getattr(stream, "__cuda_stream__", None)
     if protocol is not None and not protocol()[1]:

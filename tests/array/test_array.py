@@ -10,6 +10,7 @@ import copy
 import gc
 import pickle
 import threading
+from typing import Any
 
 import numba
 import numpy as np
@@ -539,7 +540,8 @@ class SmartArrayMachine(RuleBasedStateMachine):
         self.previous_cost = sa.set_transfer_cost(EXACT)
         self.ref = np.arange(N, dtype=np.float64)
         self.a = SmartArray(self.ref.copy())
-        self.held: np.ndarray | None = None
+        # Host arrays the user keeps, each with what it shows of ``ref``.
+        self.held: list[tuple[np.ndarray, Any]] = []
         self.counter = 100.0
 
     def _value(self) -> float:
@@ -579,16 +581,30 @@ class SmartArrayMachine(RuleBasedStateMachine):
         d = view.gpu()
         v = self._value()
         d[...] = v  # a simulated kernel write through the device view
+        before = sa.stats()
         view.gpu_changed()
+        if not self.held:  # nobody holds a host array: the download waits for a read
+            assert delta(before).d2h_bytes == 0
         self.ref[s] = v
 
-    @rule()
-    def hold_host(self):
-        self.held = self.a.host()
+    @rule(s=slices, how=st.sampled_from(["host()", "np.asarray"]))
+    def hold_host(self, s, how):
+        view = self.a[s]
+        kept = view.host() if how == "host()" else np.asarray(view)
+        self.held.append((kept, lambda ref, s=s: ref[s]))
 
-    @rule()
-    def drop_host(self):
-        self.held = None
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def derive_and_drop_the_original(self, data):
+        # What the user keeps is a view NumPy derived; the hand-out itself is dropped.
+        i = data.draw(st.integers(0, len(self.held) - 1))
+        kept, shows = self.held.pop(i)
+        self.held.append((kept[::2], lambda ref, shows=shows: shows(ref)[::2]))
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def drop_host(self, data):
+        self.held.pop(data.draw(st.integers(0, len(self.held) - 1)))
 
     @rule()
     def sync_gpu(self):
@@ -601,11 +617,10 @@ class SmartArrayMachine(RuleBasedStateMachine):
     def pickle_roundtrip(self):
         np.testing.assert_array_equal(pickle.loads(pickle.dumps(self.a)).host(), self.ref)
 
-    @precondition(lambda self: self.held is not None)
     @invariant()
     def held_is_current(self):
-        if self.held is not None:
-            np.testing.assert_array_equal(self.held, self.ref)
+        for kept, shows in self.held:
+            np.testing.assert_array_equal(kept, shows(self.ref))
 
     @invariant()
     def valid_bytes_are_current(self):
