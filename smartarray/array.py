@@ -579,8 +579,8 @@ class SmartArray(ArrayArgument):
     _numba_type_ = functools.cached_property(_arguments._numba_type_)
     _numba_in_type_ = functools.cached_property(_arguments._numba_in_type_)
     _numba_type = _arguments._numba_type
-    to_device = _arguments.prepare_launch  # (the ArgHint protocol; bare arrays: InOut)
-    _prepare_launch = _arguments.prepare_launch
+    to_device = _arguments.to_device  # (the ArgHint protocol; bare arrays: InOut)
+    _prepare_launch = _arguments.to_device
     _after_launch = _arguments._after_launch
     _njit_enter, _njit_enter_as = _arguments._njit_enter, _arguments.njit_enter_as
     _njit_exit, _njit_exit_as = _arguments._njit_exit, _arguments.njit_exit_as

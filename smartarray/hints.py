@@ -79,7 +79,7 @@ class _Intent(_numba_args.ArgHint):
     def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
         """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
         if self._smart:
-            return _arguments.prepare_launch(self.value, retr, stream, self.intent)
+            return _arguments.to_device(self.value, retr, stream, self.intent)
         value = self.value
         if isinstance(value, np.ndarray):
             return _host_array_argument(value, self.intent, retr, stream)

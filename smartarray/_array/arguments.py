@@ -1,14 +1,15 @@
 """SmartArray as a kernel and ``njit`` argument: typing, launch preparation, njit hooks.
 
 Functions the :class:`~smartarray.array.SmartArray` class statement binds (under the same names,
-but the public ``*_as`` and ``prepare_launch`` forms, which it binds with a leading underscore): the
-array layer's side of the glue's :class:`~smartarray._numba.kernels.ArrayArgument` protocol
-(SmartArray's base class). numba-cuda's dispatcher calls :func:`prepare_launch` (bound as
-``to_device`` too: the ArgHint protocol), the njit unbox hooks of :mod:`smartarray._numba.njit`
-call ``_njit_enter`` / ``_njit_exit`` / ``_njit_abort``. The intent wrappers of
-:mod:`smartarray.hints` call the ``*_as(view, intent)`` forms, ``prepare_launch`` with their
-intent and :data:`numba_in_type` here, the named interface of the layer above (the class binds
-the same functions as ``_prepare_launch``, ``_njit_enter_as``, ...): no added call on their path.
+but the public ``*_as`` forms, which it binds with a leading underscore, and ``to_device``, bound
+as ``_prepare_launch`` too): the array layer's side of the glue's
+:class:`~smartarray._numba.kernels.ArrayArgument` protocol (SmartArray's base class). numba-cuda's
+dispatcher calls :func:`to_device` (the ArgHint protocol), the njit unbox hooks of
+:mod:`smartarray._numba.njit` call ``_njit_enter`` / ``_njit_exit`` / ``_njit_abort``. The intent
+wrappers of :mod:`smartarray.hints` call the ``*_as(view, intent)`` forms, ``to_device`` with
+their intent and :data:`numba_in_type` here, the named interface of the layer above (the class
+binds the same functions as ``_prepare_launch``, ``_njit_enter_as``, ...): no added call on
+their path.
 Each goes through its base buffer's :meth:`~smartarray._engine.buffer.Buffer.acquire` /
 :meth:`~smartarray._engine.buffer.Buffer.release` with this view's byte range; a launch's arguments
 gather in one :class:`smartarray._engine.launch.Launch`, whose callback records their writes. The
@@ -56,8 +57,8 @@ __all__ = [
     "njit_exit_as",
     "njit_owner",
     "numba_in_type",
-    "prepare_launch",
     "register_njit_view",
+    "to_device",
 ]
 
 
@@ -113,9 +114,9 @@ def _aligned(self: SmartArray, strides_aligned: bool) -> bool:
     )
 
 
-def prepare_launch(self: SmartArray, retr: list[Any], stream: Any = 0, intent: str = INOUT) -> Any:
-    """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol: the class binds
-    this function as ``to_device`` too, so the dispatcher's call is the only one).
+def to_device(self: SmartArray, retr: list[Any], stream: Any = 0, intent: str = INOUT) -> Any:
+    """Prepare this array as a kernel argument (numba-cuda's ArgHint protocol: the dispatcher's
+    call is the only one; the class binds it as ``_prepare_launch`` too).
 
     Called by the dispatcher before a launch: makes the device copy current (only stale
     bytes move, on ``stream``) and returns the kernel's argument; the launch's callback in
@@ -160,7 +161,7 @@ def prepare_launch(self: SmartArray, retr: list[Any], stream: Any = 0, intent: s
 
 
 def _prepare_launch_slow(self: SmartArray, launch: _launch.Launch, stream: Any, intent: str) -> Any:
-    """:func:`prepare_launch` under the buffer's lock: what may move, moves."""
+    """:func:`to_device` under the buffer's lock: what may move, moves."""
     buf = self._buf
     # (The fast path needs no type check: it is open only to a view prepared here before.)
     self._numba_type_  # noqa: B018 - an unsupported dtype raises here, before anything moves
