@@ -22,6 +22,7 @@ that stream before the launch returns, as numba's ``InOut`` does.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import numpy as np
@@ -63,6 +64,9 @@ class _Intent(_numba_args.ArgHint):
     _njit_fast = None  # njit always goes through the hooks (see smartarray._numba.njit)
     #: Whether the wrapped value is a SmartArray (set once per wrapper: a launch reads it).
     _smart = False
+    #: Whether a wrapped SmartArray is typed as the bare array is (not read only): the
+    #: inferred ``In`` of smartarray/jit.py, whose analysis proved the parameter unwritten.
+    _typed_as_bare = False
 
     def __init__(self, value: Any) -> None:
         kind = _KINDS.get(type(value))
@@ -74,29 +78,38 @@ class _Intent(_numba_args.ArgHint):
                 f"({type(value).__name__})"
             )
         self.value = value
-        self._smart = kind == _SMART
+        if kind == _SMART:
+            # A loop of launches makes a wrapper per launch, and numba's dispatcher reads its
+            # ``_numba_type_`` twice and calls its ``to_device`` once: both are stored in the
+            # instance (the array's cached type, the array's preparation bound to this
+            # intent), so they reach the array with no Python call of the wrapper's own.
+            # In: a readonly array type, so writes fail at compile time on both targets.
+            self._smart = True
+            # (Instance attributes, over this class's cached property and method.)
+            self._numba_type_ = (
+                _arguments.numba_in_type(value)
+                if self.intent == IN and not self._typed_as_bare
+                else value._numba_type_
+            )
+            self.to_device = functools.partial(  # type: ignore[method-assign]
+                _arguments.to_device, value, intent=self.intent
+            )
 
     def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
-        """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
-        if self._smart:
-            return _arguments.to_device(self.value, retr, stream, self.intent)
+        """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol).
+
+        A wrapped SmartArray's is the array's own preparation, stored in the instance.
+        """
         value = self.value
         if isinstance(value, np.ndarray):
             return _host_array_argument(value, self.intent, retr, stream)
         return self._numba_hint(value).to_device(retr, stream)
 
-    @property
+    @functools.cached_property
     def _numba_type_(self) -> Any:
-        """The argument's Numba type (numba's dispatcher reads it twice per launch)."""
-        if self._smart:
-            # In: a readonly array type, so writes fail at compile time on both targets.
-            # Cached in the array: a loop of launches makes a new wrapper each time.
-            value = self.value
-            return _arguments.numba_in_type(value) if self.intent == IN else value._numba_type_
-        found = self.__dict__.get("_foreign_type")
-        if found is None:
-            found = self.__dict__["_foreign_type"] = typeof(self.value, Purpose.argument)
-        return found
+        """A wrapped foreign value's Numba type, found on first use and kept (a wrapped
+        SmartArray's is stored by the constructor)."""
+        return typeof(self.value, Purpose.argument)
 
     def _njit_enter(self) -> Any:
         return _arguments.njit_enter_as(self.value, self.intent)

@@ -56,11 +56,7 @@ class _InferredIn(In):
     proven the parameter is not written, so the plain type serves.
     """
 
-    @property
-    def _numba_type_(self) -> Any:
-        return self.value._numba_type_
-
-    _smart = True  # (made without __init__: the value is always a SmartArray)
+    _typed_as_bare = True
 
 
 def _plan(py_func: Any, cuda: bool) -> tuple[tuple[int, str, float], ...]:
@@ -73,9 +69,6 @@ def _plan_and_deps(py_func: Any, cuda: bool) -> tuple[Any, _access.Deps]:
     access, deps = _access.analysis(py_func, cuda)
     plan = tuple((i, p.name, p.threshold) for i, p in enumerate(access.params) if p.threshold >= 1)
     return plan, deps
-
-
-_new_hint = _InferredIn.__new__
 
 
 def _read_only(a: Any, thr: float) -> bool:
@@ -106,9 +99,7 @@ def _hint(a: Any, thr: float, kernel: bool) -> Any:
         if not kernel and a._njit_fast is not None:
             # current on the host only: the bare fast path moves nothing and records nothing
             return None
-        hint = _InferredIn.__new__(_InferredIn)  # (In's checks: ``a`` is a SmartArray)
-        hint.value = a
-        return hint
+        return _InferredIn(a)
     if kind == 2 and kernel and a.ndim > 0 and _read_only(a, thr) and not _maybe_page_locked(a):
         return _numba_args.In(a)
     return None
@@ -251,8 +242,7 @@ class _Launch:
                     kind = _kind(type(a))
                 if kind:
                     if kind == 1 and thr == _NEVER:  # the common case, inlined
-                        new = _new_hint(_InferredIn)
-                        new.value = a
+                        new = _InferredIn(a)
                     else:
                         new = _hint(a, thr, True)
                     if new is not None:

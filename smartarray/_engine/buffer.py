@@ -552,7 +552,7 @@ class Buffer:
         events = self.arriving
         if events:
             for event in events:
-                event.synchronize()
+                _streams.wait_for(event)
             self.arriving = None
             # A download's arrival event is its stream's entry (recorded after the work
             # before it there): that entry finished too, and is not waited for again.

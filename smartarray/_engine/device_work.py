@@ -415,7 +415,7 @@ def works_on(self: WorkingBuffer, stream: Any) -> bool:
 def _host_wait(entry: Work) -> None:
     """Block until ``entry``'s work finished."""
     if entry.event is not None:
-        entry.event.synchronize()  # the buffer's or a launch's event: its stream may be gone
+        _streams.wait_for(entry.event)  # the buffer's or a launch's event: its stream may be gone
         return
     with _devices.on(entry.device):
         if entry.thread and entry.thread != _streams.this_thread():
@@ -445,7 +445,13 @@ def finished(self: WorkingBuffer, events: list[Any]) -> None:
     work = self.work
     if not work:
         return
-    done = [k for k, entry in work.items() if any(entry.event is e for e in events)]
+    # (Loops, not comprehensions: before Python 3.12 each is a call; a host read makes this.)
+    done = []
+    for k, entry in work.items():
+        for e in events:
+            if entry.event is e:
+                done.append(k)
+                break
     for k in done:
         del work[k]
     if done:

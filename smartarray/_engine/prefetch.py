@@ -41,7 +41,8 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
         if where not in buf.state.locations:
             buf.locate(where)
         plan = buf._plan_read(where, lo, hi, _REASON)
-        if not plan.copies:
+        copies = plan.copies
+        if not copies:
             if where != HOST:
                 # Nothing to copy (current there, or valid nowhere yet): the device copy is
                 # allocated now, ahead of the work that needs it. An allocation is implicit
@@ -51,27 +52,32 @@ def prefetch(buf: Buffer, where: str, lo: int, hi: int, stream: Any) -> None:
                 buf.ensure_device(where)
             return
         _devices.ensure_context()
-        items = _device_work.footprint(plan.copies)
-        if stream is None:
+        items = _device_work.footprint(copies)
+        named = stream is not None
+        if not named:
             stream = buf._unnamed_stream()
             if stream == 0:
                 stream = _streams.copy_stream()
-        elif not buf.works_on(_streams.pending(stream)):
+        pending = _streams.pending(stream)
+        key = _device_work.key_of(pending)
+        if named and buf.sole != key:
             # After the buffer's work on other streams that touches these bytes, on the device
             # (a download of one device's rows need not wait for another device's kernel).
+            # Work recorded on this stream only (its entry the buffer's sole one) is ordered
+            # before the copies by the stream itself.
             buf.order_before(stream, items)
         download = where == HOST
         # A held host array is read without smartarray: its download is waited for now.
-        buf._copy(plan, _REASON, stream, wait=not download or bool(buf.held))
+        # (Decided once: a download left in flight is always recorded as arriving.)
+        arriving = download and not buf.held
+        buf._copy(plan, _REASON, stream, wait=not arriving)
         buf.state.apply(plan)
         # Later work on other streams (a kernel's write) orders after the copies: the buffer's
         # entry for this stream. A download's arrival event is that entry's event, recorded
         # once and never again (reused once arrive() and the entry let it go): one record.
-        if download and not buf.held:
-            pending = _streams.pending(stream)
+        if arriving:
             event = _streams.launch_event()
             seq = _device_work.record(event, pending)
-            key = _device_work.key_of(pending)
             buf.kernel_queued(pending, key, event, seq, items, touch=False)
             buf.arriving = [*(buf.arriving or ()), event]  # Buffer.arrive waits for them
         else:

@@ -124,19 +124,21 @@ def _driver_copy(
     the host time on every copy. Its rules are kept: stream 0 means the device array's own
     stream, a copy on stream 0 is synchronous, and a context is made current first.
     """
-    from numba.cuda.cudadrv import driver as _drv  # (not on the simulator: no driver there)
-
+    drv: Any = sys.modules.get("numba.cuda.cudadrv.driver")
+    if drv is None:  # pragma: no cover - numba.cuda imports it (not on the simulator)
+        from numba.cuda.cudadrv import driver as drv
     _ensure_context()
     stream = stream or getattr(device_bytes, "stream", 0)
-    handle = _drv._stream_handle(stream) if stream else 0  # type: ignore[attr-defined]
-    device = _drv.device_pointer(device_bytes) + start
+    handle = drv._stream_handle(stream) if stream else 0
+    # The addresses numba's device_pointer and host_pointer give, without their checks: a
+    # device array's memory pointer, a flat uint8 ndarray's data (writable for a download).
+    memory = getattr(device_bytes, "gpu_data", None)
+    device = int(memory.device_pointer) if memory is not None else drv.device_pointer(device_bytes)
+    host = host_bytes.__array_interface__["data"][0] + start
     if direction == "h2d":
-        host = _drv.host_pointer(host_bytes, readonly=True) + start
-        _driver_calls.memcpy_htod(device, host, stop - start, handle)
+        _driver_calls.memcpy_htod(device + start, host, stop - start, handle)
     else:
-        _driver_calls.memcpy_dtoh(
-            _drv.host_pointer(host_bytes) + start, device, stop - start, handle
-        )
+        _driver_calls.memcpy_dtoh(host, device + start, stop - start, handle)
 
 
 def _counted(

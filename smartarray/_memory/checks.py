@@ -126,6 +126,8 @@ def _check_stream(stream: Any) -> Any:
     through ``__cuda_stream__()`` (the CUDA stream protocol: cuda.core's ``Stream``, which
     numba-cuda's dispatcher hands ``ArgHint.to_device`` during every launch, CuPy's, ...).
     """
+    if stream.__class__ in _TAKEN_AS_THEY_ARE:  # (the common case: one look-up)
+        return stream
     if stream is None:
         return 0
     if isinstance(stream, (int, np.integer)) and not isinstance(stream, bool):
@@ -156,6 +158,7 @@ def _foreign_stream(stream: Any) -> Any:
     from .._platform.cuda_simulator import SIMULATOR
 
     if SIMULATOR or isinstance(stream, _streams_numba_takes()):
+        _TAKEN_AS_THEY_ARE.add(stream.__class__)
         return stream
     protocol = getattr(stream, "__cuda_stream__", None)
     handle = protocol()[1] if callable(protocol) else getattr(stream, "cuda_stream", None)
@@ -170,6 +173,9 @@ def _foreign_stream(stream: Any) -> Any:
 
 
 _STREAM_TYPES: list[tuple[type, ...]] = []
+#: Stream classes whose objects :func:`_check_stream` returns as they are (numba-cuda's and
+#: cuda.core's; on the simulator every stream class): a fact of the process, learned once each.
+_TAKEN_AS_THEY_ARE: set[type] = set()
 
 
 def _streams_numba_takes() -> tuple[type, ...]:

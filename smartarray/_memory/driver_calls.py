@@ -16,7 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["context_of_thread", "event_record", "memcpy_dtoh", "memcpy_htod"]
+__all__ = [
+    "context_of_thread",
+    "event_record",
+    "event_synchronize",
+    "memcpy_dtoh",
+    "memcpy_htod",
+]
 
 _binding: Any = None  # cuda-bindings' driver module, as numba-cuda imported it (see _driver)
 
@@ -51,6 +57,13 @@ def event_record(event: Any, stream: int) -> None:
     (error,) = (_binding or _driver()).cuEventRecord(event.handle, stream)
     if error:
         _raise("cuEventRecord", error)
+
+
+def event_synchronize(event: Any) -> None:
+    """Block until numba-cuda's ``event`` happened (``cuEventSynchronize``)."""
+    (error,) = (_binding or _driver()).cuEventSynchronize(event.handle)
+    if error:
+        _raise("cuEventSynchronize", error)
 
 
 def memcpy_htod(device: int, host: int, nbytes: int, stream: int) -> None:

@@ -59,6 +59,7 @@ __all__ = [
     "synchronize",
     "this_thread",
     "upload_stream",
+    "wait_for",
 ]
 
 #: The handles CUDA reserves for default streams (``CU_STREAM_LEGACY``, ``CU_STREAM_PER_THREAD``).
@@ -348,6 +349,15 @@ def record(event: Any, stream: Any) -> None:
         _driver_calls.event_record(event, _stream_handle(stream))
     else:
         event.record(stream)
+
+
+def wait_for(event: Any) -> None:
+    """Block until ``event`` happened, as :func:`record` records it: numba-cuda's own events
+    through cuda-bindings directly, any other by its ``synchronize`` method."""
+    if event.__class__ is (_event_class if _event_class is not None else _numba_event_class()):
+        _driver_calls.event_synchronize(event)
+    else:
+        event.synchronize()
 
 
 # numba-cuda's driver Event class (False on the simulator: none there) and its function that

@@ -122,3 +122,56 @@ def test_bare_ndarrays_through_smartarray_jit_on_any_stream(on_stream):
     np.testing.assert_array_equal(out, np.arange(8.0) * 2)  # written back before returning
     if on_stream:  # smartarray moved them: x up (In), out up and down (InOut)
         assert _moved() == (128, 64)
+
+
+# --- a hinted launch's cost ------------------------------------------------------------------
+
+
+def _wrapper_calls(call) -> list[str]:
+    """The calls of a wrapper's protocol (``_numba_type_``, ``to_device``) defined in
+    smartarray/hints.py or smartarray/jit.py that run during ``call()``, by name."""
+    import sys
+
+    ran: list[str] = []
+    files = ("smartarray/hints.py", "smartarray/jit.py")
+
+    def profile(frame, event, arg):
+        code = frame.f_code
+        if (
+            event == "call"
+            and code.co_name in ("_numba_type_", "to_device")
+            and code.co_filename.replace("\\", "/").endswith(files)
+        ):
+            ran.append(code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return ran
+
+
+@pytest.mark.parametrize("hint", [sa.Out, sa.InOut])  # (and In on the other argument)
+def test_a_wrapper_made_per_launch_adds_no_call_to_the_launch(hint):
+    # A loop of launches makes a new wrapper each time; numba reads its type twice and calls
+    # its to_device once per launch: those reach the array's cached type and the array's
+    # preparation with no call of the wrapper's own.
+    out, x = sa.SmartArray(np.zeros(8)), sa.SmartArray(np.arange(8.0))
+    _double_into[1, 32](hint(out), sa.In(x))  # compiled, both current on the device
+    wrapped = (hint(out), sa.In(x))
+    assert _wrapper_calls(lambda: _double_into[1, 32](*wrapped)) == []
+    np.testing.assert_array_equal(out.host(), np.arange(8.0) * 2)
+
+
+def test_an_inferred_read_only_argument_adds_no_call_to_the_launch():
+    @sa.jit
+    def double_into(out, x):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = 2 * x[i]
+
+    out, x = sa.SmartArray(np.zeros(8)), sa.SmartArray(np.arange(8.0))
+    double_into[1, 32](out, x)
+    assert _wrapper_calls(lambda: double_into[1, 32](out, x)) == []
+    np.testing.assert_array_equal(out.host(), np.arange(8.0) * 2)
