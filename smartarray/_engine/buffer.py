@@ -41,7 +41,7 @@ from .. import guard, memory
 from .._memory import devices as _devices
 from .._memory import streams as _streams
 from .._observe import performance as _perf
-from ..coherence import BufferState, IntervalSet, Plan
+from ..coherence import EMPTY_PLAN, BufferState, IntervalSet, Plan
 from ..errors import TransferError
 from . import auto_pin as _auto_pin
 from . import device_work as _device_work
@@ -650,6 +650,8 @@ class Buffer:
 
     def _consolidate(self) -> None:
         plan = self.state.plan_consolidate()
+        if plan is EMPTY_PLAN:
+            return  # (every location within the run cap: the common case, after each write)
         if plan:
             self._leave_host_only()  # it may drop host runs (valid elsewhere too)
         if plan.copies and guard.armed() and _refused(plan):

@@ -10,8 +10,9 @@ Pure Python, standard library only.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ._intervals import EMPTY_SET, IntervalSet, covers, runs_set, smallest_gaps
 
@@ -102,10 +103,17 @@ class Plan:
         self._owner = owner
         self._version = version
 
-    @property
-    def copies(self) -> tuple[Copy, ...]:
-        """tuple of Copy: the copies to perform before :meth:`BufferState.apply`."""
-        return self._copies
+    # Read on every coherence step: a C getter (``attrgetter``) makes no Python call.
+    if TYPE_CHECKING:
+
+        @property
+        def copies(self) -> tuple[Copy, ...]: ...
+
+    else:
+        copies = property(
+            attrgetter("_copies"),
+            doc="tuple of Copy: the copies to perform before :meth:`BufferState.apply`.",
+        )
 
     @property
     def nbytes(self) -> int:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from operator import index
+from operator import attrgetter, index
+from typing import TYPE_CHECKING
 
 from ._cost import TransferCost, _checked, _current
 from ._intervals import (
@@ -172,10 +173,26 @@ class BufferState:
         """int: size of the base buffer in bytes."""
         return self._nbytes
 
-    @property
-    def locations(self) -> tuple[str, ...]:
-        """tuple of str: the location names, in order of preference as copy sources."""
-        return self._locations
+    # The engine reads ``locations`` and ``version`` on every launch and host access: their
+    # getters are C code (``attrgetter``), so a read makes no Python call. Typed as the
+    # properties they are for the checker.
+    if TYPE_CHECKING:
+
+        @property
+        def locations(self) -> tuple[str, ...]: ...
+
+        @property
+        def version(self) -> int: ...
+
+    else:
+        locations = property(
+            attrgetter("_locations"),
+            doc="tuple of str: the location names, in order of preference as copy sources.",
+        )
+        version = property(
+            attrgetter("_version"),
+            doc="int: incremented by every transition that changes a valid set.",
+        )
 
     @property
     def max_runs(self) -> int:
@@ -186,11 +203,6 @@ class BufferState:
     def cost(self) -> TransferCost:
         """TransferCost: the cost model this state plans with (its own, or the process's)."""
         return self._planner.cost or _current[0]
-
-    @property
-    def version(self) -> int:
-        """int: incremented by every transition that changes a valid set."""
-        return self._version
 
     # -- locations -------------------------------------------------------------------------
 
