@@ -80,26 +80,22 @@ class _Intent(_numba_args.ArgHint):
         self.value = value
         if kind == _SMART:
             # A loop of launches makes a wrapper per launch, and numba's dispatcher reads its
-            # ``_numba_type_`` twice and calls its ``to_device`` once: both are stored in the
-            # instance (the array's cached type, the array's preparation bound to this
-            # intent), so they reach the array with no Python call of the wrapper's own.
-            # In: a readonly array type, so writes fail at compile time on both targets.
+            # ``_numba_type_`` twice: the array's cached type is stored in the instance (over
+            # this class's cached property), so the reads make no Python call. (Binding the
+            # array's preparation too, with functools.partial, measured slower than the
+            # to_device call it saves.) In: a readonly array type, so writes fail at compile
+            # time on both targets.
             self._smart = True
-            # (Instance attributes, over this class's cached property and method.)
             self._numba_type_ = (
                 _arguments.numba_in_type(value)
                 if self.intent == IN and not self._typed_as_bare
                 else value._numba_type_
             )
-            self.to_device = functools.partial(  # type: ignore[method-assign]
-                _arguments.to_device, value, intent=self.intent
-            )
 
     def to_device(self, retr: list[Any], stream: Any = 0) -> Any:
-        """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol).
-
-        A wrapped SmartArray's is the array's own preparation, stored in the instance.
-        """
+        """Prepare the wrapped array for a kernel launch (numba-cuda's ArgHint protocol)."""
+        if self._smart:
+            return _arguments.to_device(self.value, retr, stream, self.intent)
         value = self.value
         if isinstance(value, np.ndarray):
             return _host_array_argument(value, self.intent, retr, stream)

@@ -57,6 +57,19 @@ class _InferredIn(In):
     """
 
     _typed_as_bare = True
+    _smart = True  # (made by _inferred_in without __init__: the value is always a SmartArray)
+
+
+_new_hint = _InferredIn.__new__
+
+
+def _inferred_in(a: SmartArray) -> _InferredIn:
+    """``_InferredIn(a)`` without the constructor's checks (``a`` is a SmartArray): a launch
+    makes one per read-only argument."""
+    hint = _new_hint(_InferredIn)
+    hint.value = a
+    hint._numba_type_ = a._numba_type_
+    return hint
 
 
 def _plan(py_func: Any, cuda: bool) -> tuple[tuple[int, str, float], ...]:
@@ -99,7 +112,7 @@ def _hint(a: Any, thr: float, kernel: bool) -> Any:
         if not kernel and a._njit_fast is not None:
             # current on the host only: the bare fast path moves nothing and records nothing
             return None
-        return _InferredIn(a)
+        return _inferred_in(a)
     if kind == 2 and kernel and a.ndim > 0 and _read_only(a, thr) and not _maybe_page_locked(a):
         return _numba_args.In(a)
     return None
@@ -242,7 +255,9 @@ class _Launch:
                     kind = _kind(type(a))
                 if kind:
                     if kind == 1 and thr == _NEVER:  # the common case, inlined
-                        new = _InferredIn(a)
+                        new = _new_hint(_InferredIn)
+                        new.value = a
+                        new._numba_type_ = a._numba_type_
                     else:
                         new = _hint(a, thr, True)
                     if new is not None:

@@ -445,13 +445,7 @@ def finished(self: WorkingBuffer, events: list[Any]) -> None:
     work = self.work
     if not work:
         return
-    # (Loops, not comprehensions: before Python 3.12 each is a call; a host read makes this.)
-    done = []
-    for k, entry in work.items():
-        for e in events:
-            if entry.event is e:
-                done.append(k)
-                break
+    done = [k for k, entry in work.items() if entry.event in events]  # (no generator per entry)
     for k in done:
         del work[k]
     if done:
