@@ -53,14 +53,14 @@ for all devices. ``--profile VARIANT`` prints cProfile's
 15 functions of most own time in that variant's measured timed regions, per workload.
 
 The smartarray variants charge the host clock smartarray's own per-call overhead
-(:attr:`~smartarray._fakegpu._clock.Preset.smartarray_call_s`, 0.71 us: ``bench_overhead.py``'s
+(:attr:`~smartarray._fakegpu._clock.Preset.smartarray_call_s`, 0.80 us: ``bench_overhead.py``'s
 measured ratio of a SmartArray launch and host read to numba's launch and ``copy_to_host``,
 applied to what the model charges numba's) for each SmartArray launch, prefetch and host read,
 each charged just before its call (where the host spends it: a launch's overhead overlaps the
 kernel before it as the launch's own driver call does); the other variants pay numba's own
 cost only. The solver's variants are charged from their own loop instead
 (:data:`SOLVER_SWEEP_RATIOS`: ``bench_overhead.py`` times these very variants above the fake
-driver, 1.35x and 1.46x the hand-written loops' host time), which costs smartarray more per call
+driver, 1.42x and 1.50x the hand-written loops' host time), which costs smartarray more per call
 than the launch-and-read pair.
 Host arrays: the streamed batch's smartarray variants hold the outputs ``.host()`` returned
 (each is written once, so holding costs nothing); the other workloads hold none across device
@@ -625,12 +625,14 @@ def _solver_kernels() -> tuple[Any, Any]:
 #: own loops: bare SmartArrays over hand-written synchronous copies
 #: (``real_solver_smartarray_above_driver_ratio``) and SmartArrays with their options over the
 #: hand-written pipeline (``real_solver_smartarray_options_above_driver_ratio``); medians of
-#: nine runs in fresh processes, issue 41's tenth round (1.20-1.59 and 1.27-1.66; the seventh
-#: round's three runs gave 1.50 and 1.64 on the code of then). A sweep passes seven SmartArray
-#: arguments to two launches, more than the launch-and-read pair that every other workload's
-#: charge comes from (``Preset.smartarray_call_s``), and costs more over numba per call: the
-#: solver is charged from its own loop.
-SOLVER_SWEEP_RATIOS = {"smartarray": 1.35, "smartarray_options": 1.46}
+#: nine runs in fresh processes with the kernels' bodies off while timed, issue 41's eleventh
+#: round (1.34-1.43 and 1.42-1.54 but for one outlier each; the tenth round's, with the kernels
+#: interpreted on the host inside the timed waits, 1.35 and 1.46 from 1.20-1.59 and
+#: 1.27-1.66). A sweep passes seven SmartArray arguments to two launches, more than the
+#: launch-and-read pair that every other workload's charge comes from
+#: (``Preset.smartarray_call_s``), and costs more over numba per call: the solver is charged
+#: from its own loop.
+SOLVER_SWEEP_RATIOS = {"smartarray": 1.42, "smartarray_options": 1.50}
 #: The SmartArray calls a sweep charges (launches, prefetches, host reads).
 SOLVER_CALLS_PER_SWEEP = {"smartarray": 3, "smartarray_options": 4}
 

@@ -40,6 +40,7 @@ class DriverState:
     globals: dict[tuple[int, str, int], int]  # (library, name, device) -> address
     managed: dict[int, int]  # start of a managed allocation -> its cuMemAllocManaged flags
     launch_stack: list[tuple[str, str]]  # (file, function) of the latest launch's callers
+    run_kernels: bool  # whether a launched kernel's body runs (see FakeDriver.run_kernels)
     _handle_ids: Iterator[int]
     _ctx_device: dict[int, int]  # context handle -> device
 

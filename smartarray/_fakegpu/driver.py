@@ -144,7 +144,9 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
     Each device has a primary context, memory (``heaps[device]``), a memory pool and a legacy
     default stream of its own; streams and events belong to the device current when they were
     made. ``peer_allowed`` holds the directed device pairs that may access each other's memory,
-    ``peer_enabled`` those enabled (:mod:`._peer`).
+    ``peer_enabled`` those enabled (:mod:`._peer`). ``run_kernels`` (default ``True``): set to
+    ``False``, launched kernels are decoded, queued and timed but their bodies do not run (for
+    measuring host time: ``benchmarks/bench_overhead.py``).
     """
 
     def __init__(self) -> None:
@@ -169,6 +171,12 @@ class FakeDriver(MemoryEntries, ExecutionEntries, PeerEntries):
         self.globals: dict[tuple[int, str, int], int] = {}  # (library, name, device)
         self.managed: dict[int, int] = {}  # managed allocation's start -> its attach flags
         self.sticky: CudaError | None = None
+        # Whether launched kernels' bodies run. Off, a launch is checked, queued, ordered and
+        # timed as ever but leaves device memory as it was: benchmarks of smartarray's host
+        # time turn it off, because a GPU runs kernels off the host, while the interpreter
+        # runs them on the host's own core inside its waits and leaves its caches cold for
+        # the next call (a host time that moved by 20% from run to run with them).
+        self.run_kernels = True
         self.calls: Counter[str] = Counter()  # how often each entry point was called
         # Thread CPU time spent in the entry points (benchmarks subtract it: a GPU driver's
         # calls cost less than this stand-in's Python callbacks).

@@ -506,6 +506,50 @@ print(json.dumps({"values": d.copy_to_host().tolist()}))
     assert out["values"] == [1.5, 1.5, 7.0, 8.0, 1.5, 1.5, 1.5, 1.5]
 
 
+def test_with_run_kernels_off_a_launch_is_checked_queued_and_timed_but_writes_nothing() -> None:
+    """Host-time benchmarks turn the kernels' bodies off: the launch is still the driver's
+    (counted, ordered on its stream, timed by the clock), its memory untouched, and a bad
+    launch still fails."""
+    out = run_fake(
+        """
+from smartarray import _fakegpu
+fake = _fakegpu.current()
+
+@cuda.jit
+def fill(a):
+    a[cuda.grid(1)] = 7.0
+
+d = cuda.to_device(np.zeros(4, np.float32))
+fill[1, 4](d)
+ran = d.copy_to_host().tolist()
+d = cuda.to_device(np.zeros(4, np.float32))
+fake.run_kernels = False
+launches = fake.calls["cuLaunchKernelEx"] + fake.calls["cuLaunchKernel"]
+fill[1, 4](d)
+launched = fake.calls["cuLaunchKernelEx"] + fake.calls["cuLaunchKernel"] - launches
+skipped = d.copy_to_host().tolist()
+busy = fake.clock.busy() if fake.clock is not None else {}
+try:
+    fill[1, 2048](d)
+    refused = False
+except Exception:
+    refused = True
+fake.run_kernels = True
+fill[1, 4](d)
+print(json.dumps({"ran": ran, "skipped": skipped, "launched": launched, "refused": refused,
+                  "compute_busy": sum(v for k, v in busy.items() if "compute" in str(k)),
+                  "again": d.copy_to_host().tolist()}))
+""",
+        env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"},
+    )
+    assert out["ran"] == [7.0] * 4
+    assert out["skipped"] == [0.0] * 4
+    assert out["launched"] == 1
+    assert out["refused"]
+    assert out["compute_busy"] > 0
+    assert out["again"] == [7.0] * 4
+
+
 def test_what_the_fake_driver_cannot_run_fails_the_launch_loudly() -> None:
     """A kernel calling what has no Python equivalent fails its launch: never a silent no-op."""
     out = run_fake(
