@@ -882,7 +882,9 @@ class Buffer:
             if intent != OUT or not covers:  # Out of a covering view: no upload
                 plan = self._plan_read(where, lo, hi, reason)
         # What the launch touches: its copies' bytes, and the kernel's at ``where``.
-        items = _device_work.footprint(plan.copies if plan else (), where, lo, hi, record)
+        items = _device_work.footprint(
+            plan.copies if plan is not None else (), where, lo, hi, record
+        )
         if self.work and not self.works_on(launch_stream):
             # Work on this buffer is queued on other streams (the default stream, another
             # thread's stream included): order the work touching these bytes before this

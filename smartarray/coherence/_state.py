@@ -457,7 +457,7 @@ class BufferState:
         """
         m = self._max_runs
         for s in self._valid.values():
-            if len(s) > m:
+            if len(s._starts) > m:  # (its runs, without IntervalSet.__len__'s call: every write)
                 return self._planner.consolidate(self._locations, self._version)
         return EMPTY_PLAN
 
@@ -524,7 +524,8 @@ class BufferState:
         valid = self._valid
         # no-op fast path (a kernel writing the same array again): already valid here only
         i = bisect_right(mine._starts, start) - 1
-        if i >= 0 and mine._stops[i] >= stop:
+        covered = i >= 0 and mine._stops[i] >= stop
+        if covered:
             for loc, s in valid.items():
                 if loc != where:
                     stops = s._stops
@@ -535,8 +536,15 @@ class BufferState:
                 return
         changed = {}
         for loc, s in valid.items():
-            new = with_span(s, start, stop) if loc == where else without_span(s, start, stop)
-            if new != s:
+            if loc != where:
+                new = without_span(s, start, stop)
+            elif covered:
+                continue  # (one run holds the interval already: the set stays)
+            else:
+                new = with_span(s, start, stop)
+            # (Both return the set itself, and only then, when it does not change: sets are
+            # normalised, so an identity test is an equality test without a Python call.)
+            if new is not s:
                 changed[loc] = new
         if changed:
             valid.update(changed)
