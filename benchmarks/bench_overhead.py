@@ -455,7 +455,7 @@ def _kernels_off(fake: Any) -> Iterator[None]:
     A GPU runs kernels off the host. The fake driver interprets them on the host's own core
     inside the wait that needs them, and the next call finds the host's caches cold: the
     host time of the same code moved by 20% from run to run (1.27-1.66 for the solver's
-    ratio), more for a larger code path. Off, every launch is still decoded, queued, ordered
+    ratio). Off, every launch is still decoded, queued, ordered
     and timed as before; only device memory is left as it was, which no timing here reads.
     """
     if fake is None:

@@ -523,30 +523,38 @@ d = cuda.to_device(np.zeros(4, np.float32))
 fill[1, 4](d)
 ran = d.copy_to_host().tolist()
 d = cuda.to_device(np.zeros(4, np.float32))
+
+def launches():
+    return fake.calls["cuLaunchKernelEx"] + fake.calls["cuLaunchKernel"]
+
+def compute_busy():
+    return sum(v for k, v in fake.clock.busy().items() if "compute" in str(k))
+
 fake.run_kernels = False
-launches = fake.calls["cuLaunchKernelEx"] + fake.calls["cuLaunchKernel"]
+before, busy = launches(), compute_busy()
 fill[1, 4](d)
-launched = fake.calls["cuLaunchKernelEx"] + fake.calls["cuLaunchKernel"] - launches
 skipped = d.copy_to_host().tolist()
-busy = fake.clock.busy() if fake.clock is not None else {}
+launched, timed = launches() - before, compute_busy() - busy
+before = launches()
 try:
-    fill[1, 2048](d)
+    fill[1, 2048](d)  # (more threads per block than the device allows: the driver refuses)
     refused = False
-except Exception:
-    refused = True
+except Exception as exc:
+    refused = type(exc).__name__
+reached = launches() - before
 fake.run_kernels = True
 fill[1, 4](d)
-print(json.dumps({"ran": ran, "skipped": skipped, "launched": launched, "refused": refused,
-                  "compute_busy": sum(v for k, v in busy.items() if "compute" in str(k)),
-                  "again": d.copy_to_host().tolist()}))
+print(json.dumps({"ran": ran, "skipped": skipped, "launched": launched, "timed": timed,
+                  "refused": refused, "reached": reached, "again": d.copy_to_host().tolist()}))
 """,
         env={"SMARTARRAY_FAKE_GPU_TIMING": "pcie5"},
     )
     assert out["ran"] == [7.0] * 4
     assert out["skipped"] == [0.0] * 4
     assert out["launched"] == 1
-    assert out["refused"]
-    assert out["compute_busy"] > 0
+    assert out["timed"] > 0  # (the skipped kernel's modelled duration on the compute engine)
+    assert out["refused"] == "CUDAError"  # (cuda.core's, from the driver's error code)
+    assert out["reached"] == 1  # (refused by the fake driver, not before it)
     assert out["again"] == [7.0] * 4
 
 
